@@ -1,0 +1,348 @@
+"""Configuration: the spec's defaults, a TOML file, and ``LOSSLESS_*`` overrides.
+
+Precedence, lowest first: built-in defaults → config file (``--config PATH``,
+``LOSSLESS_CONFIG``, or ``config.toml`` in the platform's user config dir) → environment
+variables → explicit keyword overrides. Every key is validated; an unknown key or a bad value
+raises :class:`~lossless.errors.ConfigError` naming the key and what it accepts.
+
+Environment names are the key path upper-cased and joined with ``_``:
+``fresh_tail_count`` → ``LOSSLESS_FRESH_TAIL_COUNT``, ``sessions.summarize_interval`` →
+``LOSSLESS_SESSIONS_SUMMARIZE_INTERVAL``. Unknown ``LOSSLESS_*`` variables are ignored, since
+other tools (and the test suite) use that prefix too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import platformdirs
+
+from .errors import ConfigError
+
+__all__ = ["Config", "SessionsConfig", "default_config_path", "default_data_dir", "load_config"]
+
+APP_NAME = "lossless"
+ENV_PREFIX = "LOSSLESS_"
+
+
+def _opt(
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    choices: tuple[str, ...] | None = None,
+    help: str = "",  # noqa: A002 - reads naturally at the call sites
+) -> dict[str, Any]:
+    return {"minimum": minimum, "maximum": maximum, "choices": choices, "help": help}
+
+
+@dataclass(frozen=True)
+class SessionsConfig:
+    """Whole-session summaries (spec: incremental-session-summaries)."""
+
+    auto_summarize: bool = field(
+        default=False, metadata=_opt(help="summarize a conversation every N messages")
+    )
+    summarize_interval: int = field(
+        default=20, metadata=_opt(minimum=1, help="messages between automatic summaries")
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting lossless reads, with the defaults of the spec's reference implementation."""
+
+    db: str | None = field(
+        default=None,
+        metadata=_opt(help="database path or URL; default: lossless.db in the user data dir"),
+    )
+    data_dir: str | None = field(
+        default=None,
+        metadata=_opt(help="where large files are kept; default: the user data dir"),
+    )
+    context_threshold: float = field(
+        default=0.75,
+        metadata=_opt(minimum=0.05, maximum=1.0, help="share of the budget that triggers compaction"),
+    )
+    fresh_tail_count: int = field(
+        default=64, metadata=_opt(minimum=0, help="recent raw messages never compacted")
+    )
+    fresh_tail_max_tokens: int | None = field(
+        default=None, metadata=_opt(minimum=1, help="optional token cap on the fresh tail")
+    )
+    leaf_chunk_tokens: int = field(
+        default=20_000, metadata=_opt(minimum=100, help="max source tokens per leaf summary")
+    )
+    leaf_target_tokens: int = field(
+        default=2_400, metadata=_opt(minimum=16, help="target size of a leaf summary")
+    )
+    condensed_target_tokens: int = field(
+        default=2_000, metadata=_opt(minimum=16, help="target size of a condensed summary")
+    )
+    leaf_min_fanout: int = field(
+        default=8, metadata=_opt(minimum=2, help="leaf summaries needed to condense")
+    )
+    condensed_min_fanout: int = field(
+        default=4, metadata=_opt(minimum=2, help="same-depth summaries needed to condense (d1+)")
+    )
+    condensed_min_fanout_hard: int = field(
+        default=2, metadata=_opt(minimum=2, help="fanout floor when compacting under pressure")
+    )
+    incremental_max_depth: int = field(
+        default=1, metadata=_opt(minimum=-1, help="condense up to this depth after a turn (-1: no limit)")
+    )
+    max_rounds: int = field(
+        default=10, metadata=_opt(minimum=1, help="rounds of compact_until_under")
+    )
+    fallback_max_tokens: int = field(
+        default=512, metadata=_opt(minimum=16, help="size of the deterministic fallback summary")
+    )
+    large_file_token_threshold: int = field(
+        default=25_000, metadata=_opt(minimum=100, help="files above this are stored outside the context")
+    )
+    max_expand_tokens: int = field(
+        default=4_000, metadata=_opt(minimum=100, help="token cap of one expand call")
+    )
+    expand_query_max_tokens: int = field(
+        default=2_000, metadata=_opt(minimum=50, help="token cap of an expand_query answer")
+    )
+    grant_ttl_seconds: int = field(
+        default=300, metadata=_opt(minimum=1, help="lifetime of a delegation grant")
+    )
+    grant_max_depth: int = field(
+        default=3, metadata=_opt(minimum=0, help="default depth a delegation grant may expand")
+    )
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with *changes* applied and validated (nested keys as ``sessions={...}``)."""
+        merged = _to_mapping(self)
+        for key, value in changes.items():
+            if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+        return _build(Config, merged, "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain data (what ``lossless config`` prints)."""
+        return _to_mapping(self)
+
+
+def default_config_path() -> Path:
+    """``config.toml`` in the platform's user config directory."""
+    return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
+
+
+def default_data_dir() -> Path:
+    """The platform's user data directory for lossless."""
+    return Path(platformdirs.user_data_dir(APP_NAME))
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Config:
+    """Load the configuration.
+
+    *path* names a TOML file that must exist; without it, ``LOSSLESS_CONFIG`` or the default
+    path is read when present. *env* defaults to ``os.environ``.
+    """
+    environ = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    explicit = path if path is not None else environ.get(ENV_PREFIX + "CONFIG") or None
+    file_path = Path(explicit) if explicit is not None else default_config_path()
+    if explicit is not None and not file_path.is_file():
+        raise ConfigError(f"config file {file_path} does not exist; create it or drop --config")
+    if file_path.is_file():
+        try:
+            with file_path.open("rb") as handle:
+                values = tomllib.load(handle)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {file_path} is not valid TOML: {exc}") from exc
+        _check_keys(Config, values, "", source=str(file_path))
+    _merge_env(Config, values, environ, "")
+    for key, value in overrides.items():
+        if value is not None:
+            values[key] = value
+    return _build(Config, values, "")
+
+
+# --- machinery -----------------------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _section_type(tp: Any) -> type | None:
+    return tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
+
+
+def _check_keys(cls: type, values: Mapping[str, Any], prefix: str, *, source: str) -> None:
+    known = _fields(cls)
+    hints = _hints(cls)
+    for key, value in values.items():
+        if key not in known:
+            accepted = ", ".join(sorted(known))
+            raise ConfigError(
+                f"unknown config key '{prefix}{key}' in {source}; accepted keys: {accepted}"
+            )
+        section = _section_type(hints[key])
+        if section is not None:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"config key '{prefix}{key}' must be a table ([{prefix}{key}])")
+            _check_keys(section, value, f"{prefix}{key}.", source=source)
+
+
+def _merge_env(cls: type, values: dict[str, Any], environ: Mapping[str, str], prefix: str) -> None:
+    hints = _hints(cls)
+    for name in _fields(cls):
+        section = _section_type(hints[name])
+        if section is not None:
+            nested = values.setdefault(name, {})
+            if isinstance(nested, dict):
+                _merge_env(section, nested, environ, f"{prefix}{name}_")
+            continue
+        env_name = (ENV_PREFIX + prefix + name).upper()
+        if env_name in environ:
+            values[name] = _EnvText(environ[env_name], env_name)
+
+
+class _EnvText(str):
+    """A value that came from an environment variable: parsed by the field's type."""
+
+    env_name: str
+
+    def __new__(cls, text: str, env_name: str) -> _EnvText:
+        obj = super().__new__(cls, text)
+        obj.env_name = env_name
+        return obj
+
+
+def _describe(tp: Any, meta: Mapping[str, Any]) -> str:
+    base, optional = _unwrap_optional(tp)
+    if meta.get("choices"):
+        desc = "one of " + ", ".join(meta["choices"])
+    elif base is bool:
+        desc = "true or false"
+    elif base is int:
+        desc = "an integer"
+    elif base is float:
+        desc = "a number"
+    else:
+        desc = "a string"
+    lo, hi = meta.get("minimum"), meta.get("maximum")
+    if lo is not None and hi is not None:
+        desc += f" from {lo} to {hi}"
+    elif lo is not None:
+        desc += f" >= {lo}"
+    if optional:
+        desc += ", or empty for none"
+    return desc
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], True
+    return tp, False
+
+
+def _coerce(value: Any, tp: Any, meta: Mapping[str, Any], key: str) -> Any:
+    base, optional = _unwrap_optional(tp)
+    where = f" (from {value.env_name})" if isinstance(value, _EnvText) else ""
+
+    def bad() -> ConfigError:
+        return ConfigError(
+            f"config key '{key}' has the value {str(value)!r}{where}; "
+            f"accepted: {_describe(tp, meta)}"
+        )
+
+    if isinstance(value, _EnvText):
+        text = value.strip()
+        if optional and text.lower() in ("", "none", "null"):
+            return None
+        if base is bool:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise bad()
+        if base is int:
+            try:
+                value = int(text)
+            except ValueError:
+                raise bad() from None
+        elif base is float:
+            try:
+                value = float(text)
+            except ValueError:
+                raise bad() from None
+        else:
+            value = str(text)
+    if value is None:
+        if optional:
+            return None
+        raise bad()
+    if base is bool:
+        if not isinstance(value, bool):
+            raise bad()
+    elif base is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad()
+    elif base is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad()
+        value = float(value)
+    elif base is str:
+        if not isinstance(value, str):
+            raise bad()
+        value = str(value)
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        raise bad()
+    lo, hi = meta.get("minimum"), meta.get("maximum")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise bad()
+    return value
+
+
+def _build(cls: type[_T], values: Mapping[str, Any], prefix: str) -> _T:
+    _check_keys(cls, {k: v for k, v in values.items()}, prefix, source="settings")
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for name, fld in _fields(cls).items():
+        if name not in values:
+            continue
+        section = _section_type(hints[name])
+        raw = values[name]
+        if section is not None:
+            kwargs[name] = raw if isinstance(raw, section) else _build(section, raw, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(raw, hints[name], fld.metadata, prefix + name)
+    return cls(**kwargs)
+
+
+def _to_mapping(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        out[f.name] = _to_mapping(value) if dataclasses.is_dataclass(value) else value
+    return out

@@ -1,0 +1,1 @@
+"""Ingestion: message shapes → stored messages and parts; transcript importers; reconciliation."""

@@ -1,0 +1,709 @@
+"""Message shapes → one plain-text message plus ordered parts, and back again exactly.
+
+Supported shapes (``source_format``):
+
+* ``openai_chat`` — OpenAI Chat Completions messages (``tool_calls``, ``tool`` role, list content)
+* ``openai_responses`` — OpenAI Responses input/output items (messages, function calls and
+  outputs, reasoning, hosted-tool calls)
+* ``anthropic`` — Anthropic Messages (text, image, document, tool_use, tool_result,
+  thinking, redacted_thinking, server tool blocks)
+* ``openclaw`` — the messages inside OpenClaw/pi session files (``toolCall`` blocks,
+  ``toolResult`` role)
+* ``lossless`` — the project's own :class:`~lossless.model.Message`
+
+How the round trip stays exact: the message is split into an *envelope* (every key, with the
+block-carrying keys — the *slots* — left as placeholders) and parts (one per block, each with
+its raw JSON). :func:`rebuild` puts the raw blocks back into their slots. The format-specific
+code only decides roles, plain text and the typed columns of each part; it never has to
+re-create a block. Unknown block types are kept whole as ``other`` parts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UnknownShapeError
+from ..model import ROLES, Message, Part
+from ..timestamps import parse_ts
+from ..tokens import TokenCounter, estimate_tokens
+
+if TYPE_CHECKING:
+    from ..model import StoredMessage
+
+__all__ = [
+    "FORMATS",
+    "NormalizedMessage",
+    "NormalizedPart",
+    "detect_format",
+    "dumps",
+    "normalize",
+    "rebuild",
+]
+
+FORMATS: tuple[str, ...] = ("openai_chat", "openai_responses", "anthropic", "openclaw", "lossless")
+
+#: Tokens charged for an image or other binary attachment (its bytes are not text).
+ATTACHMENT_TOKENS = 1_000
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+SCALAR = "s"
+LIST = "l"
+WHOLE = "."
+
+
+def clean_text(text: str) -> str:
+    """Text safe to store as UTF-8: lone surrogates become U+FFFD (raw JSON keeps them)."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON that any UTF-8 store accepts (escapes lone surrogates)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if _SURROGATE.search(text):
+        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+@dataclass
+class NormalizedPart:
+    """A part ready to store. ``raw`` is the original block; ``None`` means "the text"."""
+
+    slot: str
+    type: str
+    text: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_input: Any = None
+    tool_output: str | None = None
+    is_error: bool = False
+    raw: Any = None
+    raw_is_text: bool = False
+
+
+@dataclass
+class NormalizedMessage:
+    """A message ready to store."""
+
+    role: str
+    content: str
+    token_count: int
+    parts: list[NormalizedPart]
+    source_format: str
+    envelope: dict[str, Any]
+    external_id: str | None = None
+    created_at: datetime | None = None
+    metadata: dict[str, Any] | None = field(default=None)
+
+
+# --- detection -----------------------------------------------------------------------------
+
+_RESPONSES_TYPES = frozenset(
+    {
+        "message",
+        "function_call",
+        "function_call_output",
+        "reasoning",
+        "item_reference",
+        "compaction",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "mcp_approval_response",
+    }
+)
+_ANTHROPIC_BLOCKS = frozenset(
+    {"tool_use", "tool_result", "thinking", "redacted_thinking", "server_tool_use", "document"}
+)
+_OPENCLAW_BLOCKS = frozenset({"toolCall"})
+_OPENCLAW_ROLES = frozenset({"toolResult", "bashExecution", "custom", "hookMessage"})
+_CHAT_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
+
+
+def _is_responses_type(kind: object) -> bool:
+    return isinstance(kind, str) and (
+        kind in _RESPONSES_TYPES or kind.endswith(("_call", "_call_output", "_output"))
+    )
+
+
+def _as_data(message: Any) -> Any:
+    """SDK objects (pydantic models) become their JSON data; everything else is returned as is."""
+    dump = getattr(message, "model_dump", None)
+    if callable(dump) and not isinstance(message, Mapping):
+        return dump(mode="json", exclude_unset=True)
+    return message
+
+
+def detect_format(message: Any) -> str:
+    """Guess the shape of *message*; raises :class:`UnknownShapeError` if none fits."""
+    if isinstance(message, Message):
+        return "lossless"
+    message = _as_data(message)
+    if not isinstance(message, Mapping):
+        raise UnknownShapeError(
+            f"a message must be a mapping or a lossless.Message, not {type(message).__name__}; "
+            f"pass dicts shaped like OpenAI, Anthropic or Responses messages"
+        )
+    kind = message.get("type")
+    role = message.get("role")
+    if "role" not in message and _is_responses_type(kind):
+        return "openai_responses"
+    if kind == "message" and isinstance(message.get("content"), list | str):
+        return "openai_responses"
+    if role in _OPENCLAW_ROLES:
+        return "openclaw"
+    content = message.get("content")
+    if isinstance(content, list):
+        types = {b.get("type") for b in content if isinstance(b, Mapping)}
+        if types & _OPENCLAW_BLOCKS:
+            return "openclaw"
+        if types & _ANTHROPIC_BLOCKS:
+            return "anthropic"
+        if types & {"input_text", "output_text", "input_image", "input_file"}:
+            return "openai_responses"
+        if any(isinstance(b, Mapping) and b.get("type") == "image" and "source" in b for b in content):
+            return "anthropic"
+    if role in _CHAT_ROLES:
+        return "openai_chat"
+    raise UnknownShapeError(
+        f"unknown message shape (keys: {', '.join(sorted(map(str, message))) or 'none'}); "
+        f"expected an OpenAI chat message (role + content), a Responses item (type), an "
+        f"Anthropic message (role + content blocks) or a lossless.Message"
+    )
+
+
+# --- normalization -------------------------------------------------------------------------
+
+
+def normalize(
+    message: Any,
+    *,
+    format: str | None = None,  # noqa: A002 - the public keyword is "format"
+    external_id: str | None = None,
+    created_at: datetime | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    counter: TokenCounter | None = None,
+) -> NormalizedMessage:
+    """Turn one message of any supported shape into a :class:`NormalizedMessage`."""
+    fmt = format or detect_format(message)
+    if fmt not in _NORMALIZERS:
+        raise UnknownShapeError(f"unknown format {fmt!r}; use one of: {', '.join(FORMATS)}")
+    data = message if isinstance(message, Message) else _as_data(message)
+    if fmt != "lossless" and not isinstance(data, Mapping):
+        raise UnknownShapeError(f"a {fmt} message must be a mapping, not {type(data).__name__}")
+    norm = _NORMALIZERS[fmt](data)
+    if external_id is not None:
+        norm.external_id = external_id
+    if created_at is not None:
+        norm.created_at = created_at
+    if metadata:
+        norm.metadata = {**(norm.metadata or {}), **metadata}
+    text = norm.content
+    tokens = counter.count(text) if counter is not None else estimate_tokens(text)
+    tokens += ATTACHMENT_TOKENS * sum(1 for p in norm.parts if p.type in _ATTACHMENTS)
+    norm.token_count = tokens
+    return norm
+
+
+_ATTACHMENTS = frozenset({"image", "document", "audio", "file"})
+
+
+def _envelope(data: Mapping[str, Any], slots: Mapping[str, str]) -> dict[str, Any]:
+    fields = {k: (None if k in slots else v) for k, v in data.items()}
+    return {"f": fields, "s": dict(slots)}
+
+
+def _join(parts: Iterable[NormalizedPart]) -> str:
+    return "\n".join(t for t in (_part_text(p) for p in parts) if t)
+
+
+def _part_text(part: NormalizedPart) -> str:
+    if part.type == "tool_call":
+        args = part.tool_input
+        rendered = args if isinstance(args, str) else dumps(args) if args is not None else ""
+        return f"[tool call {part.tool_name or ''}] {rendered}".rstrip()
+    if part.type == "tool_result":
+        return part.tool_output or ""
+    if part.type in _ATTACHMENTS:
+        return f"[{part.type}]"
+    if part.type == "redacted_reasoning":
+        return "[redacted reasoning]"
+    return part.text or ""
+
+
+def _str(value: Any) -> str | None:
+    return clean_text(value) if isinstance(value, str) else None
+
+
+def _parse_args(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _text_of_blocks(blocks: Any) -> str:
+    """Plain text of a nested tool-result content value (string or list of blocks)."""
+    if isinstance(blocks, str):
+        return clean_text(blocks)
+    if isinstance(blocks, list):
+        out = []
+        for b in blocks:
+            if isinstance(b, Mapping):
+                t = b.get("text")
+                if isinstance(t, str):
+                    out.append(clean_text(t))
+                elif b.get("type") in ("image", "input_image", "image_url"):
+                    out.append("[image]")
+            elif isinstance(b, str):
+                out.append(clean_text(b))
+        return "\n".join(out)
+    return ""
+
+
+def _require_role(data: Mapping[str, Any], allowed: Mapping[str, str], fmt: str) -> str:
+    role = data.get("role")
+    if role not in allowed:
+        raise UnknownShapeError(
+            f"{fmt} message has role {role!r}; expected one of {', '.join(allowed)}"
+        )
+    return allowed[role]
+
+
+def _content_parts(
+    data: Mapping[str, Any],
+    block: Callable[[Any], NormalizedPart],
+    *,
+    fmt: str,
+    key: str = "content",
+    scalar_type: str = "text",
+) -> tuple[list[NormalizedPart], dict[str, str]]:
+    """Parts for a ``content``-like key that holds a string or a list of blocks."""
+    if key not in data:
+        return [], {}
+    value = data[key]
+    if isinstance(value, str):
+        text = clean_text(value)
+        part = NormalizedPart(slot=key, type=scalar_type, text=text, raw_is_text=text == value)
+        if not part.raw_is_text:
+            part.raw = value
+        if scalar_type == "tool_result":
+            part.tool_output = text
+        return [part], {key: SCALAR}
+    if isinstance(value, list):
+        parts = []
+        for raw in value:
+            p = block(raw)
+            p.slot = key
+            parts.append(p)
+        return parts, {key: LIST}
+    if value is None:
+        return [], {}
+    raise UnknownShapeError(
+        f"{fmt} message '{key}' must be a string, a list of blocks or null, "
+        f"not {type(value).__name__}"
+    )
+
+
+def _generic_block(raw: Any) -> NormalizedPart:
+    """A block whose type lossless does not model: kept whole, its text searchable."""
+    text = None
+    if isinstance(raw, Mapping):
+        t = raw.get("text")
+        text = clean_text(t) if isinstance(t, str) else None
+    elif isinstance(raw, str):
+        text = clean_text(raw)
+    return NormalizedPart(slot="", type="other", text=text, raw=raw)
+
+
+# OpenAI Chat Completions -------------------------------------------------------------------
+
+
+def _chat_block(raw: Any) -> NormalizedPart:
+    if not isinstance(raw, Mapping):
+        return _generic_block(raw)
+    kind = raw.get("type")
+    if kind == "text":
+        return NormalizedPart(slot="", type="text", text=_str(raw.get("text")), raw=raw)
+    if kind == "refusal":
+        return NormalizedPart(slot="", type="refusal", text=_str(raw.get("refusal")), raw=raw)
+    if kind == "image_url":
+        return NormalizedPart(slot="", type="image", raw=raw)
+    if kind == "input_audio":
+        return NormalizedPart(slot="", type="audio", raw=raw)
+    if kind == "file":
+        return NormalizedPart(slot="", type="file", raw=raw)
+    return _generic_block(raw)
+
+
+def _chat_tool_call(raw: Any) -> NormalizedPart:
+    if isinstance(raw, Mapping):
+        fn = raw.get("function") if isinstance(raw.get("function"), Mapping) else None
+        custom = raw.get("custom") if isinstance(raw.get("custom"), Mapping) else None
+        spec = fn or custom or {}
+        args = spec.get("arguments", spec.get("input"))
+        return NormalizedPart(
+            slot="tool_calls",
+            type="tool_call",
+            tool_call_id=_str(raw.get("id")),
+            tool_name=_str(spec.get("name")),
+            tool_input=_parse_args(args),
+            raw=raw,
+        )
+    return _generic_block(raw)
+
+
+def _normalize_openai_chat(data: Mapping[str, Any]) -> NormalizedMessage:
+    role = _require_role(data, _CHAT_ROLES, "OpenAI chat")
+    is_tool = role == "tool"
+    parts, slots = _content_parts(
+        data, _chat_block, fmt="OpenAI chat", scalar_type="tool_result" if is_tool else "text"
+    )
+    if is_tool:
+        call_id = _str(data.get("tool_call_id")) or _str(data.get("name"))
+        for p in parts:
+            p.tool_call_id = call_id
+            p.tool_name = _str(data.get("name"))
+            if p.type in ("text", "tool_result"):
+                p.type = "tool_result"
+                p.tool_output = p.text
+    calls = data.get("tool_calls")
+    if isinstance(calls, list):
+        call_parts = [_chat_tool_call(c) for c in calls]
+        for p in call_parts:
+            p.slot = "tool_calls"
+        parts += call_parts
+        slots["tool_calls"] = LIST
+    legacy = data.get("function_call")
+    if isinstance(legacy, Mapping):
+        parts.append(
+            NormalizedPart(
+                slot="function_call",
+                type="tool_call",
+                tool_name=_str(legacy.get("name")),
+                tool_input=_parse_args(legacy.get("arguments")),
+                raw=legacy,
+            )
+        )
+        slots["function_call"] = SCALAR
+    ext = _str(data.get("id"))
+    if ext is None and is_tool and isinstance(data.get("tool_call_id"), str):
+        ext = "tool_result:" + data["tool_call_id"]
+    if ext is None and isinstance(calls, list) and calls and isinstance(calls[0], Mapping):
+        first = calls[0].get("id")
+        ext = "tool_calls:" + first if isinstance(first, str) else None
+    return NormalizedMessage(
+        role=role,
+        content=_join(parts),
+        token_count=0,
+        parts=parts,
+        source_format="openai_chat",
+        envelope=_envelope(data, slots),
+        external_id=ext,
+    )
+
+
+# OpenAI Responses --------------------------------------------------------------------------
+
+_RESPONSES_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+
+
+def _responses_block(raw: Any) -> NormalizedPart:
+    if not isinstance(raw, Mapping):
+        return _generic_block(raw)
+    kind = raw.get("type")
+    if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+        return NormalizedPart(slot="", type="text", text=_str(raw.get("text")), raw=raw)
+    if kind == "refusal":
+        return NormalizedPart(slot="", type="refusal", text=_str(raw.get("refusal")), raw=raw)
+    if kind == "input_image":
+        return NormalizedPart(slot="", type="image", raw=raw)
+    if kind == "input_file":
+        return NormalizedPart(slot="", type="file", raw=raw)
+    if kind == "input_audio":
+        return NormalizedPart(slot="", type="audio", raw=raw)
+    return _generic_block(raw)
+
+
+def _normalize_openai_responses(data: Mapping[str, Any]) -> NormalizedMessage:
+    kind = data.get("type")
+    ext = _str(data.get("id"))
+    call_id = _str(data.get("call_id"))
+    if kind in (None, "message"):
+        role = _require_role(data, _RESPONSES_ROLES, "Responses message")
+        parts, slots = _content_parts(data, _responses_block, fmt="Responses message")
+        return NormalizedMessage(
+            role=role,
+            content=_join(parts),
+            token_count=0,
+            parts=parts,
+            source_format="openai_responses",
+            envelope=_envelope(data, slots),
+            external_id=ext,
+        )
+    if not isinstance(kind, str):
+        raise UnknownShapeError("a Responses item needs a string 'type'")
+    part = NormalizedPart(slot=WHOLE, type="other", raw=data)
+    role = "assistant"
+    if kind == "reasoning":
+        texts = [
+            _text_of_blocks(data.get(key)) for key in ("summary", "content") if data.get(key)
+        ]
+        part.type = "reasoning"
+        part.text = "\n".join(t for t in texts if t) or None
+    elif kind.endswith("_output"):
+        role = "tool"
+        output = data.get("output")
+        part.type = "tool_result"
+        part.tool_call_id = call_id
+        part.tool_output = _text_of_blocks(output) if not isinstance(output, Mapping) else dumps(output)
+        part.is_error = data.get("status") == "failed"
+    elif kind.endswith("_call"):
+        part.type = "tool_call"
+        part.tool_call_id = call_id or ext
+        part.tool_name = _str(data.get("name")) or kind.removesuffix("_call")
+        raw_input = data.get("arguments", data.get("input", data.get("action")))
+        part.tool_input = _parse_args(raw_input)
+    else:
+        part.text = _str(data.get("text"))
+    if ext is None and call_id is not None:
+        ext = f"{kind}:{call_id}"
+    return NormalizedMessage(
+        role=role,
+        content=_join([part]),
+        token_count=0,
+        parts=[part],
+        source_format="openai_responses",
+        envelope={"f": {}, "s": {WHOLE: SCALAR}},
+        external_id=ext,
+    )
+
+
+# Anthropic Messages ------------------------------------------------------------------------
+
+_ANTHROPIC_ROLES = {"user": "user", "assistant": "assistant", "system": "system"}
+
+
+def _anthropic_block(raw: Any) -> NormalizedPart:
+    if not isinstance(raw, Mapping):
+        return _generic_block(raw)
+    kind = raw.get("type")
+    if kind == "text":
+        return NormalizedPart(slot="", type="text", text=_str(raw.get("text")), raw=raw)
+    if kind == "image":
+        return NormalizedPart(slot="", type="image", raw=raw)
+    if kind == "document":
+        return NormalizedPart(slot="", type="document", raw=raw)
+    if kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
+        return NormalizedPart(
+            slot="",
+            type="tool_call",
+            tool_call_id=_str(raw.get("id")),
+            tool_name=_str(raw.get("name")),
+            tool_input=raw.get("input"),
+            raw=raw,
+        )
+    if isinstance(kind, str) and kind.endswith("tool_result"):
+        return NormalizedPart(
+            slot="",
+            type="tool_result",
+            tool_call_id=_str(raw.get("tool_use_id")),
+            tool_output=_text_of_blocks(raw.get("content")),
+            is_error=bool(raw.get("is_error", False)),
+            raw=raw,
+        )
+    if kind == "thinking":
+        return NormalizedPart(slot="", type="reasoning", text=_str(raw.get("thinking")), raw=raw)
+    if kind == "redacted_thinking":
+        return NormalizedPart(slot="", type="redacted_reasoning", raw=raw)
+    return _generic_block(raw)
+
+
+def _normalize_anthropic(data: Mapping[str, Any]) -> NormalizedMessage:
+    role = _require_role(data, _ANTHROPIC_ROLES, "Anthropic")
+    parts, slots = _content_parts(data, _anthropic_block, fmt="Anthropic")
+    if role == "user" and parts and all(p.type == "tool_result" for p in parts):
+        role = "tool"
+    return NormalizedMessage(
+        role=role,
+        content=_join(parts),
+        token_count=0,
+        parts=parts,
+        source_format="anthropic",
+        envelope=_envelope(data, slots),
+        external_id=_str(data.get("id")),
+    )
+
+
+# OpenClaw / pi session messages ------------------------------------------------------------
+
+_OPENCLAW_ROLE_MAP = {
+    "user": "user",
+    "assistant": "assistant",
+    "system": "system",
+    "toolResult": "tool",
+    "bashExecution": "user",
+    "custom": "user",
+    "hookMessage": "user",
+}
+
+
+def _openclaw_block(raw: Any) -> NormalizedPart:
+    if not isinstance(raw, Mapping):
+        return _generic_block(raw)
+    kind = raw.get("type")
+    if kind == "text":
+        return NormalizedPart(slot="", type="text", text=_str(raw.get("text")), raw=raw)
+    if kind == "thinking":
+        return NormalizedPart(slot="", type="reasoning", text=_str(raw.get("thinking")), raw=raw)
+    if kind == "image":
+        return NormalizedPart(slot="", type="image", raw=raw)
+    if kind == "toolCall":
+        return NormalizedPart(
+            slot="",
+            type="tool_call",
+            tool_call_id=_str(raw.get("id")),
+            tool_name=_str(raw.get("name")),
+            tool_input=raw.get("arguments"),
+            raw=raw,
+        )
+    return _generic_block(raw)
+
+
+def _normalize_openclaw(data: Mapping[str, Any]) -> NormalizedMessage:
+    role = _require_role(data, _OPENCLAW_ROLE_MAP, "OpenClaw")
+    source_role = data.get("role")
+    parts, slots = _content_parts(data, _openclaw_block, fmt="OpenClaw")
+    if source_role == "toolResult":
+        for p in parts:
+            p.tool_call_id = _str(data.get("toolCallId"))
+            p.tool_name = _str(data.get("toolName"))
+            p.is_error = bool(data.get("isError", False))
+            if p.type == "text":
+                p.type = "tool_result"
+                p.tool_output = p.text
+    elif source_role == "bashExecution":
+        command = _str(data.get("command")) or ""
+        output = _str(data.get("output")) or ""
+        parts = [
+            NormalizedPart(
+                slot=WHOLE,
+                type="tool_result",
+                tool_name="bash",
+                tool_input={"command": command},
+                tool_output=f"$ {command}\n{output}".rstrip(),
+                is_error=data.get("exitCode") not in (0, None),
+                raw=data,
+            )
+        ]
+        return NormalizedMessage(
+            role=role,
+            content=_join(parts),
+            token_count=0,
+            parts=parts,
+            source_format="openclaw",
+            envelope={"f": {}, "s": {WHOLE: SCALAR}},
+            created_at=parse_ts(data.get("timestamp")),
+        )
+    return NormalizedMessage(
+        role=role,
+        content=_join(parts),
+        token_count=0,
+        parts=parts,
+        source_format="openclaw",
+        envelope=_envelope(data, slots),
+        created_at=parse_ts(data.get("timestamp")),
+    )
+
+
+# The project's own Message -----------------------------------------------------------------
+
+
+def _normalize_lossless(data: Any) -> NormalizedMessage:
+    if isinstance(data, Mapping):
+        try:
+            data = Message.from_dict(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnknownShapeError(f"not a lossless Message: {exc}") from exc
+    if not isinstance(data, Message):
+        raise UnknownShapeError("format 'lossless' takes a lossless.Message")
+    if data.role not in ROLES:
+        raise UnknownShapeError(
+            f"lossless Message has role {data.role!r}; expected one of {', '.join(ROLES)}"
+        )
+    if not isinstance(data.content, str):
+        raise UnknownShapeError("lossless Message content must be a string")
+    parts = [
+        NormalizedPart(
+            slot="parts",
+            type=p.type,
+            text=_str(p.text),
+            tool_call_id=p.tool_call_id,
+            tool_name=p.tool_name,
+            tool_input=p.tool_input,
+            tool_output=_str(p.tool_output),
+            is_error=p.is_error,
+            raw=p.to_dict(),
+        )
+        for p in data.parts
+    ]
+    content = clean_text(data.content)
+    payload = data.to_dict()
+    slots = {"parts": LIST}
+    return NormalizedMessage(
+        role=data.role,
+        content=content if content or not parts else _join(parts),
+        token_count=0,
+        parts=parts,
+        source_format="lossless",
+        envelope=_envelope(payload, slots),
+        external_id=data.external_id,
+        created_at=data.created_at,
+    )
+
+
+_NORMALIZERS: dict[str, Callable[[Any], NormalizedMessage]] = {
+    "openai_chat": _normalize_openai_chat,
+    "openai_responses": _normalize_openai_responses,
+    "anthropic": _normalize_anthropic,
+    "openclaw": _normalize_openclaw,
+    "lossless": _normalize_lossless,
+}
+
+
+# --- rebuild -------------------------------------------------------------------------------
+
+
+def rebuild(message: StoredMessage) -> Any:
+    """The stored message in its source format, equal to what was ingested."""
+    envelope = message.envelope or {"f": {}, "s": {}}
+    slots: Mapping[str, str] = envelope.get("s", {})
+    by_slot: dict[str, list[Any]] = {}
+    for part in message.parts:
+        by_slot.setdefault(part.slot, []).append(part.raw)
+    if WHOLE in slots:
+        return by_slot[WHOLE][0]
+    out: dict[str, Any] = {}
+    for key, value in envelope.get("f", {}).items():
+        kind = slots.get(key)
+        if kind == SCALAR:
+            out[key] = by_slot[key][0]
+        elif kind == LIST:
+            out[key] = by_slot.get(key, [])
+        else:
+            out[key] = value
+    if message.source_format == "lossless":
+        return Message.from_dict(out)
+    return out

@@ -1,0 +1,207 @@
+"""Plain data types shared by every layer.
+
+``Message`` and ``Part`` are the project's own message shape (what callers may ingest
+directly). ``StoredMessage``/``StoredPart``/``Conversation`` are rows read back from the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+__all__ = [
+    "ROLES",
+    "Conversation",
+    "ConversationStats",
+    "IngestResult",
+    "Message",
+    "Part",
+    "Role",
+    "StoredMessage",
+    "StoredPart",
+]
+
+Role = Literal["user", "assistant", "system", "tool"]
+ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
+
+#: Part types. Unknown source blocks are kept whole as ``other``.
+PART_TYPES: tuple[str, ...] = (
+    "text",
+    "image",
+    "document",
+    "audio",
+    "file",
+    "tool_call",
+    "tool_result",
+    "reasoning",
+    "redacted_reasoning",
+    "refusal",
+    "other",
+)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One structured block of a message: text, a tool call, a tool result, reasoning, ..."""
+
+    type: str
+    text: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_input: Any = None
+    tool_output: str | None = None
+    is_error: bool = False
+    raw: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The part as JSON-ready data."""
+        return {
+            "type": self.type,
+            "text": self.text,
+            "tool_call_id": self.tool_call_id,
+            "tool_name": self.tool_name,
+            "tool_input": self.tool_input,
+            "tool_output": self.tool_output,
+            "is_error": self.is_error,
+            "raw": self.raw,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Part:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            type=data["type"],
+            text=data.get("text"),
+            tool_call_id=data.get("tool_call_id"),
+            tool_name=data.get("tool_name"),
+            tool_input=data.get("tool_input"),
+            tool_output=data.get("tool_output"),
+            is_error=bool(data.get("is_error", False)),
+            raw=data.get("raw"),
+        )
+
+
+@dataclass(frozen=True)
+class Message:
+    """The project's own message shape.
+
+    ``content`` is the plain text; ``parts`` the structured blocks (optional: a message with
+    only ``content`` is stored as one text part). ``external_id`` makes ingestion idempotent.
+    """
+
+    role: Role
+    content: str = ""
+    parts: tuple[Part, ...] = ()
+    external_id: str | None = None
+    created_at: datetime | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (``created_at`` as ISO-8601 text)."""
+        return {
+            "role": self.role,
+            "content": self.content,
+            "parts": [p.to_dict() for p in self.parts],
+            "external_id": self.external_id,
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        """Inverse of :meth:`to_dict`."""
+        created = data.get("created_at")
+        return cls(
+            role=data["role"],
+            content=data.get("content", ""),
+            parts=tuple(Part.from_dict(p) for p in data.get("parts", ())),
+            external_id=data.get("external_id"),
+            created_at=datetime.fromisoformat(created) if created else None,
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A conversation row: one agent session."""
+
+    conversation_id: int
+    session_id: str
+    session_key: str | None
+    title: str | None
+    status: str
+    created_at: str
+    updated_at: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConversationStats:
+    """A conversation with its counts, for listings."""
+
+    conversation: Conversation
+    message_count: int
+    message_tokens: int
+    summary_count: int
+    summaries_by_depth: Mapping[int, int]
+    context_items: int
+    context_tokens: int
+    last_message_at: str | None
+
+
+@dataclass(frozen=True)
+class StoredPart:
+    """A ``message_parts`` row."""
+
+    part_id: int
+    message_id: int
+    ordinal: int
+    slot: str
+    type: str
+    text: str | None
+    tool_call_id: str | None
+    tool_name: str | None
+    tool_input: Any
+    tool_output: str | None
+    is_error: bool
+    raw: Any
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A ``messages`` row with its parts, as stored."""
+
+    message_id: int
+    conversation_id: int
+    seq: int
+    role: str
+    content: str
+    token_count: int
+    created_at: str
+    external_id: str | None
+    source_format: str
+    envelope: Any
+    metadata: Mapping[str, Any] | None
+    parts: tuple[StoredPart, ...]
+
+    def to_source(self) -> Any:
+        """The message exactly as it was ingested, in its source format."""
+        from .ingest.shapes import rebuild
+
+        return rebuild(self)
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What an ingest call did: the ids it stored and how many inputs were already stored."""
+
+    conversation_id: int
+    message_ids: tuple[int, ...]
+    skipped: int = 0
+
+    @property
+    def inserted(self) -> int:
+        """Number of messages stored by this call."""
+        return len(self.message_ids)

@@ -1,0 +1,213 @@
+"""Numbered, append-only schema migrations.
+
+Each migration is a function ``mNNN_name(conn)`` registered with :func:`migration`. They run
+in order, each in its own transaction, and are recorded in the ``migrations`` table, so
+opening any database brings it up to date and a second run does nothing. Never edit a
+migration that has shipped: append a new one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+__all__ = ["MIGRATIONS", "migration", "run_script"]
+
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[tuple[str, Migration]] = []
+
+
+def migration(fn: Migration) -> Migration:
+    """Register *fn* as the next migration (its name is its identity in the database)."""
+    MIGRATIONS.append((fn.__name__, fn))
+    return fn
+
+
+def run_script(conn: sqlite3.Connection, script: str) -> None:
+    """Run a multi-statement script inside the caller's transaction.
+
+    ``Connection.executescript`` would commit first, breaking one-transaction migrations.
+    """
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            conn.execute(buffer)
+            buffer = ""
+    if buffer.strip():
+        raise ValueError(f"incomplete SQL statement in migration: {buffer.strip()[:80]}")
+
+
+@migration
+def m001_core_schema(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- One row per agent session. session_id is the host's id for the session (unique);
+        -- session_key groups a family of conversations (e.g. a session and its sub-agents,
+        -- or the successors of a reset session) for family-scoped search.
+        CREATE TABLE conversations (
+          conversation_id INTEGER PRIMARY KEY,
+          session_id      TEXT NOT NULL UNIQUE,
+          session_key     TEXT,
+          title           TEXT,
+          status          TEXT NOT NULL DEFAULT 'active'
+                          CHECK (status IN ('active', 'archived')),
+          metadata        TEXT,              -- JSON object, host facts (never message text)
+          created_at      TEXT NOT NULL,
+          updated_at      TEXT NOT NULL
+        );
+        CREATE INDEX conversations_session_key ON conversations(session_key)
+          WHERE session_key IS NOT NULL;
+
+        -- Every message ever ingested. Rows are never updated or deleted: compaction only
+        -- changes context_items. content is the plain text (for search and token counts);
+        -- the exact original lives in envelope + message_parts.raw.
+        CREATE TABLE messages (
+          message_id      INTEGER PRIMARY KEY,
+          conversation_id INTEGER NOT NULL REFERENCES conversations(conversation_id),
+          seq             INTEGER NOT NULL,  -- 1, 2, ... within the conversation
+          role            TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+          content         TEXT NOT NULL,
+          token_count     INTEGER NOT NULL,
+          created_at      TEXT NOT NULL,     -- the source's own time when it has one
+          external_id     TEXT,              -- transcript entry id, tool call id, response id
+          source_format   TEXT NOT NULL,     -- openai_chat | openai_responses | anthropic | ...
+          envelope        TEXT,              -- JSON: the message's keys, block slots emptied
+          metadata        TEXT,              -- JSON: host facts about the message
+          UNIQUE (conversation_id, seq)
+        );
+        -- Idempotent ingestion: an external id is stored once per conversation. Messages
+        -- without one (identical text at another position included) are always new.
+        CREATE UNIQUE INDEX messages_external_id ON messages(conversation_id, external_id)
+          WHERE external_id IS NOT NULL;
+        CREATE INDEX messages_created_at ON messages(conversation_id, created_at);
+
+        -- The structured blocks of a message, in order. raw is the block exactly as received
+        -- (JSON); NULL means the block is the plain string in text (saves storing it twice).
+        CREATE TABLE message_parts (
+          part_id         INTEGER PRIMARY KEY,
+          message_id      INTEGER NOT NULL REFERENCES messages(message_id),
+          session_id      TEXT NOT NULL,     -- the owning conversation's session_id
+          ordinal         INTEGER NOT NULL,
+          slot            TEXT NOT NULL,     -- which key of the envelope the block belongs to
+          part_type       TEXT NOT NULL,     -- text | tool_call | tool_result | reasoning | ...
+          text            TEXT,
+          tool_call_id    TEXT,
+          tool_name       TEXT,
+          tool_input      TEXT,              -- JSON
+          tool_output     TEXT,
+          is_error        INTEGER NOT NULL DEFAULT 0,
+          raw             TEXT,
+          UNIQUE (message_id, ordinal)
+        );
+        CREATE INDEX message_parts_tool_call_id ON message_parts(tool_call_id)
+          WHERE tool_call_id IS NOT NULL;
+
+        -- Summary DAG nodes. Leaves (depth 0) summarize messages; condensed summaries
+        -- (depth >= 1) summarize same-depth summaries.
+        CREATE TABLE summaries (
+          summary_id       TEXT PRIMARY KEY,  -- sum_ + 16 hex
+          conversation_id  INTEGER NOT NULL REFERENCES conversations(conversation_id),
+          kind             TEXT NOT NULL CHECK (kind IN ('leaf', 'condensed')),
+          depth            INTEGER NOT NULL CHECK (depth >= 0),
+          content          TEXT NOT NULL,
+          token_count      INTEGER NOT NULL,
+          created_at       TEXT NOT NULL,
+          earliest_at      TEXT,
+          latest_at        TEXT,
+          descendant_count INTEGER NOT NULL DEFAULT 0,
+          file_ids         TEXT NOT NULL DEFAULT '[]',  -- JSON array of file_ ids
+          model            TEXT,                        -- what wrote it
+          CHECK ((kind = 'leaf') = (depth = 0))
+        );
+        CREATE INDEX summaries_conversation ON summaries(conversation_id, depth, created_at);
+
+        -- DAG edges, in the spec's direction: summary_id is the condensed summary (the
+        -- child), parent_summary_id one of the summaries it was made from, in source order.
+        CREATE TABLE summary_parents (
+          summary_id        TEXT NOT NULL REFERENCES summaries(summary_id),
+          parent_summary_id TEXT NOT NULL REFERENCES summaries(summary_id),
+          ordinal           INTEGER NOT NULL,
+          PRIMARY KEY (summary_id, parent_summary_id)
+        );
+        CREATE INDEX summary_parents_parent ON summary_parents(parent_summary_id);
+
+        -- Leaf summary → the messages it summarizes, in order.
+        CREATE TABLE summary_messages (
+          summary_id TEXT NOT NULL REFERENCES summaries(summary_id),
+          message_id INTEGER NOT NULL REFERENCES messages(message_id),
+          ordinal    INTEGER NOT NULL,
+          PRIMARY KEY (summary_id, message_id)
+        );
+        CREATE INDEX summary_messages_message ON summary_messages(message_id);
+
+        -- The active context: what the model sees, in order. Ordinals are 0..n-1 with no
+        -- gaps; each item points at exactly one message or summary.
+        CREATE TABLE context_items (
+          conversation_id INTEGER NOT NULL REFERENCES conversations(conversation_id),
+          ordinal         INTEGER NOT NULL,
+          item_type       TEXT NOT NULL CHECK (item_type IN ('message', 'summary')),
+          message_id      INTEGER REFERENCES messages(message_id),
+          summary_id      TEXT REFERENCES summaries(summary_id),
+          created_at      TEXT NOT NULL,
+          PRIMARY KEY (conversation_id, ordinal),
+          CHECK ((item_type = 'message' AND message_id IS NOT NULL AND summary_id IS NULL)
+              OR (item_type = 'summary' AND summary_id IS NOT NULL AND message_id IS NULL))
+        ) WITHOUT ROWID;
+        CREATE INDEX context_items_message ON context_items(message_id)
+          WHERE message_id IS NOT NULL;
+        CREATE INDEX context_items_summary ON context_items(summary_id)
+          WHERE summary_id IS NOT NULL;
+
+        -- Files too large for the context, kept on disk under the files directory.
+        CREATE TABLE large_files (
+          file_id             TEXT PRIMARY KEY,   -- file_ + 16 hex
+          conversation_id     INTEGER NOT NULL REFERENCES conversations(conversation_id),
+          message_id          INTEGER REFERENCES messages(message_id),
+          file_name           TEXT,
+          mime_type           TEXT,
+          byte_size           INTEGER NOT NULL,
+          token_count         INTEGER NOT NULL,
+          sha256              TEXT NOT NULL,
+          storage_path        TEXT NOT NULL,      -- relative to the files directory
+          exploration_summary TEXT,
+          created_at          TEXT NOT NULL
+        );
+        CREATE INDEX large_files_conversation ON large_files(conversation_id);
+
+        -- Where reconciliation of a conversation's transcript got to, so that re-reading an
+        -- appended file starts at the new tail. head_hash and header_id detect a rewritten
+        -- or rotated file; last_line_* verify that the bytes before the offset are unchanged.
+        CREATE TABLE transcript_checkpoints (
+          conversation_id INTEGER PRIMARY KEY REFERENCES conversations(conversation_id),
+          path            TEXT NOT NULL,
+          format          TEXT NOT NULL,
+          header_id       TEXT,
+          head_hash       TEXT NOT NULL,
+          size            INTEGER NOT NULL,
+          offset          INTEGER NOT NULL,
+          line_no         INTEGER NOT NULL,
+          last_line_start INTEGER NOT NULL,
+          last_line_hash  TEXT NOT NULL,
+          last_entry_id   TEXT,
+          updated_at      TEXT NOT NULL
+        );
+
+        -- Full-text indexes. External content: the text is stored once, in the source table.
+        -- Filled explicitly by the store in bulk after each batch (no per-row triggers).
+        CREATE VIRTUAL TABLE messages_fts USING fts5(
+          content, content='messages', content_rowid='message_id',
+          tokenize='porter unicode61');
+        -- Trigram index for substrings and CJK. detail='none' keeps ingest fast; candidate
+        -- rows are confirmed against the text itself.
+        CREATE VIRTUAL TABLE messages_trigram USING fts5(
+          content, content='messages', content_rowid='message_id',
+          tokenize='trigram', detail='none');
+        CREATE VIRTUAL TABLE summaries_fts USING fts5(
+          content, content='summaries', content_rowid='rowid',
+          tokenize='porter unicode61');
+        CREATE VIRTUAL TABLE summaries_trigram USING fts5(
+          content, content='summaries', content_rowid='rowid', tokenize='trigram');
+        """
+    )

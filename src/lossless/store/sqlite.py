@@ -1,0 +1,665 @@
+"""The embedded SQLite store (the default back end).
+
+One connection per thread (WAL lets readers run beside the writer), ``BEGIN IMMEDIATE`` for
+every write so two processes never interleave a batch, nested transactions as savepoints,
+foreign keys on and a busy timeout. Full-text rows are filled in bulk after each batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import NotFoundError, StoreError
+from ..ingest.shapes import NormalizedMessage, dumps
+from ..model import Conversation, ConversationStats, StoredMessage, StoredPart
+from ..timestamps import format_ts, now
+from .migrations import MIGRATIONS
+
+__all__ = ["Checkpoint", "SQLiteStore"]
+
+BUSY_TIMEOUT_MS = 30_000
+_IN_CHUNK = 500  # host parameters per IN (...) list
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """How far a conversation's transcript has been reconciled."""
+
+    conversation_id: int
+    path: str
+    format: str
+    header_id: str | None
+    head_hash: str
+    size: int
+    offset: int
+    line_no: int
+    last_line_start: int
+    last_line_hash: str
+    last_entry_id: str | None
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class SQLiteStore:
+    """Messages, parts, summaries, context items and indexes in one SQLite file."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        if str(self.path) != ":memory:":
+            _create_private(self.path)
+        self.migrate()
+
+    # --- connections and transactions ------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreError(f"the store {self.path} is closed; open it again")
+            try:
+                conn = sqlite3.connect(
+                    str(self.path),
+                    isolation_level=None,
+                    check_same_thread=False,
+                    timeout=BUSY_TIMEOUT_MS / 1000,
+                )
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute("PRAGMA foreign_keys = ON")
+            except sqlite3.Error as exc:
+                raise StoreError(
+                    f"cannot open the database {self.path}: {exc}; check the path and its "
+                    f"permissions"
+                ) from exc
+            self._local.conn = conn
+            self._local.depth = 0
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this store opened (in any thread)."""
+        with self._lock:
+            self._closed = True
+            for conn in self._connections:
+                try:
+                    conn.close()
+                except sqlite3.ProgrammingError:  # closed from its own thread already
+                    pass
+            self._connections.clear()
+        self._local = threading.local()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``); nested calls become savepoints."""
+        conn = self._conn()
+        depth: int = self._local.depth
+        if depth == 0:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"cannot start a write on {self.path}: {exc}") from exc
+        else:
+            conn.execute(f"SAVEPOINT sp{depth}")
+        self._local.depth = depth + 1
+        try:
+            yield conn
+        except BaseException:
+            self._local.depth = depth
+            if depth == 0:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            else:
+                conn.execute(f"ROLLBACK TO sp{depth}")
+                conn.execute(f"RELEASE sp{depth}")
+            raise
+        self._local.depth = depth
+        if depth == 0:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise StoreError(f"cannot commit to {self.path}: {exc}") from exc
+        else:
+            conn.execute(f"RELEASE sp{depth}")
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A consistent snapshot for several reads (joins an open transaction)."""
+        conn = self._conn()
+        if self._local.depth > 0:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        self._local.depth = 1
+        try:
+            yield conn
+        finally:
+            self._local.depth = 0
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a read query (used by the integrity checks and reports)."""
+        with self.read() as conn:
+            return list(conn.execute(sql, params).fetchall())
+
+    # --- schema ----------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Apply pending migrations, each in its own transaction; return the names applied."""
+        conn = self._conn()
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
+        applied: list[str] = []
+        for name, fn in MIGRATIONS:
+            with self.transaction():
+                row = conn.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone()
+                if row is not None:
+                    continue
+                fn(conn)
+                conn.execute(
+                    "INSERT INTO migrations (name, applied_at) VALUES (?, ?)",
+                    (name, format_ts(now())),
+                )
+                applied.append(name)
+        return applied
+
+    def applied_migrations(self) -> list[str]:
+        """Names of the migrations recorded in this database, in order."""
+        return [r[0] for r in self.fetchall("SELECT name FROM migrations ORDER BY name")]
+
+    # --- conversations ---------------------------------------------------------------------
+
+    _CONV_COLS = (
+        "conversation_id, session_id, session_key, title, status, created_at, updated_at, metadata"
+    )
+
+    @staticmethod
+    def _conversation(row: Sequence[Any]) -> Conversation:
+        return Conversation(
+            conversation_id=row[0],
+            session_id=row[1],
+            session_key=row[2],
+            title=row[3],
+            status=row[4],
+            created_at=row[5],
+            updated_at=row[6],
+            metadata=_loads(row[7]) or {},
+        )
+
+    def get_or_create_conversation(
+        self,
+        session_id: str,
+        *,
+        session_key: str | None = None,
+        title: str | None = None,
+    ) -> Conversation:
+        """The conversation for *session_id*, created on first use."""
+        with self.transaction() as conn:
+            row = conn.execute(
+                f"SELECT {self._CONV_COLS} FROM conversations WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if row is not None:
+                return self._conversation(row)
+            stamp = format_ts(now())
+            cur = conn.execute(
+                "INSERT INTO conversations (session_id, session_key, title, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (session_id, session_key, title, stamp, stamp),
+            )
+            return Conversation(
+                conversation_id=int(cur.lastrowid or 0),
+                session_id=session_id,
+                session_key=session_key,
+                title=title,
+                status="active",
+                created_at=stamp,
+                updated_at=stamp,
+            )
+
+    def get_conversation(self, conversation_id: int) -> Conversation:
+        """The conversation with this id; :class:`NotFoundError` if there is none."""
+        rows = self.fetchall(
+            f"SELECT {self._CONV_COLS} FROM conversations WHERE conversation_id = ?",
+            (conversation_id,),
+        )
+        if not rows:
+            raise NotFoundError(
+                f"no conversation with id {conversation_id}; list them with `lossless conversations`"
+            )
+        return self._conversation(rows[0])
+
+    def find_conversation(self, session_id: str) -> Conversation | None:
+        """The conversation whose external session id is *session_id*, if any."""
+        rows = self.fetchall(
+            f"SELECT {self._CONV_COLS} FROM conversations WHERE session_id = ?", (session_id,)
+        )
+        return self._conversation(rows[0]) if rows else None
+
+    def update_conversation(
+        self,
+        conversation_id: int,
+        *,
+        title: str | None = None,
+        session_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Set the title, family key or metadata (merged into what is there) of a conversation."""
+        with self.transaction() as conn:
+            current = self.get_conversation(conversation_id)
+            merged = {**current.metadata, **metadata} if metadata else current.metadata
+            conn.execute(
+                "UPDATE conversations SET title = coalesce(?, title),"
+                " session_key = coalesce(?, session_key), metadata = ?, updated_at = ?"
+                " WHERE conversation_id = ?",
+                (
+                    title,
+                    session_key,
+                    dumps(merged) if merged else None,
+                    format_ts(now()),
+                    conversation_id,
+                ),
+            )
+
+    def list_conversations(self) -> list[ConversationStats]:
+        """Every conversation with its message, summary, token and context counts."""
+        with self.read() as conn:
+            convs = [
+                self._conversation(r)
+                for r in conn.execute(
+                    f"SELECT {self._CONV_COLS} FROM conversations ORDER BY conversation_id"
+                )
+            ]
+            msgs = {
+                r[0]: (r[1], r[2] or 0, r[3])
+                for r in conn.execute(
+                    "SELECT conversation_id, count(*), sum(token_count), max(created_at)"
+                    " FROM messages GROUP BY conversation_id"
+                )
+            }
+            sums: dict[int, dict[int, int]] = {}
+            for cid, depth, n in conn.execute(
+                "SELECT conversation_id, depth, count(*) FROM summaries"
+                " GROUP BY conversation_id, depth"
+            ):
+                sums.setdefault(cid, {})[depth] = n
+            ctx = {
+                r[0]: (r[1], r[2] or 0)
+                for r in conn.execute(
+                    "SELECT ci.conversation_id, count(*),"
+                    " sum(coalesce(m.token_count, s.token_count))"
+                    " FROM context_items ci"
+                    " LEFT JOIN messages m ON m.message_id = ci.message_id"
+                    " LEFT JOIN summaries s ON s.summary_id = ci.summary_id"
+                    " GROUP BY ci.conversation_id"
+                )
+            }
+        out = []
+        for conv in convs:
+            count, tokens, last = msgs.get(conv.conversation_id, (0, 0, None))
+            by_depth = sums.get(conv.conversation_id, {})
+            items, ctx_tokens = ctx.get(conv.conversation_id, (0, 0))
+            out.append(
+                ConversationStats(
+                    conversation=conv,
+                    message_count=count,
+                    message_tokens=tokens,
+                    summary_count=sum(by_depth.values()),
+                    summaries_by_depth=dict(sorted(by_depth.items())),
+                    context_items=items,
+                    context_tokens=ctx_tokens,
+                    last_message_at=last,
+                )
+            )
+        return out
+
+    # --- messages --------------------------------------------------------------------------
+
+    def existing_external_ids(self, conversation_id: int, ids: Iterable[str]) -> set[str]:
+        """The subset of *ids* already stored in the conversation."""
+        wanted = list(dict.fromkeys(ids))
+        found: set[str] = set()
+        with self.read() as conn:
+            for start in range(0, len(wanted), _IN_CHUNK):
+                chunk = wanted[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                found.update(
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT external_id FROM messages WHERE conversation_id = ?"
+                        f" AND external_id IN ({marks})",
+                        (conversation_id, *chunk),
+                    )
+                )
+        return found
+
+    def append_messages(
+        self, conversation: Conversation, messages: Sequence[NormalizedMessage]
+    ) -> tuple[list[int], int]:
+        """Store *messages* at the end of the conversation and of its context, in one transaction.
+
+        Messages whose external id is already stored (or repeated within the batch) are
+        skipped. Returns the new message ids and the number skipped.
+        """
+        conv_id = conversation.conversation_id
+        with self.transaction() as conn:
+            ext_ids = [m.external_id for m in messages if m.external_id is not None]
+            seen = self.existing_external_ids(conv_id, ext_ids) if ext_ids else set()
+            fresh: list[NormalizedMessage] = []
+            for m in messages:
+                if m.external_id is not None:
+                    if m.external_id in seen:
+                        continue
+                    seen.add(m.external_id)
+                fresh.append(m)
+            skipped = len(messages) - len(fresh)
+            if not fresh:
+                return [], skipped
+            first_id = conn.execute("SELECT coalesce(max(message_id), 0) + 1 FROM messages").fetchone()[0]
+            seq0 = conn.execute(
+                "SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?", (conv_id,)
+            ).fetchone()[0]
+            ord0 = conn.execute(
+                "SELECT coalesce(max(ordinal), -1) FROM context_items WHERE conversation_id = ?",
+                (conv_id,),
+            ).fetchone()[0]
+            part_id = conn.execute("SELECT coalesce(max(part_id), 0) FROM message_parts").fetchone()[0]
+            stamp = format_ts(now())
+            msg_rows = []
+            part_rows = []
+            ctx_rows = []
+            session = conversation.session_id
+            for i, m in enumerate(fresh):
+                mid = first_id + i
+                msg_rows.append(
+                    (
+                        mid,
+                        conv_id,
+                        seq0 + 1 + i,
+                        m.role,
+                        m.content,
+                        m.token_count,
+                        format_ts(m.created_at) if m.created_at is not None else stamp,
+                        m.external_id,
+                        m.source_format,
+                        dumps(m.envelope),
+                        dumps(m.metadata) if m.metadata else None,
+                    )
+                )
+                for j, p in enumerate(m.parts):
+                    part_id += 1
+                    part_rows.append(
+                        (
+                            part_id,
+                            mid,
+                            session,
+                            j,
+                            p.slot,
+                            p.type,
+                            p.text,
+                            p.tool_call_id,
+                            p.tool_name,
+                            None if p.tool_input is None else dumps(p.tool_input),
+                            p.tool_output,
+                            1 if p.is_error else 0,
+                            None if p.raw_is_text else dumps(p.raw),
+                        )
+                    )
+                ctx_rows.append((conv_id, ord0 + 1 + i, mid, stamp))
+            conn.executemany(
+                "INSERT INTO messages (message_id, conversation_id, seq, role, content, token_count,"
+                " created_at, external_id, source_format, envelope, metadata)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                msg_rows,
+            )
+            conn.executemany(
+                "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot,"
+                " part_type, text, tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                part_rows,
+            )
+            conn.executemany(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+                " created_at) VALUES (?, ?, 'message', ?, ?)",
+                ctx_rows,
+            )
+            last_id = first_id + len(fresh) - 1
+            self._index_messages(conn, first_id, last_id)
+            conn.execute(
+                "UPDATE conversations SET updated_at = ? WHERE conversation_id = ?",
+                (stamp, conv_id),
+            )
+            return list(range(first_id, last_id + 1)), skipped
+
+    @staticmethod
+    def _index_messages(conn: sqlite3.Connection, first_id: int, last_id: int) -> None:
+        for table in ("messages_fts", "messages_trigram"):
+            conn.execute(
+                f"INSERT INTO {table} (rowid, content) SELECT message_id, content FROM messages"
+                " WHERE message_id BETWEEN ? AND ?",
+                (first_id, last_id),
+            )
+
+    _MSG_COLS = (
+        "message_id, conversation_id, seq, role, content, token_count, created_at, external_id,"
+        " source_format, envelope, metadata"
+    )
+
+    def _messages_with_parts(
+        self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]
+    ) -> list[StoredMessage]:
+        if not rows:
+            return []
+        parts: dict[int, list[StoredPart]] = {}
+        ids = [r[0] for r in rows]
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start : start + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for p in conn.execute(
+                "SELECT part_id, message_id, ordinal, slot, part_type, text, tool_call_id,"
+                " tool_name, tool_input, tool_output, is_error, raw FROM message_parts"
+                f" WHERE message_id IN ({marks}) ORDER BY message_id, ordinal",
+                chunk,
+            ):
+                parts.setdefault(p[1], []).append(
+                    StoredPart(
+                        part_id=p[0],
+                        message_id=p[1],
+                        ordinal=p[2],
+                        slot=p[3],
+                        type=p[4],
+                        text=p[5],
+                        tool_call_id=p[6],
+                        tool_name=p[7],
+                        tool_input=_loads(p[8]),
+                        tool_output=p[9],
+                        is_error=bool(p[10]),
+                        raw=p[5] if p[11] is None else json.loads(p[11]),
+                    )
+                )
+        return [
+            StoredMessage(
+                message_id=r[0],
+                conversation_id=r[1],
+                seq=r[2],
+                role=r[3],
+                content=r[4],
+                token_count=r[5],
+                created_at=r[6],
+                external_id=r[7],
+                source_format=r[8],
+                envelope=_loads(r[9]),
+                metadata=_loads(r[10]),
+                parts=tuple(parts.get(r[0], ())),
+            )
+            for r in rows
+        ]
+
+    def get_messages(
+        self, conversation_id: int, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Messages of a conversation in seq order, after *after_seq*, at most *limit*."""
+        with self.read() as conn:
+            rows = conn.execute(
+                f"SELECT {self._MSG_COLS} FROM messages WHERE conversation_id = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (conversation_id, after_seq, -1 if limit is None else limit),
+            ).fetchall()
+            return self._messages_with_parts(conn, rows)
+
+    def get_message(self, message_id: int) -> StoredMessage:
+        """One message with its parts; :class:`NotFoundError` if there is none."""
+        with self.read() as conn:
+            rows = conn.execute(
+                f"SELECT {self._MSG_COLS} FROM messages WHERE message_id = ?", (message_id,)
+            ).fetchall()
+            if not rows:
+                raise NotFoundError(f"no message msg#{message_id}; search with `lossless grep`")
+            return self._messages_with_parts(conn, rows)[0]
+
+    def last_messages(self, conversation_id: int, count: int) -> list[StoredMessage]:
+        """The newest *count* messages of a conversation, oldest first."""
+        with self.read() as conn:
+            rows = conn.execute(
+                f"SELECT {self._MSG_COLS} FROM messages WHERE conversation_id = ?"
+                " ORDER BY seq DESC LIMIT ?",
+                (conversation_id, count),
+            ).fetchall()
+            return self._messages_with_parts(conn, rows[::-1])
+
+    def message_count(self, conversation_id: int | None = None) -> int:
+        """Messages stored, in one conversation or in all."""
+        if conversation_id is None:
+            return int(self.fetchall("SELECT count(*) FROM messages")[0][0])
+        return int(
+            self.fetchall(
+                "SELECT count(*) FROM messages WHERE conversation_id = ?", (conversation_id,)
+            )[0][0]
+        )
+
+    # --- transcript checkpoints ------------------------------------------------------------
+
+    def get_checkpoint(self, conversation_id: int) -> Checkpoint | None:
+        """The reconciliation checkpoint of a conversation, if it has one."""
+        rows = self.fetchall(
+            "SELECT conversation_id, path, format, header_id, head_hash, size, offset, line_no,"
+            " last_line_start, last_line_hash, last_entry_id FROM transcript_checkpoints"
+            " WHERE conversation_id = ?",
+            (conversation_id,),
+        )
+        return Checkpoint(*rows[0]) if rows else None
+
+    def put_checkpoint(self, cp: Checkpoint) -> None:
+        """Record a checkpoint (call inside the transaction that stored what it covers)."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO transcript_checkpoints (conversation_id, path, format, header_id,"
+                " head_hash, size, offset, line_no, last_line_start, last_line_hash,"
+                " last_entry_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (conversation_id) DO UPDATE SET path = excluded.path,"
+                " format = excluded.format, header_id = excluded.header_id,"
+                " head_hash = excluded.head_hash, size = excluded.size, offset = excluded.offset,"
+                " line_no = excluded.line_no, last_line_start = excluded.last_line_start,"
+                " last_line_hash = excluded.last_line_hash,"
+                " last_entry_id = excluded.last_entry_id, updated_at = excluded.updated_at",
+                (
+                    cp.conversation_id,
+                    cp.path,
+                    cp.format,
+                    cp.header_id,
+                    cp.head_hash,
+                    cp.size,
+                    cp.offset,
+                    cp.line_no,
+                    cp.last_line_start,
+                    cp.last_line_hash,
+                    cp.last_entry_id,
+                    format_ts(now()),
+                ),
+            )
+
+    # --- integrity -------------------------------------------------------------------------
+
+    def fts_problems(self) -> list[tuple[str, str, str]]:
+        """Full-text rows that do not match their sources: (index, id, problem)."""
+        problems: list[tuple[str, str, str]] = []
+        checks = [
+            ("messages_fts", "messages", "message_id", "msg#"),
+            ("messages_trigram", "messages", "message_id", "msg#"),
+            ("summaries_fts", "summaries", "rowid", ""),
+            ("summaries_trigram", "summaries", "rowid", ""),
+        ]
+        with self.read() as conn:
+            for fts, source, key, prefix in checks:
+                label = "summary_id" if source == "summaries" else key
+                for (ident,) in conn.execute(
+                    f"SELECT s.{label} FROM {source} s LEFT JOIN {fts}_docsize d ON d.id = s.{key}"
+                    " WHERE d.id IS NULL LIMIT 1000"
+                ):
+                    problems.append((fts, f"{prefix}{ident}", "not indexed"))
+                for (ident,) in conn.execute(
+                    f"SELECT d.id FROM {fts}_docsize d LEFT JOIN {source} s ON s.{key} = d.id"
+                    f" WHERE s.{key} IS NULL LIMIT 1000"
+                ):
+                    problems.append((fts, f"rowid {ident}", "indexed row has no source"))
+                try:
+                    conn.execute(f"INSERT INTO {fts} ({fts}, rank) VALUES ('integrity-check', 1)")
+                except sqlite3.DatabaseError as exc:
+                    problems.append((fts, "-", f"index does not match its source text ({exc})"))
+        return problems
+
+    def rebuild_fts(self) -> None:
+        """Rebuild every full-text index from its source table (the fix doctor suggests)."""
+        with self.transaction() as conn:
+            for fts in ("messages_fts", "messages_trigram", "summaries_fts", "summaries_trigram"):
+                conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('rebuild')")
+
+    def foreign_key_problems(self) -> list[tuple[str, int, str, int]]:
+        """Rows whose foreign keys point nowhere: (table, rowid, parent table, fk index)."""
+        with self.read() as conn:
+            return [tuple(r) for r in conn.execute("PRAGMA foreign_key_check")]  # type: ignore[misc]
+
+    def database_size(self) -> dict[str, int]:
+        """Bytes on disk of the database and its WAL."""
+        sizes = {}
+        for suffix, label in (("", "database"), ("-wal", "wal")):
+            try:
+                sizes[label] = os.path.getsize(f"{self.path}{suffix}")
+            except OSError:
+                sizes[label] = 0
+        return sizes
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file (and its directory) readable by the owner only."""
+    try:
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        if not path.exists():
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+            os.close(fd)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the database {path}: {exc.strerror}; pick a writable location "
+            f"with --db or LOSSLESS_DB"
+        ) from exc

@@ -1,0 +1,57 @@
+"""Timestamps: one sortable text form, parsed from whatever the sources carry.
+
+Stored timestamps are UTC, microsecond precision, fixed width
+(``2026-02-17T07:37:00.000000Z``), so text order is time order in every back end.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+__all__ = ["format_ts", "now", "parse_ts"]
+
+_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def now() -> datetime:
+    """The current time, UTC, with microseconds."""
+    return datetime.now(UTC)
+
+
+def format_ts(value: datetime) -> str:
+    """Render *value* in the stored form; naive datetimes are taken as UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime(_FORMAT)
+
+
+def parse_ts(value: object) -> datetime | None:
+    """Parse a source timestamp: ISO-8601 text, or epoch seconds/milliseconds as a number.
+
+    Returns ``None`` for values that are absent or not a timestamp, so a message without a
+    usable time falls back to its ingest time instead of failing.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, int | float):
+        seconds = float(value)
+        if seconds > 1e11:  # milliseconds since the epoch (any date after 1973)
+            seconds /= 1000.0
+        try:
+            return datetime.fromtimestamp(seconds, UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
