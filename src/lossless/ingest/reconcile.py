@@ -55,6 +55,9 @@ Progress = Callable[[int, int], None]
 
 BATCH_MESSAGES = 1000
 BATCH_BYTES = 8 << 20
+#: Parsed entries of files up to this size stay in memory between the two passes; larger
+#: files are read again in pass two so memory stays flat.
+CACHE_BYTES = 32 << 20
 
 
 @dataclass
@@ -98,6 +101,7 @@ class _Skeleton:
     entry_id: str | None
     parent_id: str | None
     is_message: bool
+    entry: Entry | None = None
 
 
 @dataclass
@@ -113,6 +117,7 @@ class _Scan:
     last_entry_id: str | None = None
     title: str | None = None
     host_compactions: list[dict[str, Any]] = field(default_factory=list)
+    cache: bool = True
 
 
 def reconcile_file(
@@ -245,7 +250,7 @@ def _scan(
     size: int,
     progress: Progress | None,
 ) -> _Scan:
-    scan = _Scan(end_offset=start, end_line=line_no)
+    scan = _Scan(end_offset=start, end_line=line_no, cache=size - start <= CACHE_BYTES)
     with file.open("rb") as handle:
         lines = iter_json_array(handle) if is_array else read_lines(handle, start, line_no)
         for line in lines:
@@ -290,6 +295,7 @@ def _note(scan: _Scan, entry: Entry, lane: str) -> None:
                 entry.entry_id,
                 entry.parent_id,
                 entry.is_message,
+                entry if scan.cache and entry.is_message else None,
             )
         )
 
@@ -357,6 +363,16 @@ def _load(
 ) -> NormalizedMessage | None:
     from .transcripts import Line
 
+    if skel.entry is not None:
+        entry = skel.entry
+        skel.entry = None  # used once; let it go
+        return engine.normalize(
+            entry.message,
+            format=entry.shape,
+            external_id=skel.entry_id,
+            created_at=entry.created_at,
+            metadata=entry.metadata,
+        )
     if handle is None:
         with file.open("rb") as own:
             return _load(engine, file, fmt, skel, own)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import re
+
+import orjson
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,19 +56,45 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 SCALAR = "s"
 LIST = "l"
 WHOLE = "."
+#: Slot kind for a string that is exactly the message's plain text: stored once, in
+#: ``messages.content``, with no part row (the common case of a plain chat message).
+CONTENT = "c"
 
 
 def clean_text(text: str) -> str:
     """Text safe to store as UTF-8: lone surrogates become U+FFFD (raw JSON keeps them)."""
-    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+    if text.isascii() or not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub("\ufffd", text)
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON that any UTF-8 store accepts (escapes lone surrogates)."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON that any UTF-8 store accepts.
+
+    orjson on the hot path; the standard library for what orjson refuses (lone surrogates,
+    integers beyond 64 bits, non-string keys), escaping surrogates so the text stays UTF-8.
+    """
+    try:
+        return orjson.dumps(value).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        pass
+    text = _ENCODER.encode(value)
     if _SURROGATE.search(text):
-        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+        text = _ASCII_ENCODER.encode(value)
     return text
+
+
+def loads(text: str) -> Any:
+    """Parse JSON written by :func:`dumps`."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        # Escaped lone surrogates are valid JSON that orjson rejects.
+        return json.loads(text)
 
 
 @dataclass
@@ -195,6 +223,14 @@ def normalize(
     counter: TokenCounter | None = None,
 ) -> NormalizedMessage:
     """Turn one message of any supported shape into a :class:`NormalizedMessage`."""
+    if (
+        type(message) is dict
+        and len(message) == 2
+        and format in (None, "openai_chat", "anthropic", "openai_responses")
+    ):
+        fast = _plain_message(message, format or "openai_chat")
+        if fast is not None:
+            return _finish(fast, external_id, created_at, metadata, counter)
     fmt = format or detect_format(message)
     if fmt not in _NORMALIZERS:
         raise UnknownShapeError(f"unknown format {fmt!r}; use one of: {', '.join(FORMATS)}")
@@ -202,6 +238,39 @@ def normalize(
     if fmt != "lossless" and not isinstance(data, Mapping):
         raise UnknownShapeError(f"a {fmt} message must be a mapping, not {type(data).__name__}")
     norm = _NORMALIZERS[fmt](data)
+    _fold_plain_text(norm)
+    return _finish(norm, external_id, created_at, metadata, counter)
+
+
+_PLAIN_ROLES = {"user": "user", "assistant": "assistant", "system": "system"}
+
+
+def _plain_message(message: dict[str, Any], fmt: str) -> NormalizedMessage | None:
+    """The common ``{"role": ..., "content": "text"}`` message, without the general machinery."""
+    content = message.get("content")
+    role = _PLAIN_ROLES.get(message.get("role"))  # type: ignore[arg-type]
+    if role is None or type(content) is not str:
+        return None
+    if not content.isascii() and _SURROGATE.search(content):
+        return None
+    return NormalizedMessage(
+        role=role,
+        content=content,
+        token_count=0,
+        parts=[],
+        source_format=fmt,
+        envelope={"f": {k: (None if k == "content" else v) for k, v in message.items()},
+                  "s": {"content": CONTENT}},
+    )
+
+
+def _finish(
+    norm: NormalizedMessage,
+    external_id: str | None,
+    created_at: datetime | None,
+    metadata: Mapping[str, Any] | None,
+    counter: TokenCounter | None,
+) -> NormalizedMessage:
     if external_id is not None:
         norm.external_id = external_id
     if created_at is not None:
@@ -210,12 +279,29 @@ def normalize(
         norm.metadata = {**(norm.metadata or {}), **metadata}
     text = norm.content
     tokens = counter.count(text) if counter is not None else estimate_tokens(text)
-    tokens += ATTACHMENT_TOKENS * sum(1 for p in norm.parts if p.type in _ATTACHMENTS)
+    if norm.parts:
+        tokens += ATTACHMENT_TOKENS * sum(1 for p in norm.parts if p.type in _ATTACHMENTS)
     norm.token_count = tokens
     return norm
 
 
 _ATTACHMENTS = frozenset({"image", "document", "audio", "file"})
+
+
+def _fold_plain_text(norm: NormalizedMessage) -> None:
+    """A message that is one plain string keeps it only in ``content`` (no part row)."""
+    if len(norm.parts) != 1:
+        return
+    part = norm.parts[0]
+    slots = norm.envelope.get("s", {})
+    if (
+        part.type == "text"
+        and part.raw_is_text
+        and slots.get(part.slot) == SCALAR
+        and part.text == norm.content
+    ):
+        slots[part.slot] = CONTENT
+        norm.parts = []
 
 
 def _envelope(data: Mapping[str, Any], slots: Mapping[str, str]) -> dict[str, Any]:
@@ -700,6 +786,8 @@ def rebuild(message: StoredMessage) -> Any:
         kind = slots.get(key)
         if kind == SCALAR:
             out[key] = by_slot[key][0]
+        elif kind == CONTENT:
+            out[key] = message.content
         elif kind == LIST:
             out[key] = by_slot.get(key, [])
         else:

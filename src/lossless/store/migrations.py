@@ -81,7 +81,6 @@ def m001_core_schema(conn: sqlite3.Connection) -> None:
         -- without one (identical text at another position included) are always new.
         CREATE UNIQUE INDEX messages_external_id ON messages(conversation_id, external_id)
           WHERE external_id IS NOT NULL;
-        CREATE INDEX messages_created_at ON messages(conversation_id, created_at);
 
         -- The structured blocks of a message, in order. raw is the block exactly as received
         -- (JSON); NULL means the block is the plain string in text (saves storing it twice).
@@ -155,10 +154,8 @@ def m001_core_schema(conn: sqlite3.Connection) -> None:
           CHECK ((item_type = 'message' AND message_id IS NOT NULL AND summary_id IS NULL)
               OR (item_type = 'summary' AND summary_id IS NOT NULL AND message_id IS NULL))
         ) WITHOUT ROWID;
-        CREATE INDEX context_items_message ON context_items(message_id)
-          WHERE message_id IS NOT NULL;
-        CREATE INDEX context_items_summary ON context_items(summary_id)
-          WHERE summary_id IS NOT NULL;
+        -- No index on message_id/summary_id: every query reaches items through the
+        -- conversation and ordinal, and each extra index costs on every ingest.
 
         -- Files too large for the context, kept on disk under the files directory.
         CREATE TABLE large_files (
@@ -193,6 +190,14 @@ def m001_core_schema(conn: sqlite3.Connection) -> None:
           last_entry_id   TEXT,
           updated_at      TEXT NOT NULL
         );
+
+        -- Progress of indexes that large batches fill after the fact (the trigram index):
+        -- every message with message_id <= upto is indexed; newer ones may be.
+        CREATE TABLE index_state (
+          name TEXT PRIMARY KEY,
+          upto INTEGER NOT NULL
+        );
+        INSERT INTO index_state (name, upto) VALUES ('messages_trigram', 0);
 
         -- Full-text indexes. External content: the text is stored once, in the source table.
         -- Filled explicitly by the store in bulk after each batch (no per-row triggers).

@@ -1,0 +1,1 @@
+"""The ``lossless`` command line. Only this package imports click and Rich."""

@@ -1,0 +1,70 @@
+"""The ``lossless`` command group and its error boundary."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import LosslessError
+from . import conversations, demo, store, transcripts
+from .output import State, stderr
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lossless")
+@click.option(
+    "--db",
+    envvar="LOSSLESS_DB",
+    metavar="PATH",
+    help="Database file (default: lossless.db in the user data dir). Env: LOSSLESS_DB.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    envvar="LOSSLESS_CONFIG",
+    metavar="PATH",
+    type=click.Path(dir_okay=False),
+    help="Config file (TOML). Env: LOSSLESS_CONFIG.",
+)
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, config_path: str | None) -> None:
+    """Lossless context management for LLM agents.
+
+    Every message is kept; old context becomes a DAG of summaries you can drill back through.
+    """
+    state = State(db=db, config_path=config_path)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+for command in (
+    transcripts.import_command,
+    conversations.conversations_command,
+    conversations.show_command,
+    store.stats_command,
+    store.doctor_command,
+    store.config_command,
+    demo.demo_command,
+):
+    cli.add_command(command)
+
+
+def main() -> None:
+    """Console-script entry point: run the CLI, turning lossless errors into exit codes."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        stderr.print("aborted")
+        sys.exit(130)
+    except LosslessError as exc:
+        stderr.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(0)

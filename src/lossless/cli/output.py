@@ -1,0 +1,95 @@
+"""Shared CLI plumbing: the lazily opened engine, JSON output, progress bars."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from ..config import Config, load_config
+from ..engine import Engine
+
+stdout = Console(soft_wrap=True)
+stderr = Console(stderr=True, soft_wrap=True)
+
+#: Exit codes (documented in docs/cli.md).
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_PARTIAL = 3
+
+
+@dataclass
+class State:
+    """What the group's options resolve to; commands open the engine on first use."""
+
+    db: str | None = None
+    config_path: str | None = None
+    _config: Config | None = None
+    _engine: Engine | None = field(default=None, repr=False)
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self.config_path)
+        return self._config
+
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = Engine.open(self.db, config=self.config)
+        return self._engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+def emit_json(value: Any) -> None:
+    """Print *value* as JSON on stdout (data, for scripts)."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print data as JSON.")
+
+
+@contextmanager
+def progress_bar(label: str, total: int, *, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr for long work (only on a terminal, only for big inputs)."""
+    show = enabled and sys.stderr.isatty() and total > 2_000_000
+    if not show:
+        yield lambda done, total: None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def file_size(path: Path) -> int:
+    """Size of a file, or the total under a directory."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

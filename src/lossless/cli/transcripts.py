@@ -1,0 +1,80 @@
+"""``lossless import``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from ..engine import transcript_files
+from ..ingest.reconcile import ReconcileReport
+from ..ingest.transcripts import FORMATS
+from .output import EXIT_PARTIAL, State, emit_json, file_size, json_option, pass_state, progress_bar, stderr, stdout
+
+
+@click.command("import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(sorted(FORMATS)),
+    help="Transcript format (default: detected from the first line).",
+)
+@json_option
+@pass_state
+def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_json: bool) -> None:
+    """Import transcripts (files, or directories of .jsonl/.json files).
+
+    Understands OpenClaw session files, Claude Code transcripts and OpenAI-style message
+    lists. Re-importing, or importing a file that grew, stores only what is new. Malformed
+    lines are reported with their line number and skipped; the exit code is then 3.
+    """
+    engine = state.engine()
+    files = [f for p in paths for f in transcript_files(p)]
+    total = sum(file_size(f) for f in files)
+    reports: list[ReconcileReport] = []
+    done_before = 0
+    with progress_bar("importing", total) as update:
+        for file in files:
+            size = file.stat().st_size
+
+            def advance(done: int, _total: int, base: int = done_before) -> None:
+                update(base + done, total)
+
+            reports.extend(engine.bootstrap(file, format=fmt, progress=advance))
+            done_before += size
+    problems = [p for r in reports for p in r.problems]
+    if as_json:
+        emit_json([r.to_dict() for r in reports])
+    else:
+        for r in reports:
+            skipped = ", ".join(f"{n} {k}" for k, n in sorted(r.skipped.items()))
+            line = (
+                f"{escape(r.path)} → conversation {r.conversation_id} ({escape(r.session_id)}): "
+                f"{r.imported} imported, {r.already_stored} already stored"
+            )
+            if r.mode != "full":
+                line += f" [{r.mode}]"
+            if r.off_branch:
+                line += f", {r.off_branch} on abandoned branches"
+            if skipped:
+                line += f"; skipped entries: {escape(skipped)}"
+            stdout.print(line, highlight=False)
+            if r.missing_before_anchor:
+                stderr.print(
+                    f"warning: {r.missing_before_anchor} entries before the newest stored entry "
+                    f"are not in the store and were not imported (the store diverged from "
+                    f"{escape(r.path)})",
+                    highlight=False,
+                )
+    for p in problems:
+        stderr.print(f"skipped {escape(str(p))}", highlight=False)
+    if problems:
+        stderr.print(
+            f"{len(problems)} line(s) could not be imported; every other line was. "
+            "Fix or remove those lines and import again: nothing is stored twice.",
+            highlight=False,
+        )
+        sys.exit(EXIT_PARTIAL)

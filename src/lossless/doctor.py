@@ -1,0 +1,170 @@
+"""Integrity checks (``lossless doctor``): read-only; each problem names ids and a fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .store.sqlite import SQLiteStore
+
+__all__ = ["Problem", "check"]
+
+_LIMIT = 1000  # rows reported per check; a damaged store can have millions
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the store."""
+
+    check: str
+    ids: str
+    detail: str
+    fix: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"check": self.check, "ids": self.ids, "detail": self.detail, "fix": self.fix}
+
+
+_REACHABLE = """
+WITH RECURSIVE reach(summary_id) AS (
+  SELECT summary_id FROM context_items WHERE item_type = 'summary'
+  UNION
+  SELECT sp.parent_summary_id FROM summary_parents sp JOIN reach r ON sp.summary_id = r.summary_id
+)
+SELECT m.conversation_id, m.message_id FROM messages m
+WHERE NOT EXISTS (SELECT 1 FROM context_items ci WHERE ci.message_id = m.message_id)
+  AND NOT EXISTS (
+    SELECT 1 FROM summary_messages sm JOIN reach r ON r.summary_id = sm.summary_id
+    WHERE sm.message_id = m.message_id)
+ORDER BY m.message_id LIMIT ?
+"""
+
+
+def check(store: SQLiteStore) -> list[Problem]:
+    """Run every check; an empty list means the store is consistent."""
+    problems: list[Problem] = []
+    add = problems.append
+
+    for table, rowid, parent, _ in store.foreign_key_problems():
+        add(
+            Problem(
+                "foreign keys",
+                f"{table} rowid {rowid}",
+                f"points at a missing row of {parent}",
+                "restore from a backup; lossless never deletes rows, so something else did",
+            )
+        )
+
+    for conv, count, low, high in store.fetchall(
+        "SELECT conversation_id, count(*), min(ordinal), max(ordinal) FROM context_items"
+        " GROUP BY conversation_id HAVING min(ordinal) <> 0 OR max(ordinal) <> count(*) - 1"
+    ):
+        add(
+            Problem(
+                "context ordinals",
+                f"conversation {conv}",
+                f"{count} items with ordinals {low}..{high}, expected 0..{count - 1}",
+                "renumber the conversation's context_items in ordinal order",
+            )
+        )
+
+    for conv, ordinal, kind, ident in store.fetchall(
+        "SELECT ci.conversation_id, ci.ordinal, ci.item_type, coalesce(ci.message_id, ci.summary_id)"
+        " FROM context_items ci"
+        " LEFT JOIN messages m ON m.message_id = ci.message_id"
+        " LEFT JOIN summaries s ON s.summary_id = ci.summary_id"
+        " WHERE (ci.item_type = 'message' AND (m.message_id IS NULL"
+        "        OR m.conversation_id <> ci.conversation_id))"
+        "    OR (ci.item_type = 'summary' AND (s.summary_id IS NULL"
+        "        OR s.conversation_id <> ci.conversation_id))"
+        " LIMIT ?",
+        (_LIMIT,),
+    ):
+        add(
+            Problem(
+                "context items",
+                f"conversation {conv} ordinal {ordinal}",
+                f"{kind} {ident} is missing or belongs to another conversation",
+                "point the item at a row of its own conversation (transplant copies rows)",
+            )
+        )
+
+    for conv, mid in store.fetchall(_REACHABLE, (_LIMIT,)):
+        add(
+            Problem(
+                "reachability",
+                f"msg#{mid}",
+                f"message of conversation {conv} is neither in the context nor under a"
+                " summary in it",
+                "re-attach it: append it to the context or link it from the summary that"
+                " replaced it",
+            )
+        )
+
+    for sid, kind in store.fetchall(
+        "SELECT s.summary_id, s.kind FROM summaries s WHERE"
+        " (s.kind = 'leaf' AND NOT EXISTS"
+        "   (SELECT 1 FROM summary_messages sm WHERE sm.summary_id = s.summary_id))"
+        " OR (s.kind = 'condensed' AND NOT EXISTS"
+        "   (SELECT 1 FROM summary_parents sp WHERE sp.summary_id = s.summary_id))"
+        " LIMIT ?",
+        (_LIMIT,),
+    ):
+        add(
+            Problem(
+                "summary sources",
+                sid,
+                f"{kind} summary has no sources",
+                "dissolve it or re-link its sources",
+            )
+        )
+
+    for sid, other, conv in store.fetchall(
+        "SELECT sm.summary_id, 'msg#' || sm.message_id, s.conversation_id FROM summary_messages sm"
+        " JOIN summaries s ON s.summary_id = sm.summary_id"
+        " JOIN messages m ON m.message_id = sm.message_id"
+        " WHERE m.conversation_id <> s.conversation_id"
+        " UNION ALL"
+        " SELECT sp.summary_id, sp.parent_summary_id, s.conversation_id FROM summary_parents sp"
+        " JOIN summaries s ON s.summary_id = sp.summary_id"
+        " JOIN summaries p ON p.summary_id = sp.parent_summary_id"
+        " WHERE p.conversation_id <> s.conversation_id"
+        " LIMIT ?",
+        (_LIMIT,),
+    ):
+        add(
+            Problem(
+                "cross-conversation",
+                f"{sid} -> {other}",
+                f"summary of conversation {conv} links a source of another conversation",
+                "copy the source into the conversation (as transplant does)",
+            )
+        )
+
+    for sid, parent, depth, pdepth in store.fetchall(
+        "SELECT sp.summary_id, sp.parent_summary_id, s.depth, p.depth FROM summary_parents sp"
+        " JOIN summaries s ON s.summary_id = sp.summary_id"
+        " JOIN summaries p ON p.summary_id = sp.parent_summary_id"
+        " WHERE p.depth >= s.depth LIMIT ?",
+        (_LIMIT,),
+    ):
+        add(
+            Problem(
+                "dag depth",
+                f"{sid} -> {parent}",
+                f"depth {depth} summary made from a depth {pdepth} summary (must be shallower)",
+                "dissolve the summary and condense again",
+            )
+        )
+
+    for index, ident, detail in store.fts_problems():
+        add(
+            Problem(
+                "full-text index",
+                f"{index} {ident}",
+                detail,
+                "rebuild the indexes: `lossless doctor --rebuild-fts`",
+            )
+        )
+    return problems
