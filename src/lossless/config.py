@@ -38,7 +38,7 @@ def _opt(
     minimum: float | None = None,
     maximum: float | None = None,
     choices: tuple[str, ...] | None = None,
-    help: str = "",  # noqa: A002 - reads naturally at the call sites
+    help: str = "",
 ) -> dict[str, Any]:
     return {"minimum": minimum, "maximum": maximum, "choices": choices, "help": help}
 
@@ -69,7 +69,9 @@ class Config:
     )
     context_threshold: float = field(
         default=0.75,
-        metadata=_opt(minimum=0.05, maximum=1.0, help="share of the budget that triggers compaction"),
+        metadata=_opt(
+            minimum=0.05, maximum=1.0, help="share of the budget that triggers compaction"
+        ),
     )
     fresh_tail_count: int = field(
         default=64, metadata=_opt(minimum=0, help="recent raw messages never compacted")
@@ -96,7 +98,8 @@ class Config:
         default=2, metadata=_opt(minimum=2, help="fanout floor when compacting under pressure")
     )
     incremental_max_depth: int = field(
-        default=1, metadata=_opt(minimum=-1, help="condense up to this depth after a turn (-1: no limit)")
+        default=1,
+        metadata=_opt(minimum=-1, help="condense up to this depth after a turn (-1: no limit)"),
     )
     max_rounds: int = field(
         default=10, metadata=_opt(minimum=1, help="rounds of compact_until_under")
@@ -105,7 +108,8 @@ class Config:
         default=512, metadata=_opt(minimum=16, help="size of the deterministic fallback summary")
     )
     large_file_token_threshold: int = field(
-        default=25_000, metadata=_opt(minimum=100, help="files above this are stored outside the context")
+        default=25_000,
+        metadata=_opt(minimum=100, help="files above this are stored outside the context"),
     )
     max_expand_tokens: int = field(
         default=4_000, metadata=_opt(minimum=100, help="token cap of one expand call")
@@ -325,7 +329,7 @@ def _coerce(value: Any, tp: Any, meta: Mapping[str, Any], key: str) -> Any:
 
 
 def _build(cls: type[_T], values: Mapping[str, Any], prefix: str) -> _T:
-    _check_keys(cls, {k: v for k, v in values.items()}, prefix, source="settings")
+    _check_keys(cls, values, prefix, source="settings")
     hints = _hints(cls)
     kwargs: dict[str, Any] = {}
     for name, fld in _fields(cls).items():
@@ -334,7 +338,9 @@ def _build(cls: type[_T], values: Mapping[str, Any], prefix: str) -> _T:
         section = _section_type(hints[name])
         raw = values[name]
         if section is not None:
-            kwargs[name] = raw if isinstance(raw, section) else _build(section, raw, f"{prefix}{name}.")
+            kwargs[name] = (
+                raw if isinstance(raw, section) else _build(section, raw, f"{prefix}{name}.")
+            )
         else:
             kwargs[name] = _coerce(raw, hints[name], fld.metadata, prefix + name)
     return cls(**kwargs)

@@ -70,7 +70,8 @@ def check(store: SQLiteStore) -> list[Problem]:
         )
 
     for conv, ordinal, kind, ident in store.fetchall(
-        "SELECT ci.conversation_id, ci.ordinal, ci.item_type, coalesce(ci.message_id, ci.summary_id)"
+        "SELECT ci.conversation_id, ci.ordinal, ci.item_type,"
+        " coalesce(ci.message_id, ci.summary_id)"
         " FROM context_items ci"
         " LEFT JOIN messages m ON m.message_id = ci.message_id"
         " LEFT JOIN summaries s ON s.summary_id = ci.summary_id"

@@ -139,7 +139,7 @@ class Engine:
         self,
         message: Any,
         *,
-        format: str | None = None,  # noqa: A002 - the public keyword is "format"
+        format: str | None = None,
         external_id: str | None = None,
         created_at: datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -159,7 +159,7 @@ class Engine:
         conversation: ConversationRef,
         message: Any,
         *,
-        format: str | None = None,  # noqa: A002 - the public keyword is "format"
+        format: str | None = None,
         external_id: str | None = None,
         created_at: datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -182,7 +182,7 @@ class Engine:
         conversation: ConversationRef,
         messages: Iterable[Any],
         *,
-        format: str | None = None,  # noqa: A002 - the public keyword is "format"
+        format: str | None = None,
         external_ids: Sequence[str | None] | None = None,
     ) -> IngestResult:
         """Store several messages in one transaction (all or nothing), in order."""
@@ -192,12 +192,16 @@ class Engine:
                 f"external_ids has {len(external_ids)} entries for {len(items)} messages"
             )
         norms = [
-            self.normalize(m, format=format, external_id=None if external_ids is None else external_ids[i])
+            self.normalize(
+                m, format=format, external_id=None if external_ids is None else external_ids[i]
+            )
             for i, m in enumerate(items)
         ]
         return self._append(conversation, norms)
 
-    def _append(self, conversation: ConversationRef, norms: list[NormalizedMessage]) -> IngestResult:
+    def _append(
+        self, conversation: ConversationRef, norms: list[NormalizedMessage]
+    ) -> IngestResult:
         conv = self.conversation(conversation, create=True)
         with self.lock(conv.conversation_id):
             ids, skipped = self.store.append_messages(conv, norms)
@@ -209,7 +213,7 @@ class Engine:
         self,
         transcript: str | os.PathLike[str],
         *,
-        format: str | None = None,  # noqa: A002 - the public keyword is "format"
+        format: str | None = None,
         session_id: str | None = None,
         progress: Progress | None = None,
     ) -> list[ReconcileReport]:
@@ -226,10 +230,10 @@ class Engine:
         self,
         path: str | os.PathLike[str],
         *,
-        format: str | None = None,  # noqa: A002 - the public keyword is "format"
+        format: str | None = None,
         progress: Progress | None = None,
     ) -> list[ReconcileReport]:
-        """Import a transcript file, or every ``*.jsonl``/``*.json`` transcript under a directory."""
+        """Import a transcript file, or every ``.jsonl``/``.json`` transcript below a directory."""
         root = Path(path).expanduser()
         files = transcript_files(root)
         reports: list[ReconcileReport] = []
@@ -277,7 +281,5 @@ def transcript_files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
     if root.is_dir():
-        return sorted(
-            p for p in root.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json")
-        )
+        return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json"))
     raise NotFoundError(f"{root} does not exist; give a transcript file or a directory of them")

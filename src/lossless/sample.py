@@ -32,13 +32,37 @@ _FILES = [
     "docs/operations.md",
 ]
 _FEATURES = [
-    ("pagination to the /items endpoint", "cursor-based pagination", "offsets drift under concurrent inserts"),
-    ("a stock reservation timeout", "a 15 minute reservation TTL", "abandoned carts held stock for days"),
-    ("rate limiting on /orders", "a token bucket of 50 requests per minute", "the mobile client retries aggressively"),
-    ("a cache for product lookups", "Redis with a 300 second TTL", "PostgreSQL was at 80% CPU on reads"),
-    ("an index on orders.sku", "a partial index WHERE status = 'open'", "full-table scans took 1.8 s"),
+    (
+        "pagination to the /items endpoint",
+        "cursor-based pagination",
+        "offsets drift under concurrent inserts",
+    ),
+    (
+        "a stock reservation timeout",
+        "a 15 minute reservation TTL",
+        "abandoned carts held stock for days",
+    ),
+    (
+        "rate limiting on /orders",
+        "a token bucket of 50 requests per minute",
+        "the mobile client retries aggressively",
+    ),
+    (
+        "a cache for product lookups",
+        "Redis with a 300 second TTL",
+        "PostgreSQL was at 80% CPU on reads",
+    ),
+    (
+        "an index on orders.sku",
+        "a partial index WHERE status = 'open'",
+        "full-table scans took 1.8 s",
+    ),
     ("structured logging", "JSON logs with a request_id field", "grep across hosts was impossible"),
-    ("a health check", "/healthz returning build sha and db latency", "the load balancer needed a probe"),
+    (
+        "a health check",
+        "/healthz returning build sha and db latency",
+        "the load balancer needed a probe",
+    ),
     ("retry on deadlocks", "3 retries with jittered backoff", "nightly imports hit deadlock 40P01"),
 ]
 _ERRORS = [
@@ -109,13 +133,16 @@ class _Session:
             kind = turn % 5
             if kind == 4:
                 events.append({"role": "user", "text": self.rng.choice(_CHATTER)})
-                events.append({"role": "assistant", "blocks": [("text", "Continuing with the next item.")]})
+                events.append(
+                    {"role": "assistant", "blocks": [("text", "Continuing with the next item.")]}
+                )
                 yield events
                 continue
             ask = (
                 f"Turn {turn}: please add {feature}. Keep the public API of {path} stable."
                 if kind in (0, 2)
-                else f"Turn {turn}: the test run fails with {self.rng.choice(_ERRORS)} in {path}; fix it."
+                else f"Turn {turn}: the test run fails with {self.rng.choice(_ERRORS)} in {path};"
+                " fix it."
             )
             events.append({"role": "user", "text": ask})
             read_id = self.call_id()
@@ -129,32 +156,58 @@ class _Session:
                     ],
                 }
             )
-            events.append({"role": "tool", "id": read_id, "name": "read_file", "output": self.file_body(path), "error": False})
+            events.append(
+                {
+                    "role": "tool",
+                    "id": read_id,
+                    "name": "read_file",
+                    "output": self.file_body(path),
+                    "error": False,
+                }
+            )
             edit_id = self.call_id()
             events.append(
                 {
                     "role": "assistant",
                     "blocks": [
                         ("text", f"Decision: use {choice} because {reason}."),
-                        ("tool", edit_id, "edit_file", {"path": path, "old": "pass", "new": choice}),
+                        (
+                            "tool",
+                            edit_id,
+                            "edit_file",
+                            {"path": path, "old": "pass", "new": choice},
+                        ),
                     ],
                 }
             )
-            events.append({"role": "tool", "id": edit_id, "name": "edit_file", "output": f"Edited {path}: 1 hunk applied.", "error": False})
+            events.append(
+                {
+                    "role": "tool",
+                    "id": edit_id,
+                    "name": "edit_file",
+                    "output": f"Edited {path}: 1 hunk applied.",
+                    "error": False,
+                }
+            )
             test_id = self.call_id()
             failed = self.rng.random() < 0.3
             events.append(
                 {
                     "role": "assistant",
-                    "blocks": [("tool", test_id, "bash", {"command": "pytest -q tests/test_api.py"})],
+                    "blocks": [
+                        ("tool", test_id, "bash", {"command": "pytest -q tests/test_api.py"})
+                    ],
                 }
             )
             output = (
-                f"FAILED tests/test_api.py::test_turn_{turn} - {self.rng.choice(_ERRORS)}\n1 failed, 41 passed in 3.2s"
+                f"FAILED tests/test_api.py::test_turn_{turn} - {self.rng.choice(_ERRORS)}\n"
+                "1 failed, 41 passed in 3.2s"
                 if failed
                 else "42 passed in 3.1s"
             )
-            events.append({"role": "tool", "id": test_id, "name": "bash", "output": output, "error": failed})
+            events.append(
+                {"role": "tool", "id": test_id, "name": "bash", "output": output, "error": failed}
+            )
             summary = (
                 f"The change to {path} is in but one test still fails; I will look at it next."
                 if failed
@@ -194,14 +247,23 @@ def _openclaw_lines(session: _Session, session_id: str) -> Iterator[dict[str, An
                     elif block[0] == "thinking":
                         content.append({"type": "thinking", "thinking": block[1]})
                     else:
-                        content.append({"type": "toolCall", "id": block[1], "name": block[2], "arguments": block[3]})
+                        content.append(
+                            {
+                                "type": "toolCall",
+                                "id": block[1],
+                                "name": block[2],
+                                "arguments": block[3],
+                            }
+                        )
                 message = {
                     "role": "assistant",
                     "content": content,
                     "api": "anthropic-messages",
                     "provider": "anthropic",
                     "model": "claude-sonnet-4-5",
-                    "stopReason": "toolUse" if any(b[0] == "tool" for b in ev["blocks"]) else "stop",
+                    "stopReason": "toolUse"
+                    if any(b[0] == "tool" for b in ev["blocks"])
+                    else "stop",
                     "timestamp": stamp_ms,
                 }
             else:
@@ -226,28 +288,57 @@ def _openclaw_lines(session: _Session, session_id: str) -> Iterator[dict[str, An
 def _claude_code_lines(session: _Session, session_id: str) -> Iterator[dict[str, Any]]:
     parent: str | None = None
     counter = 0
-    base = {"isSidechain": False, "userType": "external", "cwd": "/work/inventory", "sessionId": session_id, "version": "2.1.37", "gitBranch": "main"}
+    base = {
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/work/inventory",
+        "sessionId": session_id,
+        "version": "2.1.37",
+        "gitBranch": "main",
+    }
     for events in session.turns_iter():
         for ev in events:
             counter += 1
             uuid = f"{session_id[:8]}-{counter:012d}"
             ts = session.tick().isoformat().replace("+00:00", "Z")
             if ev["role"] == "user":
-                entry = {**base, "parentUuid": parent, "type": "user", "message": {"role": "user", "content": ev["text"]}, "uuid": uuid, "timestamp": ts}
+                entry = {
+                    **base,
+                    "parentUuid": parent,
+                    "type": "user",
+                    "message": {"role": "user", "content": ev["text"]},
+                    "uuid": uuid,
+                    "timestamp": ts,
+                }
             elif ev["role"] == "assistant":
                 content = []
                 for block in ev["blocks"]:
                     if block[0] == "text":
                         content.append({"type": "text", "text": block[1]})
                     elif block[0] == "thinking":
-                        content.append({"type": "thinking", "thinking": block[1], "signature": "sig"})
+                        content.append(
+                            {"type": "thinking", "thinking": block[1], "signature": "sig"}
+                        )
                     else:
-                        content.append({"type": "tool_use", "id": block[1], "name": block[2], "input": block[3]})
+                        content.append(
+                            {
+                                "type": "tool_use",
+                                "id": block[1],
+                                "name": block[2],
+                                "input": block[3],
+                            }
+                        )
                 entry = {
                     **base,
                     "parentUuid": parent,
                     "type": "assistant",
-                    "message": {"id": f"msg_{counter:08d}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": content},
+                    "message": {
+                        "id": f"msg_{counter:08d}",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": "claude-sonnet-4-5",
+                        "content": content,
+                    },
                     "requestId": f"req_{counter:08d}",
                     "uuid": uuid,
                     "timestamp": ts,
@@ -257,7 +348,17 @@ def _claude_code_lines(session: _Session, session_id: str) -> Iterator[dict[str,
                     **base,
                     "parentUuid": parent,
                     "type": "user",
-                    "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": ev["id"], "content": ev["output"], "is_error": ev["error"]}]},
+                    "message": {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": ev["id"],
+                                "content": ev["output"],
+                                "is_error": ev["error"],
+                            }
+                        ],
+                    },
                     "uuid": uuid,
                     "timestamp": ts,
                 }
@@ -269,7 +370,7 @@ def generate_session(
     turns: int = 200,
     *,
     seed: int = 7,
-    format: str = "openclaw",  # noqa: A002 - mirrors the CLI option
+    format: str = "openclaw",
     session_id: str = "demo-session",
     payload_bytes: int = 0,
 ) -> Iterator[dict[str, Any]]:
@@ -290,13 +391,15 @@ def write_session(
     turns: int = 200,
     *,
     seed: int = 7,
-    format: str = "openclaw",  # noqa: A002 - mirrors the CLI option
+    format: str = "openclaw",
     session_id: str = "demo-session",
     payload_bytes: int = 0,
 ) -> Path:
     """Write a generated transcript to *path* (JSONL) and return the path."""
     target = Path(path)
     with target.open("w", encoding="utf-8") as handle:
-        for obj in generate_session(turns, seed=seed, format=format, session_id=session_id, payload_bytes=payload_bytes):
+        for obj in generate_session(
+            turns, seed=seed, format=format, session_id=session_id, payload_bytes=payload_bytes
+        ):
             handle.write(json.dumps(obj, ensure_ascii=False) + "\n")
     return target

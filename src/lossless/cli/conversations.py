@@ -112,7 +112,9 @@ def _message_dict(m: StoredMessage, source: bool) -> dict[str, object]:
 @click.argument("conversation")
 @click.option("--after", "after_seq", type=int, default=0, help="Only messages after this seq.")
 @click.option("--limit", type=int, default=None, help="At most this many messages.")
-@click.option("--source", is_flag=True, help="With --json: include each message exactly as ingested.")
+@click.option(
+    "--source", is_flag=True, help="With --json: include each message exactly as ingested."
+)
 @json_option
 @pass_state
 def show_command(

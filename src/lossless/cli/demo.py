@@ -6,6 +6,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.markup import escape
@@ -17,9 +18,19 @@ from .output import State, emit_json, json_option, pass_state, stdout
 
 
 @click.command("demo")
-@click.option("--turns", type=click.IntRange(1, 100_000), default=2000, show_default=True, help="Turns of the generated session.")
-@click.option("--seed", type=int, default=7, show_default=True, help="Seed of the generated session.")
-@click.option("--keep", is_flag=True, help="Keep the generated transcript and database (prints where).")
+@click.option(
+    "--turns",
+    type=click.IntRange(1, 100_000),
+    default=2000,
+    show_default=True,
+    help="Turns of the generated session.",
+)
+@click.option(
+    "--seed", type=int, default=7, show_default=True, help="Seed of the generated session."
+)
+@click.option(
+    "--keep", is_flag=True, help="Keep the generated transcript and database (prints where)."
+)
 @json_option
 @pass_state
 def demo_command(state: State, turns: int, seed: int, keep: bool, as_json: bool) -> None:
@@ -46,7 +57,7 @@ def demo_command(state: State, turns: int, seed: int, keep: bool, as_json: bool)
         problems = doctor.check(engine.store)
         sample = next(m for m in messages if "Decision:" in m.content)
         exact = sample.to_source()
-    result = {
+    result: dict[str, Any] = {
         "transcript": str(transcript),
         "transcript_bytes": transcript.stat().st_size,
         "database": str(db),
@@ -64,17 +75,32 @@ def demo_command(state: State, turns: int, seed: int, keep: bool, as_json: bool)
     if as_json:
         emit_json(result)
     else:
-        stdout.print(f"[bold]lossless demo[/] — {turns:,} generated turns, offline", highlight=False)
-        stdout.print(f"transcript   {result['transcript_bytes'] / 1e6:.1f} MB OpenClaw session JSONL")
+        stdout.print(
+            f"[bold]lossless demo[/] — {turns:,} generated turns, offline", highlight=False
+        )
+        stdout.print(
+            f"transcript   {result['transcript_bytes'] / 1e6:.1f} MB OpenClaw session JSONL"
+        )
         stdout.print(
             f"imported     {len(messages):,} messages in {import_seconds:.2f} s "
             f"({result['messages_per_second']:,} msg/s), {tokens:,} tokens",
             highlight=False,
         )
-        stdout.print("by role      " + ", ".join(f"{k} {v:,}" for k, v in result["messages_by_role"].items()), highlight=False)
-        stdout.print("parts        " + ", ".join(f"{k} {v:,}" for k, v in result["parts_by_type"].items()), highlight=False)
-        stdout.print(f"re-import    {again.imported} new messages (file {again.mode})", highlight=False)
-        stdout.print(f"doctor       {'ok' if not problems else f'{len(problems)} problems'}", highlight=False)
+        stdout.print(
+            "by role      "
+            + ", ".join(f"{k} {v:,}" for k, v in result["messages_by_role"].items()),
+            highlight=False,
+        )
+        stdout.print(
+            "parts        " + ", ".join(f"{k} {v:,}" for k, v in result["parts_by_type"].items()),
+            highlight=False,
+        )
+        stdout.print(
+            f"re-import    {again.imported} new messages (file {again.mode})", highlight=False
+        )
+        stdout.print(
+            f"doctor       {'ok' if not problems else f'{len(problems)} problems'}", highlight=False
+        )
         stdout.print(f"exact copy   msg#{sample.message_id} as ingested:", highlight=False)
         stdout.print(escape(str(exact))[:400], highlight=False)
     if keep:

@@ -64,7 +64,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print data a
 
 
 @contextmanager
-def progress_bar(label: str, total: int, *, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
+def progress_bar(
+    label: str, total: int, *, enabled: bool = True
+) -> Iterator[Callable[[int, int], None]]:
     """A progress bar on stderr for long work (only on a terminal, only for big inputs)."""
     show = enabled and sys.stderr.isatty() and total > 2_000_000
     if not show:

@@ -22,7 +22,9 @@ def stats_command(state: State, as_json: bool) -> None:
         return
     depth = ", ".join(f"d{d}: {n}" for d, n in stats["summaries_by_depth"].items()) or "none"
     sizes = stats["bytes"]
-    stdout.print(f"database       {escape(stats['database'])} ({stats['backend']})", highlight=False)
+    stdout.print(
+        f"database       {escape(stats['database'])} ({stats['backend']})", highlight=False
+    )
     stdout.print(f"conversations  {stats['conversations']:,}")
     stdout.print(f"messages       {stats['messages']:,} ({stats['message_tokens']:,} tokens)")
     stdout.print(f"summaries      {stats['summaries']:,} ({depth})")

@@ -11,7 +11,17 @@ from rich.markup import escape
 from ..engine import transcript_files
 from ..ingest.reconcile import ReconcileReport
 from ..ingest.transcripts import FORMATS
-from .output import EXIT_PARTIAL, State, emit_json, file_size, json_option, pass_state, progress_bar, stderr, stdout
+from .output import (
+    EXIT_PARTIAL,
+    State,
+    emit_json,
+    file_size,
+    json_option,
+    pass_state,
+    progress_bar,
+    stderr,
+    stdout,
+)
 
 
 @click.command("import")
@@ -55,8 +65,10 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
                 f"{escape(r.path)} → conversation {r.conversation_id} ({escape(r.session_id)}): "
                 f"{r.imported} imported, {r.already_stored} already stored"
             )
-            if r.mode != "full":
-                line += f" [{r.mode}]"
+            if r.mode == "unchanged":
+                line += " (file unchanged)"
+            elif r.mode == "tail":
+                line += " (read only the appended tail)"
             if r.off_branch:
                 line += f", {r.off_branch} on abandoned branches"
             if skipped:

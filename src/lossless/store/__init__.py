@@ -23,5 +23,6 @@ def open_store(target: str | os.PathLike[str]) -> SQLiteStore:
             "the PostgreSQL back end is not available in this version; use a SQLite file path"
         )
     if text.startswith("sqlite:///"):
-        text = text[len("sqlite:///") - 1 :] if text.startswith("sqlite:////") else text[10:]
+        # sqlite:///relative/path, sqlite:////absolute/path (the SQLAlchemy convention)
+        text = text[len("sqlite:///") :]
     return SQLiteStore(Path(text))

@@ -214,5 +214,5 @@ def m001_core_schema(conn: sqlite3.Connection) -> None:
           tokenize='porter unicode61');
         CREATE VIRTUAL TABLE summaries_trigram USING fts5(
           content, content='summaries', content_rowid='rowid', tokenize='trigram');
-        """
+        """,
     )

@@ -7,6 +7,7 @@ foreign keys on and a busy timeout. Full-text rows are filled in bulk after each
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -104,10 +105,8 @@ class SQLiteStore:
         with self._lock:
             self._closed = True
             for conn in self._connections:
-                try:
+                with contextlib.suppress(sqlite3.ProgrammingError):  # closed in its thread
                     conn.close()
-                except sqlite3.ProgrammingError:  # closed from its own thread already
-                    pass
             self._connections.clear()
         self._local = threading.local()
 
@@ -173,7 +172,8 @@ class SQLiteStore:
         """Apply pending migrations, each in its own transaction; return the names applied."""
         conn = self._conn()
         conn.execute(
-            "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS migrations"
+            " (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
         )
         applied: list[str] = []
         for name, fn in MIGRATIONS:
@@ -250,7 +250,8 @@ class SQLiteStore:
         )
         if not rows:
             raise NotFoundError(
-                f"no conversation with id {conversation_id}; list them with `lossless conversations`"
+                f"no conversation with id {conversation_id};"
+                " list them with `lossless conversations`"
             )
         return self._conversation(rows[0])
 
@@ -380,7 +381,9 @@ class SQLiteStore:
             skipped = len(messages) - len(fresh)
             if not fresh:
                 return [], skipped
-            first_id = conn.execute("SELECT coalesce(max(message_id), 0) + 1 FROM messages").fetchone()[0]
+            first_id = conn.execute(
+                "SELECT coalesce(max(message_id), 0) + 1 FROM messages"
+            ).fetchone()[0]
             seq0 = conn.execute(
                 "SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?", (conv_id,)
             ).fetchone()[0]
@@ -388,7 +391,9 @@ class SQLiteStore:
                 "SELECT coalesce(max(ordinal), -1) FROM context_items WHERE conversation_id = ?",
                 (conv_id,),
             ).fetchone()[0]
-            part_id = conn.execute("SELECT coalesce(max(part_id), 0) FROM message_parts").fetchone()[0]
+            part_id = conn.execute(
+                "SELECT coalesce(max(part_id), 0) FROM message_parts"
+            ).fetchone()[0]
             stamp = format_ts(now())
             msg_rows = []
             part_rows = []
@@ -432,7 +437,8 @@ class SQLiteStore:
                     )
                 ctx_rows.append((conv_id, ord0 + 1 + i, mid, stamp))
             conn.executemany(
-                "INSERT INTO messages (message_id, conversation_id, seq, role, content, token_count,"
+                "INSERT INTO messages (message_id, conversation_id, seq, role, content,"
+                " token_count,"
                 " created_at, external_id, source_format, envelope, metadata)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 msg_rows,
@@ -677,8 +683,20 @@ class SQLiteStore:
                     f" WHERE s.{key} IS NULL LIMIT 1000"
                 ):
                     problems.append((fts, f"rowid {ident}", "indexed row has no source"))
+                # rank 1 also compares the index with the source text; while large batches
+                # wait for catch_up_indexes the trigram index is behind by design, so only
+                # its internal consistency is checked then.
+                pending = (
+                    fts == "messages_trigram"
+                    and conn.execute(
+                        "SELECT 1 FROM messages WHERE message_id > ? LIMIT 1", (upto,)
+                    ).fetchone()
+                )
+                rank = 0 if pending else 1
                 try:
-                    conn.execute(f"INSERT INTO {fts} ({fts}, rank) VALUES ('integrity-check', 1)")
+                    conn.execute(
+                        f"INSERT INTO {fts} ({fts}, rank) VALUES ('integrity-check', {rank})"
+                    )
                 except sqlite3.DatabaseError as exc:
                     problems.append((fts, "-", f"index does not match its source text ({exc})"))
         return problems
@@ -696,7 +714,7 @@ class SQLiteStore:
     def foreign_key_problems(self) -> list[tuple[str, int, str, int]]:
         """Rows whose foreign keys point nowhere: (table, rowid, parent table, fk index)."""
         with self.read() as conn:
-            return [tuple(r) for r in conn.execute("PRAGMA foreign_key_check")]  # type: ignore[misc]
+            return [(r[0], r[1], r[2], r[3]) for r in conn.execute("PRAGMA foreign_key_check")]
 
     def database_size(self) -> dict[str, int]:
         """Bytes on disk of the database and its WAL."""

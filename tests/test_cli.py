@@ -1,0 +1,129 @@
+"""The ``lossless`` command line, run through its real entry point."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lossless.cli.main import cli
+from lossless.sample import write_session
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_command_has_help_and_a_section_in_the_cli_docs() -> None:
+    docs = (ROOT / "docs" / "cli.md").read_text()
+    for name, command in cli.commands.items():
+        assert command.help and command.help.strip(), f"{name} has no help text"
+        assert re.search(rf"^## `lossless {name}`", docs, re.M), f"{name} missing in docs/cli.md"
+
+
+def test_import_then_list_show_and_stats(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "x.db")
+    transcript = write_session(tmp_path / "s.jsonl", 10, session_id="sess-a")
+    res = run_cli("--db", db, "import", str(transcript))
+    assert res.code == 0, res
+    assert "68 imported" in res.out
+
+    listing = run_cli("--db", db, "conversations", "--json")
+    rows = json.loads(listing.out)
+    assert [(r["session_id"], r["messages"]) for r in rows] == [("sess-a", 68)]
+
+    shown = run_cli("--db", db, "show", "sess-a", "--json", "--source", "--limit", "3")
+    data = json.loads(shown.out)
+    assert [m["seq"] for m in data["messages"]] == [1, 2, 3]
+    first_line = json.loads(transcript.read_text().splitlines()[1])
+    assert data["messages"][0]["source"] == first_line["message"]
+
+    by_id = run_cli("--db", db, "show", "1")
+    assert "Turn 0: please add pagination" in by_id.out
+
+    stats = json.loads(run_cli("--db", db, "stats", "--json").out)
+    assert stats["messages"] == 68
+    assert stats["conversations"] == 1
+
+    again = run_cli("--db", db, "import", str(transcript))
+    assert "0 imported" in again.out and "(file unchanged)" in again.out
+
+
+def test_db_comes_from_the_environment(
+    run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    db = tmp_path / "env.db"
+    monkeypatch.setenv("LOSSLESS_DB", str(db))
+    transcript = write_session(tmp_path / "s.jsonl", 2)
+    assert run_cli("import", str(transcript)).code == 0
+    assert db.exists()
+
+
+def test_without_db_the_user_data_dir_is_used(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert run_cli("stats").code == 0
+    assert (tmp_path / "xdg-data" / "lossless" / "lossless.db").exists()
+
+
+def test_unknown_conversation_is_a_clear_error_with_exit_code_4(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    res = run_cli("--db", str(tmp_path / "x.db"), "show", "999")
+    assert res.code == 4
+    assert "no conversation with id 999" in res.err
+    assert "Traceback" not in res.err + res.out
+
+
+def test_doctor_exit_codes_follow_the_findings(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db = tmp_path / "x.db"
+    transcript = write_session(tmp_path / "s.jsonl", 3)
+    run_cli("--db", str(db), "import", str(transcript))
+    ok = run_cli("--db", str(db), "doctor")
+    assert ok.code == 0 and "no problems" in ok.out
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM context_items WHERE ordinal = 1")
+    bad = run_cli("--db", str(db), "doctor", "--json")
+    assert bad.code == 1
+    report = json.loads(bad.out)
+    assert report["ok"] is False
+    assert {p["check"] for p in report["problems"]} >= {"context ordinals", "reachability"}
+
+
+def test_bad_config_is_reported_with_the_key(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("leaf_chunk_tokenz = 5\n")
+    res = run_cli("--config", str(cfg), "--db", str(tmp_path / "x.db"), "stats")
+    assert res.code == 2
+    assert "leaf_chunk_tokenz" in res.err
+
+
+def test_config_command_shows_overrides(
+    run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("LOSSLESS_FRESH_TAIL_COUNT", "12")
+    res = run_cli("config", "--json")
+    assert json.loads(res.out)["fresh_tail_count"] == 12
+
+
+def test_demo_runs_offline_and_reports(run_cli) -> None:  # type: ignore[no-untyped-def]
+    res = run_cli("demo", "--turns", "40", "--json")
+    assert res.code == 0, res
+    report = json.loads(res.out)
+    assert report["messages"] == 272
+    assert report["reimport"]["imported"] == 0
+    assert report["doctor_problems"] == 0
+    assert "Decision:" in json.dumps(report["sample_message"])
+
+
+def test_the_installed_console_script_runs(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("lossless")
+    if not exe.exists():
+        pytest.skip("console script not installed next to this interpreter")
+    out = subprocess.run(
+        [str(exe), "--db", str(tmp_path / "x.db"), "stats", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(out.stdout)["messages"] == 0

@@ -1,0 +1,167 @@
+"""Per-conversation serialization: threads, asyncio tasks and separate processes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from lossless import Engine
+
+BATCH = 10
+
+
+def _batch(writer: str, batch: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"{writer}|{batch}|{i}"} for i in range(BATCH)]
+
+
+def _assert_batches_whole(engine: Engine, session: str, expected: int) -> None:
+    msgs = engine.messages(session)
+    assert len(msgs) == expected
+    assert [m.seq for m in msgs] == list(range(1, expected + 1))
+    # Every batch occupies BATCH consecutive seq numbers, in its own order.
+    for start in range(0, expected, BATCH):
+        chunk = [m.content.split("|") for m in msgs[start : start + BATCH]]
+        assert len({(w, b) for w, b, _ in chunk}) == 1, f"batch interleaved at seq {start + 1}"
+        assert [int(i) for _, _, i in chunk] == list(range(BATCH))
+    ordinals = engine.store.fetchall(
+        "SELECT ci.ordinal, m.seq FROM context_items ci JOIN messages m USING (message_id)"
+        " WHERE ci.conversation_id = ? ORDER BY ci.ordinal",
+        (msgs[0].conversation_id,),
+    )
+    assert [o for o, _ in ordinals] == list(range(expected))
+    assert [s for _, s in ordinals] == list(range(1, expected + 1))
+
+
+def test_threads_writing_one_conversation_never_interleave_a_batch(engine: Engine) -> None:
+    writers, batches = 8, 15
+    barrier = threading.Barrier(writers)
+    errors: list[BaseException] = []
+
+    def work(w: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            for b in range(batches):
+                engine.ingest_batch("shared", _batch(f"t{w}", b))
+        except BaseException as exc:  # collected and re-raised by the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    _assert_batches_whole(engine, "shared", writers * batches * BATCH)
+
+
+def test_asyncio_tasks_writing_one_conversation_never_interleave_a_batch(engine: Engine) -> None:
+    tasks, batches = 6, 10
+
+    async def writer(w: int) -> None:
+        for b in range(batches):
+            await asyncio.to_thread(engine.ingest_batch, "shared", _batch(f"a{w}", b))
+
+    async def main() -> None:
+        await asyncio.wait_for(asyncio.gather(*(writer(w) for w in range(tasks))), timeout=60)
+
+    asyncio.run(main())
+    _assert_batches_whole(engine, "shared", tasks * batches * BATCH)
+
+
+_CHILD = r"""
+import sys, time
+from pathlib import Path
+from lossless import Engine
+db, name, batches, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+size = int(sys.argv[5])
+engine = Engine.open(db)
+Path(str(go) + "." + name).touch()          # ready
+deadline = time.monotonic() + 30
+while not go.exists():                        # wait for the start signal (bounded)
+    if time.monotonic() > deadline:
+        sys.exit("no start signal")
+    time.sleep(0.002)
+for b in range(batches):
+    batch = [{"role": "user", "content": f"{name}|{b}|{i}"} for i in range(size)]
+    engine.ingest_batch("shared", batch)
+engine.close()
+"""
+
+
+def test_separate_processes_writing_one_conversation_never_interleave_a_batch(
+    db_path: Path, tmp_path: Path
+) -> None:
+    Engine.open(db_path).close()  # create and migrate once
+    procs, batches = 4, 40
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _CHILD,
+                str(db_path),
+                f"p{i}",
+                str(batches),
+                str(go),
+                str(BATCH),
+            ],
+            env=env,
+        )
+        for i in range(procs)
+    ]
+    deadline = time.monotonic() + 60
+    while not all(Path(f"{go}.p{i}").exists() for i in range(procs)):
+        assert time.monotonic() < deadline, "children did not start"
+        assert all(c.poll() is None for c in children), "a child exited early"
+        time.sleep(0.005)
+    go.touch()
+    for c in children:
+        assert c.wait(timeout=120) == 0
+    with Engine.open(db_path) as engine:
+        _assert_batches_whole(engine, "shared", procs * batches * BATCH)
+        writers = [m.content.split("|")[0] for m in engine.messages("shared")[::BATCH]]
+    switches = sum(1 for a, b in itertools.pairwise(writers) if a != b)
+    assert switches >= procs - 1  # the processes really did write at the same time
+
+
+def test_a_busy_conversation_does_not_block_another(engine: Engine) -> None:
+    busy = engine.conversation("busy", create=True)
+    holding = threading.Event()
+    release = threading.Event()
+    other_done = threading.Event()
+    blocked_done = threading.Event()
+
+    def hold_busy() -> None:
+        with engine.lock(busy.conversation_id):
+            holding.set()
+            release.wait(timeout=30)
+
+    def write_other() -> None:
+        engine.ingest("other", {"role": "user", "content": "not waiting"})
+        other_done.set()
+
+    def write_busy() -> None:
+        engine.ingest("busy", {"role": "user", "content": "waits its turn"})
+        blocked_done.set()
+
+    holder = threading.Thread(target=hold_busy)
+    holder.start()
+    assert holding.wait(timeout=10)
+    threading.Thread(target=write_other).start()
+    waiter = threading.Thread(target=write_busy)
+    waiter.start()
+    assert other_done.wait(timeout=10), "another conversation's write waited on the busy one"
+    assert not blocked_done.wait(timeout=0.2), "a write to the busy conversation did not wait"
+    release.set()
+    holder.join(timeout=10)
+    assert blocked_done.wait(timeout=10)
+    waiter.join(timeout=10)
+    assert [m.content for m in engine.messages("busy")] == ["waits its turn"]

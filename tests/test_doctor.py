@@ -1,0 +1,93 @@
+"""``lossless doctor``: a clean store passes; each kind of damage is found with its ids."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from lossless import Engine, doctor
+
+
+def _raw(db: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    return conn
+
+
+def _seed(engine: Engine) -> list[int]:
+    res = engine.ingest_batch(
+        "s",
+        [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m {i}"} for i in range(6)],
+    )
+    return list(res.message_ids)
+
+
+def test_a_fresh_store_has_no_problems(engine: Engine) -> None:
+    _seed(engine)
+    engine.ingest_batch("big", [{"role": "user", "content": f"x{i}"} for i in range(100)])
+    assert doctor.check(engine.store) == []
+
+
+def test_a_gap_in_context_ordinals_and_the_orphaned_message_are_reported(
+    engine: Engine, db_path: Path
+) -> None:
+    ids = _seed(engine)
+    with _raw(db_path) as conn:
+        conn.execute("DELETE FROM context_items WHERE ordinal = 2")
+    problems = doctor.check(engine.store)
+    checks = {p.check for p in problems}
+    assert "context ordinals" in checks
+    unreachable = [p for p in problems if p.check == "reachability"]
+    assert [p.ids for p in unreachable] == [f"msg#{ids[2]}"]
+    assert all(p.fix for p in problems)
+
+
+def test_an_item_pointing_at_another_conversation_is_reported(
+    engine: Engine, db_path: Path
+) -> None:
+    _seed(engine)
+    other = engine.ingest("other", {"role": "user", "content": "elsewhere"})
+    with _raw(db_path) as conn:
+        conn.execute(
+            "UPDATE context_items SET message_id = ? WHERE ordinal = 0 AND conversation_id = 1",
+            (other.message_ids[0],),
+        )
+    assert any(p.check == "context items" for p in doctor.check(engine.store))
+
+
+def test_a_summary_without_sources_is_reported(engine: Engine, db_path: Path) -> None:
+    _seed(engine)
+    with _raw(db_path) as conn:
+        conn.execute(
+            "INSERT INTO summaries (summary_id, conversation_id, kind, depth, content, token_count,"
+            " created_at) VALUES ('sum_0123456789abcdef', 1, 'leaf', 0, 'x', 1, '2026-01-01')"
+        )
+    found = [p for p in doctor.check(engine.store) if p.check == "summary sources"]
+    assert [p.ids for p in found] == ["sum_0123456789abcdef"]
+
+
+def test_missing_full_text_rows_are_reported_and_rebuilt(engine: Engine, db_path: Path) -> None:
+    ids = _seed(engine)
+    with _raw(db_path) as conn:
+        content = conn.execute(
+            "SELECT content FROM messages WHERE message_id = ?", (ids[1],)
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', ?, ?)",
+            (ids[1], content),
+        )
+    problems = doctor.check(engine.store)
+    assert any(p.check == "full-text index" and f"msg#{ids[1]}" in p.ids for p in problems)
+    engine.store.rebuild_fts()
+    assert doctor.check(engine.store) == []
+
+
+def test_dangling_foreign_keys_are_reported(engine: Engine, db_path: Path) -> None:
+    ids = _seed(engine)
+    with _raw(db_path) as conn:
+        conn.execute(
+            "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
+            " VALUES ('sum_missing', ?, 0)",
+            (ids[0],),
+        )
+    assert any(p.check == "foreign keys" for p in doctor.check(engine.store))

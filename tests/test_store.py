@@ -1,0 +1,139 @@
+"""The SQLite store: migrations, file permissions, transactions."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from lossless import Engine, StoreError
+from lossless.store import SQLiteStore, open_store
+from lossless.store.migrations import MIGRATIONS
+
+
+def test_opening_a_new_database_applies_every_migration_once(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    assert store.applied_migrations() == sorted(name for name, _ in MIGRATIONS)
+    assert store.migrate() == []  # a second run has nothing to do
+    store.close()
+    reopened = SQLiteStore(db_path)
+    assert reopened.migrate() == []
+    reopened.close()
+
+
+def test_schema_has_the_spec_tables_and_indexes(db_path: Path) -> None:
+    SQLiteStore(db_path).close()
+    with sqlite3.connect(db_path) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    for table in (
+        "conversations",
+        "messages",
+        "message_parts",
+        "summaries",
+        "summary_parents",
+        "summary_messages",
+        "context_items",
+        "large_files",
+        "messages_fts",
+        "messages_trigram",
+        "summaries_fts",
+        "summaries_trigram",
+        "transcript_checkpoints",
+    ):
+        assert table in names
+    assert "messages_external_id" in names
+
+
+def test_database_file_and_directory_are_private_to_the_owner(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "dir" / "lossless.db"
+    with Engine.open(path) as engine:
+        engine.ingest("s", {"role": "user", "content": "hello"})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    wal = Path(f"{path}-wal")
+    if wal.exists():
+        assert stat.S_IMODE(wal.stat().st_mode) & 0o077 == 0
+
+
+def test_wal_mode_and_foreign_keys_are_on(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    conn = store._conn()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] > 0
+    store.close()
+
+
+def test_an_exception_inside_a_transaction_leaves_nothing_behind(engine: Engine) -> None:
+    conv = engine.conversation("s", create=True)
+    norm = engine.normalize({"role": "user", "content": "will be rolled back"})
+    with pytest.raises(RuntimeError), engine.store.transaction():
+        engine.store.append_messages(conv, [norm])
+        raise RuntimeError("boom")
+    assert engine.store.message_count(conv.conversation_id) == 0
+    assert engine.store.fetchall("SELECT count(*) FROM context_items")[0][0] == 0
+    assert engine.store.fetchall("SELECT count(*) FROM messages_fts")[0][0] == 0
+
+
+def test_a_failed_nested_step_rolls_back_only_itself(engine: Engine) -> None:
+    conv = engine.conversation("s", create=True)
+    first = engine.normalize({"role": "user", "content": "kept"})
+    second = engine.normalize({"role": "user", "content": "undone"})
+    with engine.store.transaction():
+        engine.store.append_messages(conv, [first])
+        with pytest.raises(RuntimeError), engine.store.transaction():
+            engine.store.append_messages(conv, [second])
+            raise RuntimeError("inner failure")
+    assert [m.content for m in engine.messages(conv.conversation_id)] == ["kept"]
+
+
+def test_an_unwritable_location_gives_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreError, match="--db or LOSSLESS_DB"):
+        open_store(blocker / "lossless.db")
+
+
+def test_a_postgres_url_is_refused_with_advice_until_that_back_end_exists(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="SQLite file path"):
+        open_store("postgresql://127.0.0.1/test")
+
+
+def test_sqlite_url_opens_the_file(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/via-url.db")
+    assert store.path == tmp_path / "via-url.db"
+    store.close()
+
+
+def test_messages_get_contiguous_seq_and_context_ordinals(engine: Engine) -> None:
+    engine.ingest_batch("s", [{"role": "user", "content": f"m{i}"} for i in range(5)])
+    engine.ingest("s", {"role": "assistant", "content": "last"})
+    msgs = engine.messages("s")
+    assert [m.seq for m in msgs] == [1, 2, 3, 4, 5, 6]
+    ordinals = engine.store.fetchall(
+        "SELECT ordinal, message_id FROM context_items ORDER BY ordinal"
+    )
+    assert [o for o, _ in ordinals] == list(range(6))
+    assert [mid for _, mid in ordinals] == [m.message_id for m in msgs]
+
+
+def test_large_batches_fill_the_trigram_index_on_catch_up(engine: Engine) -> None:
+    engine.ingest_batch("s", [{"role": "user", "content": f"needle-{i} text"} for i in range(200)])
+    assert engine.store.pending_index_rows() == 200
+    assert engine.store.catch_up_indexes() == 200
+    assert engine.store.pending_index_rows() == 0
+    hits = engine.store.fetchall(
+        "SELECT count(*) FROM messages_trigram WHERE content LIKE '%eedle-19 %'"
+    )[0][0]
+    assert hits == 1
+    engine.ingest("s", {"role": "user", "content": "a small batch is indexed inline"})
+    assert engine.store.pending_index_rows() == 0
+
+
+def test_closed_store_says_to_reopen(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    store.close()
+    with pytest.raises(StoreError, match="open it again"):
+        store.message_count()
