@@ -271,10 +271,11 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
 def _coerce(value: Any, tp: Any, meta: Mapping[str, Any], key: str) -> Any:
     base, optional = _unwrap_optional(tp)
     where = f" (from {value.env_name})" if isinstance(value, _EnvText) else ""
+    given = str(value)
 
     def bad() -> ConfigError:
         return ConfigError(
-            f"config key '{key}' has the value {str(value)!r}{where}; "
+            f"config key '{key}' has the value {given!r}{where}; "
             f"accepted: {_describe(tp, meta)}"
         )
 

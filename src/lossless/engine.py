@@ -67,6 +67,8 @@ class Engine:
         self.config = config or Config()
         self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
         self._locks = _ConversationLocks()
+        # session id → conversation; ids never change, so the hot path skips the lookup.
+        self._by_session: dict[str, Conversation] = {}
 
     @classmethod
     def open(
@@ -114,13 +116,18 @@ class Engine:
             raise TypeError(f"a conversation is an int id or a str session id, not {ref!r}")
         if isinstance(ref, int):
             return self.store.get_conversation(ref)
-        if create:
-            return self.store.get_or_create_conversation(ref)
+        cached = self._by_session.get(ref)
+        if cached is not None:
+            return cached
         found = self.store.find_conversation(ref)
         if found is None:
-            raise NotFoundError(
-                f"no conversation with session id {ref!r}; list them with `lossless conversations`"
-            )
+            if not create:
+                raise NotFoundError(
+                    f"no conversation with session id {ref!r};"
+                    " list them with `lossless conversations`"
+                )
+            found = self.store.get_or_create_conversation(ref)
+        self._by_session[ref] = found
         return found
 
     def conversations(self) -> list[ConversationStats]:

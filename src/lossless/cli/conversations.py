@@ -65,10 +65,10 @@ def conversations_command(state: State, as_json: bool) -> None:
         ("context", "right"),
         ("last message", "left"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=name != "session")  # type: ignore[arg-type]
     for r in rows:
         c = r.conversation
-        label = c.session_id + (f"  {c.title[:40]}" if c.title else "")
+        label = c.session_id + (f" — {c.title[:30]}" if c.title else "")
         if c.status != "active":
             label += f" ({c.status})"
         table.add_row(
@@ -77,8 +77,8 @@ def conversations_command(state: State, as_json: bool) -> None:
             f"{r.message_count:,}",
             f"{r.message_tokens:,}",
             str(r.summary_count),
-            f"{r.context_items:,} items / {r.context_tokens:,} tok",
-            (r.last_message_at or "-")[:19],
+            f"{r.context_tokens:,} tok",
+            (r.last_message_at or "-")[:16].replace("T", " "),
         )
     stdout.print(table)
 

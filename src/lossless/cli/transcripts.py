@@ -55,6 +55,9 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
 
             reports.extend(engine.bootstrap(file, format=fmt, progress=advance))
             done_before += size
+    # Large batches leave the substring (trigram) index for later; finish it now so the
+    # first search after an import does not pay for it.
+    engine.store.catch_up_indexes()
     problems = [p for r in reports for p in r.problems]
     if as_json:
         emit_json([r.to_dict() for r in reports])

@@ -381,19 +381,21 @@ class SQLiteStore:
             skipped = len(messages) - len(fresh)
             if not fresh:
                 return [], skipped
-            first_id = conn.execute(
-                "SELECT coalesce(max(message_id), 0) + 1 FROM messages"
-            ).fetchone()[0]
-            seq0 = conn.execute(
-                "SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?", (conv_id,)
-            ).fetchone()[0]
-            ord0 = conn.execute(
-                "SELECT coalesce(max(ordinal), -1) FROM context_items WHERE conversation_id = ?",
-                (conv_id,),
-            ).fetchone()[0]
-            part_id = conn.execute(
-                "SELECT coalesce(max(part_id), 0) FROM message_parts"
-            ).fetchone()[0]
+            # Ids are allocated here, under the write lock, so a batch can be inserted with
+            # executemany and its index rows filled with one statement.
+            first_id, seq0, ord0 = conn.execute(
+                "SELECT (SELECT coalesce(max(message_id), 0) + 1 FROM messages),"
+                " (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
+                " (SELECT coalesce(max(ordinal), -1) FROM context_items"
+                "  WHERE conversation_id = ?)",
+                (conv_id, conv_id),
+            ).fetchone()
+            has_parts = any(m.parts for m in fresh)
+            part_id = (
+                conn.execute("SELECT coalesce(max(part_id), 0) FROM message_parts").fetchone()[0]
+                if has_parts
+                else 0
+            )
             stamp = format_ts(now())
             msg_rows = []
             part_rows = []
@@ -443,12 +445,13 @@ class SQLiteStore:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 msg_rows,
             )
-            conn.executemany(
-                "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot,"
-                " part_type, text, tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                part_rows,
-            )
+            if part_rows:
+                conn.executemany(
+                    "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot,"
+                    " part_type, text, tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    part_rows,
+                )
             conn.executemany(
                 "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
                 " created_at) VALUES (?, ?, 'message', ?, ?)",
@@ -456,10 +459,6 @@ class SQLiteStore:
             )
             last_id = first_id + len(fresh) - 1
             self._index_messages(conn, first_id, last_id, trigram=len(fresh) < DEFER_TRIGRAM_AT)
-            conn.execute(
-                "UPDATE conversations SET updated_at = ? WHERE conversation_id = ?",
-                (stamp, conv_id),
-            )
             return list(range(first_id, last_id + 1)), skipped
 
     @staticmethod

@@ -1,0 +1,27 @@
+# `make check` runs everything CI runs (lint, format, types, tests) in the local .venv.
+PY ?= .venv/bin/python
+
+.PHONY: check lint types test fmt bench venv
+
+venv:
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q -e '.[dev]'
+
+check: lint types test
+
+lint:
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+types:
+	$(PY) -m mypy
+
+test:
+	$(PY) -m pytest -q
+
+fmt:
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+bench:
+	cd benchmarks && ../$(PY) ingest.py && ../$(PY) import_memory.py
