@@ -58,6 +58,8 @@ BATCH_BYTES = 8 << 20
 #: Parsed entries of files up to this size stay in memory between the two passes; larger
 #: files are read again in pass two so memory stays flat.
 CACHE_BYTES = 32 << 20
+#: How many of the newest stored messages a content anchor is matched against.
+ANCHOR_WINDOW = 32
 
 
 @dataclass
@@ -102,6 +104,8 @@ class _Skeleton:
     parent_id: str | None
     is_message: bool
     entry: Entry | None = None
+    answers: tuple[str, ...] = ()
+    group: str | None = None
 
 
 @dataclass
@@ -124,7 +128,7 @@ def reconcile_file(
     engine: Engine,
     path: str | Path,
     *,
-    format: str | None = None,  # noqa: A002 - the public keyword is "format"
+    format: str | None = None,  # the public keyword is "format"
     session_id: str | None = None,
     progress: Progress | None = None,
 ) -> list[ReconcileReport]:
@@ -133,7 +137,13 @@ def reconcile_file(
     if not file.is_file():
         raise LosslessError(f"{file} is not a file; give the path of a transcript")
     fmt = get_format(format) if format else detect_transcript_format(file)
-    first, is_array = first_value(file)
+    try:
+        first, is_array = first_value(file)
+    except ImportProblem:
+        if not format:
+            raise
+        # The format was given: read on, and report the broken first line like any other.
+        first, is_array = None, False
     if is_array and fmt.name != "messages":
         raise ImportProblem(str(file), 1, f"a JSON array is not a {fmt.name} transcript")
     identity = fmt.identify(file, first)
@@ -189,25 +199,28 @@ def _reconcile_lane(
         scan = _scan(file, fmt, lane, start, line_no, is_array, size, progress)
         report.skipped = scan.skipped
         report.problems = scan.problems
-        path_entries, junction, off_branch = _active_path(scan.entries, tree)
+        path_entries, junction, off_branch, detached = _active_path(scan.entries, tree)
         report.off_branch = off_branch
         messages = [e for e in path_entries if e.is_message]
         ids = [e.entry_id for e in messages if e.entry_id is not None]
         existing = store.existing_external_ids(conv.conversation_id, ids)
-        if report.mode == "tail" and junction is not None:
-            known = junction == cp.last_entry_id if cp else False
-            if not known and not store.existing_external_ids(conv.conversation_id, [junction]):
-                # The new entries continue a branch we never imported: read the whole file.
+        if report.mode == "tail":
+            unknown_junction = (
+                junction is not None
+                and not (cp is not None and junction == cp.last_entry_id)
+                and not store.existing_external_ids(conv.conversation_id, [junction])
+            )
+            if detached or unknown_junction:
+                # The new entries continue (or branch off) entries before the tail that we
+                # never imported, or that only the whole tree can place: read the whole file.
                 return _reconcile_lane(
                     engine, file, fmt, identity, lane, is_array, progress, force_full=True
                 )
         selected = messages
         if report.mode == "full" and messages:
-            anchor = _anchor(engine, conv, file, fmt, messages, existing)
+            anchor, missing = _anchor(engine, conv, file, fmt, messages, existing, report)
             if anchor >= 0:
-                report.missing_before_anchor = sum(
-                    1 for e in messages[:anchor] if e.entry_id not in existing
-                )
+                report.missing_before_anchor = missing
                 selected = messages[anchor + 1 :]
         todo = [e for e in selected if e.entry_id not in existing]
         report.already_stored = len(selected) - len(todo) + (len(messages) - len(selected))
@@ -228,6 +241,9 @@ def _reconcile_lane(
         with store.transaction():
             store.put_checkpoint(final)
             _record_host_facts(engine, conv, scan)
+        if report.imported:
+            # Large batches leave the trigram index behind; an import finishes it.
+            store.catch_up_indexes()
         return report, sum(scan.other_lanes.values())
 
 
@@ -267,7 +283,10 @@ def _scan(
                 scan.last_line_start = line.start
                 scan.last_line_hash = hashlib.sha256(line.raw).hexdigest()
             scan.end_offset = line.end
-            scan.end_line = line.line_no
+            # A last line read before its newline was written: the newline, when it comes,
+            # ends this same line, so the next read must not count it as a new one.
+            complete = not line.raw or line.raw.endswith(b"\n")
+            scan.end_line = line.line_no if complete else line.line_no - 1
             if progress is not None:
                 progress(line.end, size)
     return scan
@@ -296,23 +315,29 @@ def _note(scan: _Scan, entry: Entry, lane: str) -> None:
                 entry.parent_id,
                 entry.is_message,
                 entry if scan.cache and entry.is_message else None,
+                entry.answers if entry.is_message else (),
+                entry.group if entry.is_message else None,
             )
         )
 
 
 def _active_path(
     entries: list[_Skeleton], tree: bool
-) -> tuple[list[_Skeleton], str | None, int]:
-    """The active branch in file order, the id it hangs from outside *entries*, off-branch count."""
+) -> tuple[list[_Skeleton], str | None, int, bool]:
+    """The active branch in file order, the id it hangs from outside *entries*, off-branch count.
+
+    The last value says whether an off-branch message hangs from an entry outside
+    *entries* (only the whole file can tell whether it belongs to the branch).
+    """
     if not entries:
-        return [], None, 0
+        return [], None, 0, False
     linear = not tree or all(e.parent_id is None for e in entries)
     if linear:
-        return entries, None, 0
+        return entries, None, 0, False
     by_id = {e.entry_id: e for e in entries if e.entry_id is not None}
     leaf = next((e for e in reversed(entries) if e.entry_id is not None), None)
     if leaf is None:
-        return [e for e in entries if e.is_message], None, 0
+        return [e for e in entries if e.is_message], None, 0, False
     on_path: set[str] = set()
     node: _Skeleton | None = leaf
     junction: str | None = None
@@ -324,9 +349,37 @@ def _active_path(
         node = by_id.get(parent)
         if node is None:
             junction = parent
+    _join_parallel_branches(entries, on_path)
     path = [e for e in entries if e.entry_id in on_path]
-    off = sum(1 for e in entries if e.is_message and e.entry_id not in on_path)
-    return path, junction, off
+    off = [e for e in entries if e.is_message and e.entry_id not in on_path]
+    detached = any(e.parent_id is not None and e.parent_id not in by_id for e in off)
+    return path, junction, len(off), detached
+
+
+def _join_parallel_branches(entries: list[_Skeleton], on_path: set[str]) -> None:
+    """Put the side branches of parallel tool calls on the path.
+
+    Claude Code writes a response with several tool calls one line per block, each line the
+    child of the previous one, and hangs each tool result from the line of its own call:
+    every result but the last sits on a side branch (and, while a response is still being
+    written, so can a call). Such a sibling belongs to the path when its parent does and it
+    is another line of a response on the path, or results for calls not answered on it.
+    """
+    groups = {e.group for e in entries if e.group is not None and e.entry_id in on_path}
+    answered = {a for e in entries if e.answers and e.entry_id in on_path for a in e.answers}
+    for e in entries:  # file order: a parent comes before its children
+        if (
+            e.entry_id is None
+            or e.entry_id in on_path
+            or not e.is_message
+            or e.parent_id not in on_path
+        ):
+            continue
+        if e.group is not None and e.group in groups:
+            on_path.add(e.entry_id)
+        elif e.answers and answered.isdisjoint(e.answers):
+            on_path.add(e.entry_id)
+            answered.update(e.answers)
 
 
 def _anchor(
@@ -336,26 +389,58 @@ def _anchor(
     fmt: TranscriptFormat,
     messages: list[_Skeleton],
     existing: set[str],
-) -> int:
-    """Index in *messages* of the newest entry already stored, or -1."""
+    report: ReconcileReport,
+) -> tuple[int, int]:
+    """Index in *messages* of the newest entry already stored (or -1), and how many entries
+    before it are missing from the store."""
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].entry_id in existing:
-            return i
-    stored = engine.store.last_messages(conv.conversation_id, 2)
-    if not stored:
-        return -1
-    # No ids in common: the store was fed live (without entry ids). Match on role and text.
-    wanted = [(m.role, m.content) for m in stored]
-    seen: list[tuple[str, str]] = []
-    for skel in messages:
-        norm = _load(engine, file, fmt, skel)
-        seen.append((norm.role, norm.content) if norm is not None else ("", ""))
-    for i in range(len(seen) - 1, -1, -1):
-        if seen[i] != wanted[-1]:
+            return i, sum(1 for e in messages[:i] if e.entry_id not in existing)
+    store = engine.store
+    stored_count = store.message_count(conv.conversation_id)
+    if not stored_count:
+        return -1, 0
+    # No ids in common: the store was fed live (without entry ids). Match on role and text:
+    # the position where the longest run of the newest stored messages lines up with the
+    # file; among equally long runs, the one where the stored count says the file was cut.
+    window = store.last_messages(conv.conversation_id, min(stored_count, ANCHOR_WINDOW))
+    wanted = [_content_key(m.role, m.content) for m in window]
+    # (index in messages, key) of the entries that normalize; the others were never stored.
+    seen: list[tuple[int, bytes]] = []
+    failed: list[tuple[int, ImportProblem]] = []
+    with file.open("rb") as handle:
+        for i, skel in enumerate(messages):
+            try:
+                norm = _load(engine, file, fmt, skel, handle)
+            except (LosslessError, ValueError) as exc:
+                failed.append((i, ImportProblem(str(file), skel.line_no, str(exc))))
+                continue
+            if norm is not None:
+                seen.append((i, _content_key(norm.role, norm.content)))
+    need = min(2, len(wanted))
+    best, best_rank = -1, (0, 0)
+    for pos, (_, key) in enumerate(seen):
+        if key != wanted[-1]:
             continue
-        if len(wanted) == 1 or (i > 0 and seen[i - 1] == wanted[0]):
-            return i
-    return -1
+        run = 1
+        while run < len(wanted) and run <= pos and seen[pos - run][1] == wanted[-1 - run]:
+            run += 1
+        if run < need:
+            continue
+        rank = (run, -abs(pos - (stored_count - 1)))
+        if best < 0 or rank > best_rank:
+            best, best_rank = pos, rank
+    if best < 0:
+        return -1, 0  # everything is imported, and what fails is reported then
+    anchor = seen[best][0]
+    report.problems.extend(problem for i, problem in failed if i < anchor)
+    return anchor, max(0, best + 1 - stored_count)
+
+
+def _content_key(role: str, content: str) -> bytes:
+    digest = hashlib.blake2b(role.encode() + b"\0", digest_size=16)
+    digest.update(content.encode("utf-8", errors="surrogatepass"))
+    return digest.digest()
 
 
 def _load(

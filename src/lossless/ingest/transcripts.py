@@ -21,6 +21,7 @@ offsets are kept between passes, so memory does not grow with the size of the me
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 from abc import ABC, abstractmethod
@@ -65,6 +66,10 @@ class Entry:
     lane: str = "main"
     title: str | None = None
     host_compaction: dict[str, Any] | None = None
+    #: Tool call ids this entry answers, when it holds nothing but tool results.
+    answers: tuple[str, ...] = ()
+    #: The model response this entry is a part of (Claude Code writes one line per block).
+    group: str | None = None
 
     @property
     def is_message(self) -> bool:
@@ -252,6 +257,10 @@ class ClaudeCodeFormat(TranscriptFormat):
             entry.message = message
             entry.shape = "anthropic"
             entry.created_at = parse_ts(obj.get("timestamp"))
+            if kind == "assistant":
+                entry.group = _str(message.get("id"))
+            else:
+                entry.answers = _tool_results(message.get("content"))
             entry.metadata = {"entry": {k: v for k, v in obj.items() if k != "message"}}
         elif kind == "system":
             subtype = obj.get("subtype")
@@ -263,6 +272,21 @@ class ClaudeCodeFormat(TranscriptFormat):
             if entry.entry_id is None:
                 entry.parent_id = None
         return entry
+
+
+def _tool_results(content: Any) -> tuple[str, ...]:
+    """The tool_use ids a user message answers, if it is made of tool results only."""
+    if not isinstance(content, list) or not content:
+        return ()
+    ids: list[str] = []
+    for block in content:
+        if not isinstance(block, Mapping) or block.get("type") != "tool_result":
+            return ()
+        tool_id = _str(block.get("tool_use_id"))
+        if tool_id is None:
+            return ()
+        ids.append(tool_id)
+    return tuple(ids)
 
 
 class MessagesFormat(TranscriptFormat):
@@ -304,7 +328,7 @@ def get_format(name: str) -> TranscriptFormat:
 def first_value(path: Path) -> tuple[Any, bool]:
     """The first JSON line of *path* and whether the file is a JSON array."""
     with path.open("rb") as handle:
-        for raw in handle:
+        for line_no, raw in enumerate(handle, 1):
             text = raw.strip()
             if not text:
                 continue
@@ -314,7 +338,7 @@ def first_value(path: Path) -> tuple[Any, bool]:
                 return json.loads(text), False
             except ValueError:
                 raise ImportProblem(
-                    str(path), 1, "the first line is not JSON; is this a transcript?"
+                    str(path), line_no, "the first line is not JSON; is this a transcript?"
                 ) from None
     return None, False
 
@@ -340,61 +364,87 @@ def detect_transcript_format(path: Path) -> TranscriptFormat:
 def iter_json_array(handle: BinaryIO, chunk_size: int = 1 << 20) -> Iterator[Line]:
     """Stream the elements of a top-level JSON array without loading the whole file.
 
-    Yields one :class:`Line` per element (``line_no`` is the element's 1-based index, the
-    byte span is approximate for multi-byte text). A malformed element ends the stream with
-    a final error line, since an array cannot be resynchronised after a syntax error.
+    Yields one :class:`Line` per element (``line_no`` is the element's 1-based index;
+    ``start``/``end`` are the byte offsets of the element's JSON text in the file). A
+    malformed element ends the stream with a final error line, since an array cannot be
+    resynchronised after a syntax error.
     """
     decoder = json.JSONDecoder()
+    # Incremental: a multi-byte character split between two reads is decoded whole.
+    text_decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
     buffer = ""
-    consumed = 0
+    cursor = 0  # characters of buffer already handled
+    offset = 0  # byte offset in the file of buffer[cursor]
     index = 0
     started = False
     eof = False
+
+    def read_more() -> None:
+        nonlocal buffer, cursor, eof
+        data = handle.read(chunk_size)
+        buffer = buffer[cursor:]
+        cursor = 0
+        if data:
+            buffer += text_decoder.decode(data)
+        else:
+            buffer += text_decoder.decode(b"", final=True)
+            eof = True
+
+    def advance(to: int) -> int:
+        """Move the cursor to *to*; returns the byte offset there."""
+        nonlocal cursor, offset
+        offset += _utf8_len(buffer[cursor:to])
+        cursor = to
+        return offset
+
     while True:
-        if not eof and len(buffer) < chunk_size:
-            data = handle.read(chunk_size)
-            if not data:
-                eof = True
-            else:
-                buffer += data.decode("utf-8", errors="surrogateescape")
-        pos = 0
+        if not eof and len(buffer) - cursor < chunk_size:
+            read_more()
+        pos = cursor
         length = len(buffer)
-        while pos < length and buffer[pos] in " \t\r\n,":
+        while pos < length and buffer[pos] in " \t\r\n,\ufeff":
             pos += 1
-        if not started:
-            if pos < length and buffer[pos] == "[":
-                started = True
-                pos += 1
-                buffer = buffer[pos:]
-                consumed += pos
-                continue
-            if eof:
-                yield Line(1, 0, 0, b"", error="not a JSON array")
-                return
-            buffer = buffer[pos:]
-            continue
-        if pos < length and buffer[pos] == "]":
-            return
         if pos >= length:
             if eof:
-                yield Line(index + 1, consumed, consumed, b"", error="the array is not closed")
+                if started:
+                    yield Line(index + 1, offset, offset, b"", error="the array is not closed")
+                else:
+                    yield Line(1, 0, 0, b"", error="not a JSON array")
                 return
-            buffer = buffer[pos:]
-            consumed += pos
+            advance(pos)
+            read_more()
             continue
+        if not started:
+            if buffer[pos] != "[":
+                yield Line(1, 0, 0, b"", error="not a JSON array")
+                return
+            started = True
+            advance(pos + 1)
+            continue
+        if buffer[pos] == "]":
+            return
         try:
             value, end = decoder.raw_decode(buffer, pos)
         except json.JSONDecodeError as exc:
             if not eof:
-                data = handle.read(chunk_size)
-                if data:
-                    buffer += data.decode("utf-8", errors="surrogateescape")
-                    continue
-                eof = True
+                advance(pos)
+                read_more()
                 continue
-            yield Line(index + 1, consumed + pos, consumed + pos, b"", error=f"bad element: {exc}")
+            start = advance(pos)
+            yield Line(index + 1, start, start, b"", error=f"bad element: {exc}")
             return
+        if end == length and not eof and not isinstance(value, dict | list | str):
+            # A number (or literal) at the end of the buffer may continue in the next read.
+            advance(pos)
+            read_more()
+            continue
         index += 1
-        yield Line(index, consumed + pos, consumed + end, b"", value=value)
-        buffer = buffer[end:]
-        consumed += end
+        start = advance(pos)
+        yield Line(index, start, advance(end), b"", value=value)
+
+
+def _utf8_len(text: str) -> int:
+    """Bytes *text* took in the file (undecodable bytes come back as they were)."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", errors="surrogateescape"))
