@@ -14,11 +14,46 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parent / "out"
 
-_WORDS = (
-    "the a of to and deploy config error file path build test server client token budget "
-    "summary python sqlite index query result tool call retry cache latency decision branch "
-    "commit review schema migration request response timeout worker queue"
-).split()
+_WORDS = [
+    "the",
+    "a",
+    "of",
+    "to",
+    "and",
+    "deploy",
+    "config",
+    "error",
+    "file",
+    "path",
+    "build",
+    "test",
+    "server",
+    "client",
+    "token",
+    "budget",
+    "summary",
+    "python",
+    "sqlite",
+    "index",
+    "query",
+    "result",
+    "tool",
+    "call",
+    "retry",
+    "cache",
+    "latency",
+    "decision",
+    "branch",
+    "commit",
+    "review",
+    "schema",
+    "migration",
+    "request",
+    "response",
+    "timeout",
+    "worker",
+    "queue",
+]
 
 
 def machine() -> dict[str, Any]:

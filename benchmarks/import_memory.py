@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 from common import save
-
 from lossless.sample import write_session
 
 
@@ -35,7 +34,9 @@ def main() -> None:
         started = time.perf_counter()
         transcript = write_session(work / "big.jsonl", turns, payload_bytes=6_000)
         size = transcript.stat().st_size
-        print(f"generated {size / 1e6:.0f} MB ({turns:,} turns) in {time.perf_counter() - started:.1f} s")
+        print(
+            f"generated {size / 1e6:.0f} MB ({turns:,} turns) in {time.perf_counter() - started:.1f} s"
+        )
         exe = Path(sys.executable).with_name("lossless")
         started = time.perf_counter()
         out = subprocess.run(

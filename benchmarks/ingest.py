@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from common import percentiles, save, text_messages
-
 from lossless import Engine
 
 BATCH = 5_000

@@ -964,12 +964,6 @@ def test_importing_a_directory_imports_every_transcript_in_it(
     assert_consistent(engine)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in lossless.engine (not this suite's files): import_path/transcript_files take "
-    "every *.json file, and one that is not a transcript (Claude Code's agent-*.meta.json "
-    "sidecar, sessions-index.json) raises ImportProblem and aborts the whole directory",
-)
 def test_a_directory_with_claude_code_sidecar_files_still_imports_its_transcripts(
     engine: Engine, tmp_path: Path
 ) -> None:
@@ -1343,12 +1337,27 @@ def test_cli_format_option_overrides_detection(tmp_path: Path) -> None:
     db = tmp_path / "cli.db"
 
     detected = CliRunner().invoke(cli, ["--db", str(db), "import", str(path)])
-    assert detected.exit_code != 0
-    assert isinstance(detected.exception, ImportProblem)
-    assert "--format" in str(detected.exception)
+    assert detected.exit_code == 3
+    assert "--format" in detected.output
 
     forced = CliRunner().invoke(cli, ["--db", str(db), "import", "--format", "messages", str(path)])
     assert forced.exit_code == 3
     assert f"{path.resolve()}:1" in forced.stderr
     with Engine.open(db) as eng:
         assert [m.content for m in eng.messages("odd")] == ["real question"]
+
+
+def test_a_broken_transcript_in_a_directory_does_not_stop_the_others(
+    engine: Engine, tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "many"
+    folder.mkdir()
+    (folder / "z-empty.jsonl").write_text("")
+    claude_code_session(folder / f"{CC}.jsonl")
+    reports = engine.import_path(folder)
+    assert [r.mode for r in reports] == ["full", "failed"]
+    assert "empty" in reports[1].problems[0].reason
+    assert len(stored(engine, CC)) == 6
+    res = run_cli("--db", str(tmp_path / "cli.db"), "import", str(folder))
+    assert res.code == 3
+    assert "z-empty.jsonl" in res.err

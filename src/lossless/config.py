@@ -275,8 +275,7 @@ def _coerce(value: Any, tp: Any, meta: Mapping[str, Any], key: str) -> Any:
 
     def bad() -> ConfigError:
         return ConfigError(
-            f"config key '{key}' has the value {given!r}{where}; "
-            f"accepted: {_describe(tp, meta)}"
+            f"config key '{key}' has the value {given!r}{where}; accepted: {_describe(tp, meta)}"
         )
 
     if isinstance(value, _EnvText):

@@ -7,6 +7,7 @@ Work on different conversations never waits on each other's locks.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -17,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from .config import Config, default_data_dir, load_config
-from .errors import NotFoundError
+from .errors import ImportProblem, NotFoundError
 from .ingest.reconcile import Progress, ReconcileReport, reconcile_file
 from .ingest.shapes import NormalizedMessage, normalize
 from .model import Conversation, ConversationStats, IngestResult, StoredMessage
@@ -25,6 +26,8 @@ from .store import SQLiteStore, open_store
 from .tokens import HeuristicTokenCounter, TokenCounter
 
 __all__ = ["ConversationRef", "Engine", "default_db_path"]
+
+logger = logging.getLogger(__name__)
 
 #: A conversation by id (int), by external session id (str), or the row itself.
 ConversationRef = int | str | Conversation
@@ -240,12 +243,33 @@ class Engine:
         format: str | None = None,
         progress: Progress | None = None,
     ) -> list[ReconcileReport]:
-        """Import a transcript file, or every ``.jsonl``/``.json`` transcript below a directory."""
+        """Import a transcript file, or every transcript below a directory.
+
+        In a directory, ``.jsonl`` files and ``.json`` files that look like transcripts are
+        imported; other ``.json`` files (Claude Code's ``sessions-index.json``, sub-agent
+        ``.meta.json`` sidecars, ...) are passed over. A file that cannot be read as a
+        transcript does not stop the others: it gets a report with ``mode="failed"`` and the
+        problem. *progress* receives bytes done and total over all the files.
+        """
         root = Path(path).expanduser()
         files = transcript_files(root)
+        total = sum(f.stat().st_size for f in files)
+        base = 0
         reports: list[ReconcileReport] = []
         for file in files:
-            reports.extend(self.bootstrap(file, format=format, progress=progress))
+
+            def advance(done: int, _size: int, offset: int = base) -> None:
+                if progress is not None:
+                    progress(offset + done, total)
+
+            try:
+                reports.extend(self.bootstrap(file, format=format, progress=advance))
+            except ImportProblem as problem:
+                if root.is_dir() and file.suffix == ".json" and format is None:
+                    logger.info("passing over %s: %s", file, problem.reason)
+                else:
+                    reports.append(ReconcileReport.failed(file, problem))
+            base += file.stat().st_size
         return reports
 
     # --- reading ---------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from ..engine import transcript_files
 from ..ingest.reconcile import ReconcileReport
 from ..ingest.transcripts import FORMATS
 from .output import (
@@ -42,19 +41,17 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
     lines are reported with their line number and skipped; the exit code is then 3.
     """
     engine = state.engine()
-    files = [f for p in paths for f in transcript_files(p)]
-    total = sum(file_size(f) for f in files)
+    total = sum(file_size(p) for p in paths)
     reports: list[ReconcileReport] = []
     done_before = 0
     with progress_bar("importing", total) as update:
-        for file in files:
-            size = file.stat().st_size
+        for path in paths:
 
             def advance(done: int, _total: int, base: int = done_before) -> None:
                 update(base + done, total)
 
-            reports.extend(engine.bootstrap(file, format=fmt, progress=advance))
-            done_before += size
+            reports.extend(engine.import_path(path, format=fmt, progress=advance))
+            done_before += file_size(path)
     # Large batches leave the substring (trigram) index for later; finish it now so the
     # first search after an import does not pay for it.
     engine.store.catch_up_indexes()
@@ -63,6 +60,8 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
         emit_json([r.to_dict() for r in reports])
     else:
         for r in reports:
+            if r.mode == "failed":
+                continue
             skipped = ", ".join(f"{n} {k}" for k, n in sorted(r.skipped.items()))
             line = (
                 f"{escape(r.path)} → conversation {r.conversation_id} ({escape(r.session_id)}): "

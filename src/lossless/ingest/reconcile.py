@@ -78,6 +78,11 @@ class ReconcileReport:
     skipped: Counter[str] = field(default_factory=Counter)
     problems: list[ImportProblem] = field(default_factory=list)
 
+    @classmethod
+    def failed(cls, path: Path, problem: ImportProblem) -> ReconcileReport:
+        """The report of a file that could not be read as a transcript at all."""
+        return cls(str(path), "", "", 0, mode="failed", problems=[problem])
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for ``--json``)."""
         return {

@@ -356,8 +356,7 @@ def detect_transcript_format(path: Path) -> TranscriptFormat:
     raise ImportProblem(
         str(path),
         1,
-        "cannot tell the transcript format from the first line; pass --format "
-        + "|".join(FORMATS),
+        "cannot tell the transcript format from the first line; pass --format " + "|".join(FORMATS),
     )
 
 

@@ -448,7 +448,8 @@ class SQLiteStore:
             if part_rows:
                 conn.executemany(
                     "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot,"
-                    " part_type, text, tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
+                    " part_type, text, tool_call_id, tool_name, tool_input, tool_output,"
+                    " is_error, raw)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     part_rows,
                 )
