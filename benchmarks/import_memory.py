@@ -29,14 +29,16 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lossless-import-bench-"))
     try:
-        # ~6 KB file reads: a realistic mix where tool output dominates the bytes.
-        turns = max(1, args.mb * 1_000_000 // 21_000)
+        # ~6 KB file reads: tool output dominates the bytes, as in real coding sessions.
+        # Size the session from a small sample of the same generator.
+        sample = write_session(work / "sample.jsonl", 50, payload_bytes=6_000)
+        per_turn = sample.stat().st_size / 50
+        turns = max(1, int(args.mb * 1_000_000 / per_turn))
         started = time.perf_counter()
         transcript = write_session(work / "big.jsonl", turns, payload_bytes=6_000)
         size = transcript.stat().st_size
-        print(
-            f"generated {size / 1e6:.0f} MB ({turns:,} turns) in {time.perf_counter() - started:.1f} s"
-        )
+        took = time.perf_counter() - started
+        print(f"generated {size / 1e6:.0f} MB ({turns:,} turns) in {took:.1f} s")
         exe = Path(sys.executable).with_name("lossless")
         started = time.perf_counter()
         out = subprocess.run(
