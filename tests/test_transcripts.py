@@ -1361,3 +1361,30 @@ def test_a_broken_transcript_in_a_directory_does_not_stop_the_others(
     res = run_cli("--db", str(tmp_path / "cli.db"), "import", str(folder))
     assert res.code == 3
     assert "z-empty.jsonl" in res.err
+
+
+def test_entry_ids_with_lone_surrogates_import_once(engine: Engine, tmp_path: Path) -> None:
+    lines = [
+        {"type": "session", "version": 3, "id": "sur", "timestamp": "2026-01-01T00:00:00Z"},
+        {
+            "type": "message",
+            "id": "a\ud800",
+            "parentId": None,
+            "timestamp": "2026-01-01T00:00:01Z",
+            "message": {"role": "user", "content": "first"},
+        },
+        {
+            "type": "message",
+            "id": "a\ud801",
+            "parentId": "a\ud800",
+            "timestamp": "2026-01-01T00:00:02Z",
+            "message": {"role": "user", "content": "second"},
+        },
+    ]
+    path = tmp_path / "sur.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert engine.bootstrap(path)[0].imported == 2
+    path.unlink()
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))  # rewritten: full re-read
+    assert engine.bootstrap(path)[0].imported == 0
+    assert [m.content for m in engine.messages("sur")] == ["first", "second"]

@@ -6,11 +6,12 @@ Stored timestamps are UTC, microsecond precision, fixed width
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 __all__ = ["format_ts", "now", "parse_ts"]
 
 _FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def now() -> datetime:
@@ -35,10 +36,16 @@ def parse_ts(value: object) -> datetime | None:
         return None
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, int | float):
-        seconds = float(value)
-        if seconds > 1e11:  # milliseconds since the epoch (any date after 1973)
-            seconds /= 1000.0
+    if isinstance(value, int):
+        # Integer arithmetic keeps milliseconds exact at any date (a float drifts after ~2242).
+        try:
+            if abs(value) > 10**11:  # milliseconds since the epoch (any date after 1973)
+                return _EPOCH + timedelta(milliseconds=value)
+            return _EPOCH + timedelta(seconds=value)
+        except OverflowError:
+            return None
+    if isinstance(value, float):
+        seconds = value / 1000.0 if abs(value) > 1e11 else value
         try:
             return datetime.fromtimestamp(seconds, UTC)
         except (OverflowError, OSError, ValueError):

@@ -100,7 +100,7 @@ class ReconcileReport:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class _Skeleton:
     line_no: int
     start: int

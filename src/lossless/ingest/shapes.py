@@ -21,13 +21,14 @@ re-create a block. Unknown block types are kept whole as ``other`` parts.
 from __future__ import annotations
 
 import json
+import math
 import re
-
-import orjson
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from ..errors import UnknownShapeError
 from ..model import ROLES, Message, Part
@@ -69,32 +70,81 @@ def clean_text(text: str) -> str:
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
+#: Key of the wrapper object :func:`dumps` writes for values holding lone surrogates.
+_WRAP = "\x00lossless:wtf8"
+#: Prefix of a string stored as the Latin-1 spelling of its WTF-8 bytes (inside the wrapper).
+_WTF8 = "\x00\ufdd0"
+#: A run of digits long enough to be an integer beyond 64 bits (orjson reads those as floats).
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
+def safe_id(value: str) -> str:
+    """An id that is valid UTF-8: lone surrogates spelled as ``\\udXXX``, unlike U+FFFD
+    replacement keeping ids that differ only in their surrogates apart."""
+    if value.isascii() or not _SURROGATE.search(value):
+        return value
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+
+
+def _wtf8(value: Any) -> Any:
+    if isinstance(value, str):
+        if _SURROGATE.search(value) or value.startswith(_WTF8):
+            return _WTF8 + value.encode("utf-8", "surrogatepass").decode("latin-1")
+        return value
+    if isinstance(value, dict):
+        return {_wtf8(k): _wtf8(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_wtf8(v) for v in value]
+    return value
+
+
+def _unwtf8(value: Any) -> Any:
+    if isinstance(value, str):
+        if value.startswith(_WTF8):
+            return value[len(_WTF8) :].encode("latin-1").decode("utf-8", "surrogatepass")
+        return value
+    if isinstance(value, dict):
+        return {_unwtf8(k): _unwtf8(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwtf8(v) for v in value]
+    return value
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON that any UTF-8 store accepts.
+    """Compact JSON that any UTF-8 store accepts, read back exactly by :func:`loads`.
 
     orjson on the hot path; the standard library for what orjson refuses (lone surrogates,
-    integers beyond 64 bits, non-string keys), escaping surrogates so the text stays UTF-8.
+    integers beyond 64 bits, non-string keys). JSON cannot carry lone surrogates (an escaped
+    pair of them reads back as one astral character), so a value holding any is written as
+    ``{"\\u0000lossless:wtf8": value}`` with those strings spelled as the Latin-1 text of
+    their WTF-8 bytes behind a marker; a value that merely looks like that wrapper is wrapped
+    too, so reading is never ambiguous.
     """
+    if type(value) is dict and _WRAP in value and len(value) == 1:
+        return _ENCODER.encode({_WRAP: _wtf8(value)})
     try:
         return orjson.dumps(value).decode()
     except (orjson.JSONEncodeError, TypeError):
         pass
     text = _ENCODER.encode(value)
     if _SURROGATE.search(text):
-        text = _ASCII_ENCODER.encode(value)
+        text = _ENCODER.encode({_WRAP: _wtf8(value)})
     return text
 
 
 def loads(text: str) -> Any:
     """Parse JSON written by :func:`dumps`."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        # Escaped lone surrogates are valid JSON that orjson rejects.
-        return json.loads(text)
+    if _LONG_DIGITS.search(text):
+        value = json.loads(text)  # exact for integers of any size
+    else:
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            value = json.loads(text)
+    if type(value) is dict and len(value) == 1 and _WRAP in value:
+        return _unwtf8(value[_WRAP])
+    return value
 
 
 @dataclass
@@ -172,6 +222,29 @@ def _as_data(message: Any) -> Any:
     return message
 
 
+#: Keys only OpenAI chat messages carry; with any of them a message is not OpenClaw's.
+_CHAT_ONLY_KEYS = frozenset({"tool_calls", "function_call", "tool_call_id", "name", "type"})
+_OPENCLAW_BLOCK_TYPES = frozenset({"text", "thinking", "image", "toolCall"})
+
+
+def _looks_openclaw(message: Mapping[str, Any]) -> bool:
+    """A pi/OpenClaw user or assistant message: an assistant one has ``stopReason``; both
+    carry an epoch ``timestamp`` and hold only text/thinking/image/toolCall blocks."""
+    content = message.get("content")
+    if "stopReason" in message and "api" in message and isinstance(content, list):
+        return True
+    ts = message.get("timestamp")
+    if isinstance(ts, bool) or not isinstance(ts, int | float):
+        return False
+    if any(key in message for key in _CHAT_ONLY_KEYS):
+        return False
+    if isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(b, Mapping) and b.get("type") in _OPENCLAW_BLOCK_TYPES for b in content
+    )
+
+
 def detect_format(message: Any) -> str:
     """Guess the shape of *message*; raises :class:`UnknownShapeError` if none fits."""
     if isinstance(message, Message):
@@ -184,22 +257,28 @@ def detect_format(message: Any) -> str:
         )
     kind = message.get("type")
     role = message.get("role")
+    if not isinstance(role, str):
+        role = None  # an unhashable role (list, dict) must not break the lookups below
     if "role" not in message and _is_responses_type(kind):
         return "openai_responses"
     if kind == "message" and isinstance(message.get("content"), list | str):
         return "openai_responses"
-    if role in _OPENCLAW_ROLES:
+    if role in _OPENCLAW_ROLES or (role in ("user", "assistant") and _looks_openclaw(message)):
         return "openclaw"
     content = message.get("content")
     if isinstance(content, list):
-        types = {b.get("type") for b in content if isinstance(b, Mapping)}
+        types = {
+            t for b in content if isinstance(b, Mapping) and isinstance(t := b.get("type"), str)
+        }
         if types & _OPENCLAW_BLOCKS:
             return "openclaw"
         if types & _ANTHROPIC_BLOCKS:
             return "anthropic"
         if types & {"input_text", "output_text", "input_image", "input_file"}:
             return "openai_responses"
-        if any(isinstance(b, Mapping) and b.get("type") == "image" and "source" in b for b in content):
+        if any(
+            isinstance(b, Mapping) and b.get("type") == "image" and "source" in b for b in content
+        ):
             return "anthropic"
     if role in _CHAT_ROLES:
         return "openai_chat"
@@ -216,7 +295,7 @@ def detect_format(message: Any) -> str:
 def normalize(
     message: Any,
     *,
-    format: str | None = None,  # noqa: A002 - the public keyword is "format"
+    format: str | None = None,
     external_id: str | None = None,
     created_at: datetime | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -248,7 +327,8 @@ _PLAIN_ROLES = {"user": "user", "assistant": "assistant", "system": "system"}
 def _plain_message(message: dict[str, Any], fmt: str) -> NormalizedMessage | None:
     """The common ``{"role": ..., "content": "text"}`` message, without the general machinery."""
     content = message.get("content")
-    role = _PLAIN_ROLES.get(message.get("role"))  # type: ignore[arg-type]
+    source_role = message.get("role")
+    role = _PLAIN_ROLES.get(source_role) if type(source_role) is str else None
     if role is None or type(content) is not str:
         return None
     if not content.isascii() and _SURROGATE.search(content):
@@ -259,8 +339,10 @@ def _plain_message(message: dict[str, Any], fmt: str) -> NormalizedMessage | Non
         token_count=0,
         parts=[],
         source_format=fmt,
-        envelope={"f": {k: (None if k == "content" else v) for k, v in message.items()},
-                  "s": {"content": CONTENT}},
+        envelope={
+            "f": {k: (None if k == "content" else v) for k, v in message.items()},
+            "s": {"content": CONTENT},
+        },
     )
 
 
@@ -273,6 +355,8 @@ def _finish(
 ) -> NormalizedMessage:
     if external_id is not None:
         norm.external_id = external_id
+    if isinstance(norm.external_id, str):
+        norm.external_id = safe_id(norm.external_id)
     if created_at is not None:
         norm.created_at = created_at
     if metadata:
@@ -317,7 +401,7 @@ def _part_text(part: NormalizedPart) -> str:
     if part.type == "tool_call":
         args = part.tool_input
         rendered = args if isinstance(args, str) else dumps(args) if args is not None else ""
-        return f"[tool call {part.tool_name or ''}] {rendered}".rstrip()
+        return clean_text(f"[tool call {part.tool_name or ''}] {rendered}".rstrip())
     if part.type == "tool_result":
         return part.tool_output or ""
     if part.type in _ATTACHMENTS:
@@ -331,13 +415,34 @@ def _str(value: Any) -> str | None:
     return clean_text(value) if isinstance(value, str) else None
 
 
+def _not_json(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
+def _finite_float(token: str) -> float:
+    number = float(token)
+    if not math.isfinite(number):
+        raise ValueError(f"{token} is not a finite number")
+    return number
+
+
 def _parse_args(value: Any) -> Any:
+    """Tool arguments as data when they are strict JSON, else the string itself.
+
+    NaN, Infinity and numbers beyond double range are not JSON: such a string is kept as is
+    rather than parsed into a value no JSON column can hold.
+    """
     if isinstance(value, str):
         try:
-            return json.loads(value)
-        except ValueError:
+            return json.loads(value, parse_constant=_not_json, parse_float=_finite_float)
+        except (ValueError, RecursionError):
             return value
     return value
+
+
+def _raw_id(value: Any) -> str | None:
+    """An id as given (made storable by :func:`safe_id` when the message is finished)."""
+    return value if isinstance(value, str) else None
 
 
 def _text_of_blocks(blocks: Any) -> str:
@@ -361,7 +466,7 @@ def _text_of_blocks(blocks: Any) -> str:
 
 def _require_role(data: Mapping[str, Any], allowed: Mapping[str, str], fmt: str) -> str:
     role = data.get("role")
-    if role not in allowed:
+    if not isinstance(role, str) or role not in allowed:
         raise UnknownShapeError(
             f"{fmt} message has role {role!r}; expected one of {', '.join(allowed)}"
         )
@@ -484,7 +589,7 @@ def _normalize_openai_chat(data: Mapping[str, Any]) -> NormalizedMessage:
             )
         )
         slots["function_call"] = SCALAR
-    ext = _str(data.get("id"))
+    ext = _raw_id(data.get("id"))
     if ext is None and is_tool and isinstance(data.get("tool_call_id"), str):
         ext = "tool_result:" + data["tool_call_id"]
     if ext is None and isinstance(calls, list) and calls and isinstance(calls[0], Mapping):
@@ -503,7 +608,12 @@ def _normalize_openai_chat(data: Mapping[str, Any]) -> NormalizedMessage:
 
 # OpenAI Responses --------------------------------------------------------------------------
 
-_RESPONSES_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+_RESPONSES_ROLES = {
+    "user": "user",
+    "assistant": "assistant",
+    "system": "system",
+    "developer": "system",
+}
 
 
 def _responses_block(raw: Any) -> NormalizedPart:
@@ -525,8 +635,9 @@ def _responses_block(raw: Any) -> NormalizedPart:
 
 def _normalize_openai_responses(data: Mapping[str, Any]) -> NormalizedMessage:
     kind = data.get("type")
-    ext = _str(data.get("id"))
-    call_id = _str(data.get("call_id"))
+    ext = _raw_id(data.get("id"))
+    raw_call_id = _raw_id(data.get("call_id"))
+    call_id = _str(raw_call_id)
     if kind in (None, "message"):
         role = _require_role(data, _RESPONSES_ROLES, "Responses message")
         parts, slots = _content_parts(data, _responses_block, fmt="Responses message")
@@ -544,9 +655,7 @@ def _normalize_openai_responses(data: Mapping[str, Any]) -> NormalizedMessage:
     part = NormalizedPart(slot=WHOLE, type="other", raw=data)
     role = "assistant"
     if kind == "reasoning":
-        texts = [
-            _text_of_blocks(data.get(key)) for key in ("summary", "content") if data.get(key)
-        ]
+        texts = [_text_of_blocks(data.get(key)) for key in ("summary", "content") if data.get(key)]
         part.type = "reasoning"
         part.text = "\n".join(t for t in texts if t) or None
     elif kind.endswith("_output"):
@@ -554,18 +663,18 @@ def _normalize_openai_responses(data: Mapping[str, Any]) -> NormalizedMessage:
         output = data.get("output")
         part.type = "tool_result"
         part.tool_call_id = call_id
-        part.tool_output = _text_of_blocks(output) if not isinstance(output, Mapping) else dumps(output)
+        part.tool_output = dumps(output) if isinstance(output, Mapping) else _text_of_blocks(output)
         part.is_error = data.get("status") == "failed"
     elif kind.endswith("_call"):
         part.type = "tool_call"
-        part.tool_call_id = call_id or ext
-        part.tool_name = _str(data.get("name")) or kind.removesuffix("_call")
+        part.tool_call_id = call_id or _str(ext)
+        part.tool_name = _str(data.get("name")) or clean_text(kind.removesuffix("_call"))
         raw_input = data.get("arguments", data.get("input", data.get("action")))
         part.tool_input = _parse_args(raw_input)
     else:
         part.text = _str(data.get("text"))
-    if ext is None and call_id is not None:
-        ext = f"{kind}:{call_id}"
+    if ext is None and raw_call_id is not None:
+        ext = f"{kind}:{raw_call_id}"
     return NormalizedMessage(
         role=role,
         content=_join([part]),
@@ -629,7 +738,7 @@ def _normalize_anthropic(data: Mapping[str, Any]) -> NormalizedMessage:
         parts=parts,
         source_format="anthropic",
         envelope=_envelope(data, slots),
-        external_id=_str(data.get("id")),
+        external_id=_raw_id(data.get("id")),
     )
 
 
@@ -717,8 +826,17 @@ def _normalize_openclaw(data: Mapping[str, Any]) -> NormalizedMessage:
 # The project's own Message -----------------------------------------------------------------
 
 
+_MESSAGE_KEYS = frozenset({"role", "content", "parts", "external_id", "created_at", "metadata"})
+
+
 def _normalize_lossless(data: Any) -> NormalizedMessage:
     if isinstance(data, Mapping):
+        extra = set(data) - _MESSAGE_KEYS
+        if extra:
+            raise UnknownShapeError(
+                f"a lossless Message has no keys {', '.join(sorted(map(str, extra)))}; "
+                f"it has {', '.join(sorted(_MESSAGE_KEYS))} (put anything else in metadata)"
+            )
         try:
             data = Message.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
@@ -731,13 +849,18 @@ def _normalize_lossless(data: Any) -> NormalizedMessage:
         )
     if not isinstance(data.content, str):
         raise UnknownShapeError("lossless Message content must be a string")
+    for p in data.parts:
+        if not isinstance(p, Part) or not isinstance(p.type, str):
+            raise UnknownShapeError(
+                f"lossless Message parts must be lossless.Part values with a string type, not {p!r}"
+            )
     parts = [
         NormalizedPart(
             slot="parts",
-            type=p.type,
+            type=clean_text(p.type),
             text=_str(p.text),
-            tool_call_id=p.tool_call_id,
-            tool_name=p.tool_name,
+            tool_call_id=_str(p.tool_call_id),
+            tool_name=_str(p.tool_name),
             tool_input=p.tool_input,
             tool_output=_str(p.tool_output),
             is_error=p.is_error,

@@ -33,6 +33,7 @@ from typing import Any, BinaryIO
 
 from ..errors import ImportProblem, LosslessError
 from ..timestamps import parse_ts
+from .shapes import safe_id
 
 __all__ = [
     "FORMATS",
@@ -154,7 +155,8 @@ class TranscriptFormat(ABC):
 
 
 def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+    """A non-empty string field; lone surrogates spelled out so it can be stored as an id."""
+    return safe_id(value) if isinstance(value, str) and value else None
 
 
 class OpenClawFormat(TranscriptFormat):
