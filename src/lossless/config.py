@@ -67,6 +67,14 @@ class Config:
         default=None,
         metadata=_opt(help="where large files are kept; default: the user data dir"),
     )
+    summarizer: str = field(
+        default="extractive",
+        metadata=_opt(help="summarizer by registered name (extractive works offline)"),
+    )
+    background_compaction: bool = field(
+        default=False,
+        metadata=_opt(help="run after-turn compaction in a background worker"),
+    )
     context_threshold: float = field(
         default=0.75,
         metadata=_opt(

@@ -11,21 +11,33 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from .compaction import CompactionReport, Compactor
 from .config import Config, default_data_dir, load_config
 from .errors import ImportProblem, NotFoundError
 from .ingest.reconcile import Progress, ReconcileReport, reconcile_file
 from .ingest.shapes import NormalizedMessage, normalize
-from .model import Conversation, ConversationStats, IngestResult, StoredMessage
+from .model import (
+    ContextItem,
+    Conversation,
+    ConversationStats,
+    IngestResult,
+    StoredMessage,
+    Summary,
+)
 from .store import SQLiteStore, open_store
+from .summarize import Summarizer
+from .summarize.registry import create as create_summarizer
 from .tokens import HeuristicTokenCounter, TokenCounter
 
-__all__ = ["ConversationRef", "Engine", "default_db_path"]
+__all__ = ["ConversationRef", "Engine", "TurnResult", "default_db_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +65,16 @@ class _ConversationLocks:
             return lock
 
 
+@dataclass(frozen=True)
+class TurnResult:
+    """What :meth:`Engine.after_turn` did: the ingest, and the compaction (if it ran inline)."""
+
+    ingest: IngestResult
+    compaction: CompactionReport | None
+    deferred: bool = False
+    error: str | None = None
+
+
 class Engine:
     """Lossless context management over one store.
 
@@ -65,10 +87,15 @@ class Engine:
         config: Config | None = None,
         *,
         token_counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
         self.store = store
         self.config = config or Config()
         self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
+        self.summarizer: Summarizer = summarizer or create_summarizer(self.config.summarizer)
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: dict[int, Future[CompactionReport]] = {}
+        self._pending_guard = threading.Lock()
         self._locks = _ConversationLocks()
         # session id → conversation; ids never change, so the hot path skips the lookup.
         self._by_session: dict[str, Conversation] = {}
@@ -80,6 +107,7 @@ class Engine:
         *,
         config: Config | None = None,
         token_counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
     ) -> Engine:
         """Open the store at *target* (a path or URL).
 
@@ -89,10 +117,13 @@ class Engine:
         cfg = config or load_config()
         chosen = target if target is not None else cfg.db or os.environ.get("LOSSLESS_DB")
         store = open_store(chosen if chosen else default_db_path())
-        return cls(store, cfg, token_counter=token_counter)
+        return cls(store, cfg, token_counter=token_counter, summarizer=summarizer)
 
     def close(self) -> None:
-        """Close the store's connections."""
+        """Finish background compaction, then close the store's connections."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         self.store.close()
 
     def __enter__(self) -> Engine:
@@ -216,6 +247,111 @@ class Engine:
         with self.lock(conv.conversation_id):
             ids, skipped = self.store.append_messages(conv, norms)
         return IngestResult(conv.conversation_id, tuple(ids), skipped)
+
+    # --- compaction ------------------------------------------------------------------------
+
+    def compact(
+        self,
+        conversation: ConversationRef,
+        *,
+        mode: str = "full",
+        until: int | None = None,
+    ) -> CompactionReport:
+        """Compact a conversation's active context.
+
+        ``mode="full"`` (the default, a manual compact): leaf passes until none is eligible,
+        then condensation. ``mode="incremental"``: what :meth:`after_turn` does. ``until=N``:
+        sweeps until the context is at or under N tokens (at most ``max_rounds``).
+        """
+        conv = self.conversation(conversation)
+        compactor = Compactor(self, self.summarizer)
+        with self.lock(conv.conversation_id):
+            if until is not None:
+                return compactor.until_under(conv.conversation_id, until)
+            if mode == "incremental":
+                return compactor.incremental(conv.conversation_id)
+            if mode != "full":
+                raise ValueError(f"unknown compaction mode {mode!r}; use full or incremental")
+            return compactor.full_sweep(conv.conversation_id)
+
+    def after_turn(
+        self,
+        conversation: ConversationRef,
+        messages: Iterable[Any] = (),
+        *,
+        token_budget: int | None = None,
+        format: str | None = None,
+    ) -> TurnResult:
+        """After the model answered: store the turn's new messages, then compact if needed.
+
+        Compaction is incremental (a leaf pass once enough raw material is outside the fresh
+        tail, then condensation up to ``incremental_max_depth``); with *token_budget*, a
+        context above ``context_threshold`` of it is compacted down under that threshold.
+        Compaction is best effort: a failure is logged and reported, never raised, so the
+        conversation goes on. With ``background_compaction`` it runs in a worker thread.
+        """
+        ingest = self.ingest_batch(conversation, messages, format=format)
+        conv_id = ingest.conversation_id
+        if self.config.background_compaction:
+            return TurnResult(ingest, None, deferred=self._defer(conv_id, token_budget))
+        try:
+            report = self._turn_compaction(conv_id, token_budget)
+        except Exception as exc:  # best effort: the turn must not fail because of compaction
+            logger.exception("compaction of conversation %s failed", conv_id)
+            return TurnResult(ingest, None, error=f"{type(exc).__name__}: {exc}")
+        return TurnResult(ingest, report)
+
+    def _turn_compaction(self, conversation_id: int, token_budget: int | None) -> CompactionReport:
+        report = self.compact(conversation_id, mode="incremental")
+        if token_budget is not None:
+            target = int(token_budget * self.config.context_threshold)
+            if report.tokens_after > target:
+                over = self.compact(conversation_id, until=target)
+                report.passes.extend(over.passes)
+                report.rounds = over.rounds
+                report.target = target
+                report.tokens_after = over.tokens_after
+        return report
+
+    def _defer(self, conversation_id: int, token_budget: int | None) -> bool:
+        with self._pending_guard:
+            running = self._pending.get(conversation_id)
+            if running is not None and not running.done():
+                return False  # one queued run per conversation is enough
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=2, thread_name_prefix="lossless-compaction"
+                )
+            self._pending[conversation_id] = self._executor.submit(
+                self._background, conversation_id, token_budget
+            )
+            return True
+
+    def _background(self, conversation_id: int, token_budget: int | None) -> CompactionReport:
+        try:
+            return self._turn_compaction(conversation_id, token_budget)
+        except Exception:  # a worker's top level: log and let the next turn try again
+            logger.exception("background compaction of conversation %s failed", conversation_id)
+            raise
+
+    def wait_for_compaction(self, timeout: float | None = None) -> list[CompactionReport]:
+        """Wait for queued background compaction; returns the reports of the finished runs."""
+        with self._pending_guard:
+            futures = list(self._pending.values())
+            self._pending.clear()
+        reports = []
+        for future in futures:
+            if future.exception(timeout=timeout) is None:  # failures were logged by the worker
+                reports.append(future.result())
+        return reports
+
+    def context(self, conversation: ConversationRef) -> list[ContextItem]:
+        """The conversation's active context items, in order."""
+        return self.store.context(self.conversation(conversation).conversation_id)
+
+    def summary(self, summary_id: str) -> Summary:
+        """One summary by id."""
+        return self.store.get_summaries([summary_id])[0]
 
     # --- transcripts -----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 __all__ = [
     "ROLES",
+    "ContextItem",
     "Conversation",
     "ConversationStats",
     "IngestResult",
@@ -21,6 +22,7 @@ __all__ = [
     "Role",
     "StoredMessage",
     "StoredPart",
+    "Summary",
 ]
 
 Role = Literal["user", "assistant", "system", "tool"]
@@ -205,3 +207,58 @@ class IngestResult:
     def inserted(self) -> int:
         """Number of messages stored by this call."""
         return len(self.message_ids)
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """One entry of a conversation's active context, with what compaction needs to know."""
+
+    ordinal: int
+    item_type: str  # "message" | "summary"
+    message_id: int | None
+    summary_id: str | None
+    tokens: int
+    role: str | None  # messages: user/assistant/system/tool; summaries: None
+    depth: int | None  # summaries only
+    earliest_at: str
+    latest_at: str
+
+    @property
+    def ref(self) -> str:
+        """``msg#<id>`` or the summary id."""
+        return f"msg#{self.message_id}" if self.message_id is not None else str(self.summary_id)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A node of the summary DAG."""
+
+    summary_id: str
+    conversation_id: int
+    kind: str  # "leaf" | "condensed"
+    depth: int
+    content: str
+    token_count: int
+    created_at: str
+    earliest_at: str | None
+    latest_at: str | None
+    descendant_count: int
+    file_ids: tuple[str, ...]
+    model: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "summary_id": self.summary_id,
+            "conversation_id": self.conversation_id,
+            "kind": self.kind,
+            "depth": self.depth,
+            "content": self.content,
+            "token_count": self.token_count,
+            "created_at": self.created_at,
+            "earliest_at": self.earliest_at,
+            "latest_at": self.latest_at,
+            "descendant_count": self.descendant_count,
+            "file_ids": list(self.file_ids),
+            "model": self.model,
+        }

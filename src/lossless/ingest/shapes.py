@@ -172,7 +172,7 @@ class NormalizedMessage:
     token_count: int
     parts: list[NormalizedPart]
     source_format: str
-    envelope: dict[str, Any]
+    envelope: dict[str, Any] | None
     external_id: str | None = None
     created_at: datetime | None = None
     metadata: dict[str, Any] | None = field(default=None)
@@ -339,10 +339,7 @@ def _plain_message(message: dict[str, Any], fmt: str) -> NormalizedMessage | Non
         token_count=0,
         parts=[],
         source_format=fmt,
-        envelope={
-            "f": {k: (None if k == "content" else v) for k, v in message.items()},
-            "s": {"content": CONTENT},
-        },
+        envelope=None,  # None: exactly {"role": role, "content": content}
     )
 
 
@@ -377,6 +374,8 @@ def _fold_plain_text(norm: NormalizedMessage) -> None:
     if len(norm.parts) != 1:
         return
     part = norm.parts[0]
+    if norm.envelope is None:
+        return
     slots = norm.envelope.get("s", {})
     if (
         part.type == "text"
@@ -897,6 +896,9 @@ _NORMALIZERS: dict[str, Callable[[Any], NormalizedMessage]] = {
 
 def rebuild(message: StoredMessage) -> Any:
     """The stored message in its source format, equal to what was ingested."""
+    if message.envelope is None and message.source_format != "lossless":
+        # Stored without an envelope: a plain {"role", "content": str} message.
+        return {"role": message.role, "content": message.content}
     envelope = message.envelope or {"f": {}, "s": {}}
     slots: Mapping[str, str] = envelope.get("s", {})
     by_slot: dict[str, list[Any]] = {}

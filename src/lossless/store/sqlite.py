@@ -17,9 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotFoundError, StoreError
+from ..errors import ConflictError, NotFoundError, StoreError
 from ..ingest.shapes import NormalizedMessage, dumps, loads
-from ..model import Conversation, ConversationStats, StoredMessage, StoredPart
+from ..model import (
+    ContextItem,
+    Conversation,
+    ConversationStats,
+    StoredMessage,
+    StoredPart,
+    Summary,
+)
 from ..timestamps import format_ts, now
 from .migrations import MIGRATIONS
 
@@ -414,7 +421,7 @@ class SQLiteStore:
                         format_ts(m.created_at) if m.created_at is not None else stamp,
                         m.external_id,
                         m.source_format,
-                        dumps(m.envelope),
+                        None if m.envelope is None else dumps(m.envelope),
                         dumps(m.metadata) if m.metadata else None,
                     )
                 )
@@ -610,6 +617,223 @@ class SQLiteStore:
             self.fetchall(
                 "SELECT count(*) FROM messages WHERE conversation_id = ?", (conversation_id,)
             )[0][0]
+        )
+
+    # --- the active context and the summary DAG ----------------------------------------------
+
+    def context(self, conversation_id: int) -> list[ContextItem]:
+        """The conversation's context items in order (cost: the size of the active context)."""
+        rows = self.fetchall(
+            "SELECT ci.ordinal, ci.item_type, ci.message_id, ci.summary_id,"
+            " coalesce(m.token_count, s.token_count, 0), m.role, s.depth,"
+            " coalesce(m.created_at, s.earliest_at, s.created_at),"
+            " coalesce(m.created_at, s.latest_at, s.created_at)"
+            " FROM context_items ci"
+            " LEFT JOIN messages m ON m.message_id = ci.message_id"
+            " LEFT JOIN summaries s ON s.summary_id = ci.summary_id"
+            " WHERE ci.conversation_id = ? ORDER BY ci.ordinal",
+            (conversation_id,),
+        )
+        return [ContextItem(*r) for r in rows]
+
+    def tool_links(self, message_ids: Sequence[int]) -> dict[int, tuple[set[str], set[str]]]:
+        """For each message: the tool call ids it makes and the tool call ids it answers."""
+        out: dict[int, tuple[set[str], set[str]]] = {}
+        ids = list(message_ids)
+        with self.read() as conn:
+            for start in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                for mid, kind, call in conn.execute(
+                    "SELECT message_id, part_type, tool_call_id FROM message_parts"
+                    f" WHERE message_id IN ({marks}) AND tool_call_id IS NOT NULL"
+                    " AND part_type IN ('tool_call', 'tool_result')",
+                    chunk,
+                ):
+                    calls, results = out.setdefault(mid, (set(), set()))
+                    (calls if kind == "tool_call" else results).add(call)
+        return out
+
+    def get_messages_by_id(self, message_ids: Sequence[int]) -> list[StoredMessage]:
+        """Messages by id, in the order given."""
+        ids = list(message_ids)
+        found: dict[int, StoredMessage] = {}
+        with self.read() as conn:
+            for start in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows = conn.execute(
+                    f"SELECT {self._MSG_COLS} FROM messages WHERE message_id IN ({marks})", chunk
+                ).fetchall()
+                for m in self._messages_with_parts(conn, rows):
+                    found[m.message_id] = m
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise NotFoundError(f"no message msg#{missing[0]}; search with `lossless grep`")
+        return [found[i] for i in ids]
+
+    _SUM_COLS = (
+        "summary_id, conversation_id, kind, depth, content, token_count, created_at,"
+        " earliest_at, latest_at, descendant_count, file_ids, model"
+    )
+
+    @staticmethod
+    def _summary(row: Sequence[Any]) -> Summary:
+        return Summary(
+            summary_id=row[0],
+            conversation_id=row[1],
+            kind=row[2],
+            depth=row[3],
+            content=row[4],
+            token_count=row[5],
+            created_at=row[6],
+            earliest_at=row[7],
+            latest_at=row[8],
+            descendant_count=row[9],
+            file_ids=tuple(loads(row[10]) or ()),
+            model=row[11],
+        )
+
+    def get_summaries(self, summary_ids: Sequence[str]) -> list[Summary]:
+        """Summaries by id, in the order given; :class:`NotFoundError` for an unknown id."""
+        ids = list(summary_ids)
+        found: dict[str, Summary] = {}
+        with self.read() as conn:
+            for start in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                for row in conn.execute(
+                    f"SELECT {self._SUM_COLS} FROM summaries WHERE summary_id IN ({marks})", chunk
+                ):
+                    found[row[0]] = self._summary(row)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise NotFoundError(
+                f"no summary {missing[0]}; summary ids look like sum_0123456789abcdef"
+            )
+        return [found[i] for i in ids]
+
+    def summary_sources(self, summary_id: str) -> tuple[list[str], list[int]]:
+        """The summaries a condensed summary was made from, and the messages a leaf covers."""
+        parents = [
+            r[0]
+            for r in self.fetchall(
+                "SELECT parent_summary_id FROM summary_parents WHERE summary_id = ?"
+                " ORDER BY ordinal",
+                (summary_id,),
+            )
+        ]
+        messages = [
+            r[0]
+            for r in self.fetchall(
+                "SELECT message_id FROM summary_messages WHERE summary_id = ? ORDER BY ordinal",
+                (summary_id,),
+            )
+        ]
+        return parents, messages
+
+    def summary_counts(self, conversation_id: int) -> dict[int, int]:
+        """Summaries of a conversation by depth."""
+        rows = self.fetchall(
+            "SELECT depth, count(*) FROM summaries WHERE conversation_id = ? GROUP BY depth",
+            (conversation_id,),
+        )
+        return {int(d): int(n) for d, n in rows}
+
+    def write_summary(
+        self,
+        summary: Summary,
+        sources: Sequence[ContextItem],
+    ) -> None:
+        """Store *summary* and put it in place of *sources* in the context: one transaction.
+
+        *sources* are consecutive context items (messages for a leaf, same-depth summaries for
+        a condensed summary). If the context changed since they were read, nothing is written
+        and :class:`ConflictError` is raised (retrying the pass is safe).
+        """
+        if not sources:
+            raise ValueError("a summary needs at least one source")
+        conv = summary.conversation_id
+        first, last = sources[0].ordinal, sources[-1].ordinal
+        with self.transaction() as conn:
+            current = conn.execute(
+                "SELECT ordinal, message_id, summary_id FROM context_items"
+                " WHERE conversation_id = ? AND ordinal BETWEEN ? AND ? ORDER BY ordinal",
+                (conv, first, last),
+            ).fetchall()
+            expected = [(i.ordinal, i.message_id, i.summary_id) for i in sources]
+            if [tuple(r) for r in current] != expected:
+                raise ConflictError(
+                    f"the context of conversation {conv} changed during compaction; run it again"
+                )
+            conn.execute(
+                f"INSERT INTO summaries ({self._SUM_COLS})"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    summary.summary_id,
+                    conv,
+                    summary.kind,
+                    summary.depth,
+                    summary.content,
+                    summary.token_count,
+                    summary.created_at,
+                    summary.earliest_at,
+                    summary.latest_at,
+                    summary.descendant_count,
+                    dumps(list(summary.file_ids)),
+                    summary.model,
+                ),
+            )
+            if summary.kind == "leaf":
+                conn.executemany(
+                    "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
+                    " VALUES (?, ?, ?)",
+                    [(summary.summary_id, i.message_id, n) for n, i in enumerate(sources)],
+                )
+            else:
+                conn.executemany(
+                    "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
+                    " VALUES (?, ?, ?)",
+                    [(summary.summary_id, i.summary_id, n) for n, i in enumerate(sources)],
+                )
+            self._index_summary(conn, summary.summary_id)
+            conn.execute(
+                "DELETE FROM context_items WHERE conversation_id = ? AND ordinal BETWEEN ? AND ?",
+                (conv, first, last),
+            )
+            conn.execute(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, summary_id,"
+                " created_at) VALUES (?, ?, 'summary', ?, ?)",
+                (conv, first, summary.summary_id, summary.created_at),
+            )
+            self._shift_ordinals(conn, conv, after=last, by=-(last - first))
+
+    @staticmethod
+    def _index_summary(conn: sqlite3.Connection, summary_id: str) -> None:
+        for table in ("summaries_fts", "summaries_trigram"):
+            conn.execute(
+                f"INSERT INTO {table} (rowid, content) SELECT rowid, content FROM summaries"
+                " WHERE summary_id = ?",
+                (summary_id,),
+            )
+
+    @staticmethod
+    def _shift_ordinals(
+        conn: sqlite3.Connection, conversation_id: int, *, after: int, by: int
+    ) -> None:
+        """Move the items after ordinal *after* by *by*, through negative numbers so that the
+        primary key never sees two items on one ordinal, whatever order rows are visited in."""
+        if by == 0:
+            return
+        conn.execute(
+            "UPDATE context_items SET ordinal = -(ordinal + ?) - 1"
+            " WHERE conversation_id = ? AND ordinal > ?",
+            (by, conversation_id, after),
+        )
+        conn.execute(
+            "UPDATE context_items SET ordinal = -ordinal - 1"
+            " WHERE conversation_id = ? AND ordinal < 0",
+            (conversation_id,),
         )
 
     # --- transcript checkpoints ------------------------------------------------------------

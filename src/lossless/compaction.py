@@ -1,0 +1,468 @@
+"""Compaction: leaf passes, condensed passes, and the three modes that drive them.
+
+* **Leaf pass** — the oldest contiguous run of raw messages outside the fresh tail, capped at
+  ``leaf_chunk_tokens`` and never cutting a tool call from its result, becomes one leaf
+  summary (depth 0) linked to its messages; the run is replaced in the context by it.
+* **Condensed pass** — the shallowest depth with enough contiguous same-depth summaries
+  (``leaf_min_fanout`` at depth 0, ``condensed_min_fanout`` above) becomes one summary at the
+  next depth, linked to the summaries it was made from.
+* **Modes** — *incremental* after a turn (a leaf pass when the raw tokens outside the tail
+  exceed ``leaf_chunk_tokens``, then condensation up to ``incremental_max_depth``); *full
+  sweep* (leaf passes until none is eligible, then condensation from the shallowest depth);
+  *until under* a token target (up to ``max_rounds`` sweeps, with the hard fanout floor).
+
+The summarizer is called outside any transaction; each pass then writes in one transaction,
+checking that the context it read is still there. A pass that would not save tokens writes
+nothing, so every written pass makes progress, and the summarizer is called at most a few times
+per chunk of new material (never for history already summarized).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from .model import ContextItem, Summary
+from .summarize.base import Level, SourceItem, Summarizer, SummaryRequest
+from .summarize.escalation import escalate
+from .summarize.prompts import render_sources, system_prompt, user_prompt
+from .timestamps import format_ts, now
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ["CompactionReport", "Compactor", "PassResult", "fresh_tail_start"]
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """One written pass."""
+
+    kind: Literal["leaf", "condensed"]
+    summary_id: str
+    depth: int
+    sources: int
+    tokens_before: int
+    tokens_after: int
+    level: str
+    calls: int
+
+    @property
+    def saved(self) -> int:
+        """Tokens the pass took out of the active context."""
+        return self.tokens_before - self.tokens_after
+
+
+@dataclass
+class CompactionReport:
+    """What a compaction run did."""
+
+    conversation_id: int
+    mode: str
+    tokens_before: int
+    tokens_after: int = 0
+    passes: list[PassResult] = field(default_factory=list)
+    target: int | None = None
+    rounds: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def summarizer_calls(self) -> int:
+        """Summarizer calls made (escalation can make two per pass)."""
+        return sum(p.calls for p in self.passes)
+
+    @property
+    def reached_target(self) -> bool | None:
+        """For ``until`` runs: whether the context ended at or under the target."""
+        return None if self.target is None else self.tokens_after <= self.target
+
+    def by_depth(self) -> dict[int, int]:
+        """Summaries written, by depth."""
+        out: dict[int, int] = {}
+        for p in self.passes:
+            out[p.depth] = out.get(p.depth, 0) + 1
+        return dict(sorted(out.items()))
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "conversation_id": self.conversation_id,
+            "mode": self.mode,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "target": self.target,
+            "reached_target": self.reached_target,
+            "rounds": self.rounds,
+            "summarizer_calls": self.summarizer_calls,
+            "summaries_by_depth": {str(k): v for k, v in self.by_depth().items()},
+            "passes": [
+                {
+                    "kind": p.kind,
+                    "summary_id": p.summary_id,
+                    "depth": p.depth,
+                    "sources": p.sources,
+                    "tokens_before": p.tokens_before,
+                    "tokens_after": p.tokens_after,
+                    "level": p.level,
+                }
+                for p in self.passes
+            ],
+            "errors": self.errors,
+        }
+
+
+def fresh_tail_start(
+    items: Sequence[ContextItem], count: int, max_tokens: int | None = None
+) -> int:
+    """Index of the first item of the fresh tail (``len(items)`` when the tail is empty).
+
+    The tail is the last *count* raw messages, moved back to the start of their user turn so
+    that a turn is not split from its assistant and tool messages (when the turn start is
+    within another *count* messages; an autonomous run longer than that is cut where no tool
+    result is separated from its call). With *max_tokens*, whole turns leave the front of the
+    tail while it is larger than that, down to the last turn.
+    """
+    positions = [i for i, it in enumerate(items) if it.item_type == "message"]
+    if count <= 0 or not positions:
+        return len(items)
+    start = positions[0] if len(positions) <= count else positions[-count]
+    limit = max(0, start - count)
+    back = start
+    while back > limit and items[back].role != "user" and items[back - 1].item_type == "message":
+        back -= 1
+    if items[back].role == "user":
+        start = back
+    else:
+        while start > 0 and items[start].role == "tool" and items[start - 1].item_type == "message":
+            start -= 1
+    if max_tokens is not None:
+        while sum(it.tokens for it in items[start:]) > max_tokens:
+            nxt = next((i for i in range(start + 1, len(items)) if items[i].role == "user"), None)
+            if nxt is None:
+                break
+            start = nxt
+    return start
+
+
+class Compactor:
+    """Runs passes for one engine with one summarizer (the caller holds the conversation lock)."""
+
+    def __init__(self, engine: Engine, summarizer: Summarizer) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.config = engine.config
+        self.summarizer = summarizer
+
+    # --- planning --------------------------------------------------------------------------
+
+    def tail_start(self, items: Sequence[ContextItem]) -> int:
+        """Where the protected fresh tail begins."""
+        return fresh_tail_start(
+            items, self.config.fresh_tail_count, self.config.fresh_tail_max_tokens
+        )
+
+    def raw_tokens_outside_tail(self, items: Sequence[ContextItem]) -> int:
+        """Tokens of raw messages that a leaf pass could take."""
+        tail = self.tail_start(items)
+        return sum(it.tokens for it in items[:tail] if it.item_type == "message")
+
+    def leaf_chunk(self, items: Sequence[ContextItem]) -> list[ContextItem]:
+        """The next leaf chunk: oldest raw run outside the tail, capped, tool pairs whole."""
+        tail = self.tail_start(items)
+        first = next((i for i in range(tail) if items[i].item_type == "message"), None)
+        if first is None:
+            return []
+        run_end = first
+        while run_end < tail and items[run_end].item_type == "message":
+            run_end += 1
+        cap = self.config.leaf_chunk_tokens
+        end, used = first, 0
+        while end < run_end and (end == first or used + items[end].tokens <= cap):
+            used += items[end].tokens
+            end += 1
+        return list(items[first : self._pair_tools(items, first, end, run_end)])
+
+    def _pair_tools(self, items: Sequence[ContextItem], first: int, end: int, run_end: int) -> int:
+        """Move the chunk end so that no tool call in it has its result outside it."""
+        ids = [it.message_id for it in items[first:run_end] if it.message_id is not None]
+        links = self.store.tool_links(ids)
+
+        def unanswered(stop: int) -> dict[str, int]:
+            open_calls: dict[str, int] = {}
+            for i in range(first, stop):
+                calls, results = links.get(items[i].message_id or -1, (set(), set()))
+                for c in calls:
+                    open_calls[c] = i
+                for r in results:
+                    open_calls.pop(r, None)
+            return open_calls
+
+        open_calls = unanswered(end)
+        while open_calls and end < run_end:
+            # Take the results that follow, if they are in this run.
+            calls, results = links.get(items[end].message_id or -1, (set(), set()))
+            if not results and not calls and items[end].role != "tool":
+                break
+            end += 1
+            open_calls = unanswered(end)
+        if open_calls:
+            # The results are beyond the run: end the chunk before the first open call.
+            cut = min(open_calls.values())
+            if cut > first:
+                end = cut
+        return end
+
+    def condensed_chunk(
+        self,
+        items: Sequence[ContextItem],
+        *,
+        max_depth: int | None = None,
+        hard: bool = False,
+    ) -> list[ContextItem]:
+        """The oldest run of same-depth summaries at the shallowest eligible depth."""
+        tail = self.tail_start(items)
+        runs: list[tuple[int, int, int]] = []  # (depth, start, end)
+        i = 0
+        while i < tail:
+            it = items[i]
+            if it.item_type != "summary" or it.depth is None:
+                i += 1
+                continue
+            j = i
+            while j < tail and items[j].item_type == "summary" and items[j].depth == it.depth:
+                j += 1
+            runs.append((it.depth, i, j))
+            i = j
+        cfg = self.config
+        for depth in sorted({d for d, _, _ in runs}):
+            if max_depth is not None and max_depth >= 0 and depth + 1 > max_depth:
+                continue
+            if hard:
+                fanout = cfg.condensed_min_fanout_hard
+            else:
+                fanout = cfg.leaf_min_fanout if depth == 0 else cfg.condensed_min_fanout
+            for d, start, end in runs:
+                if d != depth or end - start < fanout:
+                    continue
+                stop, used = start, 0
+                while stop < end and (
+                    stop - start < fanout or used + items[stop].tokens <= cfg.leaf_chunk_tokens
+                ):
+                    used += items[stop].tokens
+                    stop += 1
+                return list(items[start:stop])
+        return []
+
+    # --- passes ----------------------------------------------------------------------------
+
+    def leaf_pass(self, conversation_id: int) -> PassResult | None:
+        """Run one leaf pass; ``None`` when nothing is eligible or nothing would be saved."""
+        items = self.store.context(conversation_id)
+        chunk = self.leaf_chunk(items)
+        if not chunk:
+            return None
+        messages = self.store.get_messages_by_id([it.message_id for it in chunk if it.message_id])
+        sources = tuple(
+            SourceItem(
+                ref=f"msg#{m.message_id}",
+                role=m.role,
+                text=m.content,
+                earliest_at=m.created_at,
+                latest_at=m.created_at,
+                tokens=m.token_count,
+            )
+            for m in messages
+        )
+        previous = self._previous_context(items, chunk[0].ordinal, depth=0)
+        return self._write(conversation_id, "leaf", 0, chunk, sources, previous, descendants=0)
+
+    def condensed_pass(
+        self, conversation_id: int, *, max_depth: int | None = None, hard: bool = False
+    ) -> PassResult | None:
+        """Run one condensed pass; ``None`` when nothing is eligible or nothing would be saved."""
+        items = self.store.context(conversation_id)
+        chunk = self.condensed_chunk(items, max_depth=max_depth, hard=hard)
+        if not chunk:
+            return None
+        parents = self.store.get_summaries([it.summary_id for it in chunk if it.summary_id])
+        sources = tuple(
+            SourceItem(
+                ref=s.summary_id,
+                role="summary",
+                text=s.content,
+                earliest_at=s.earliest_at or s.created_at,
+                latest_at=s.latest_at or s.created_at,
+                tokens=s.token_count,
+            )
+            for s in parents
+        )
+        depth = parents[0].depth + 1
+        previous = self._previous_context(items, chunk[0].ordinal, depth=depth)
+        descendants = sum(1 + p.descendant_count for p in parents)
+        file_ids = tuple(dict.fromkeys(f for p in parents for f in p.file_ids))
+        return self._write(
+            conversation_id,
+            "condensed",
+            depth,
+            chunk,
+            sources,
+            previous,
+            descendants=descendants,
+            file_ids=file_ids,
+        )
+
+    def _previous_context(
+        self, items: Sequence[ContextItem], before: int, *, depth: int
+    ) -> str | None:
+        for it in reversed(items):
+            if it.ordinal < before and it.item_type == "summary" and it.depth == depth:
+                return self.store.get_summaries([str(it.summary_id)])[0].content
+        return None
+
+    def _write(
+        self,
+        conversation_id: int,
+        kind: Literal["leaf", "condensed"],
+        depth: int,
+        chunk: list[ContextItem],
+        sources: tuple[SourceItem, ...],
+        previous: str | None,
+        *,
+        descendants: int,
+        file_ids: tuple[str, ...] = (),
+    ) -> PassResult | None:
+        cfg = self.config
+        condensed = kind == "condensed"
+        target = cfg.condensed_target_tokens if condensed else cfg.leaf_target_tokens
+        input_tokens = sum(s.tokens for s in sources)
+        calls = 0
+
+        def make(level: Level, target_tokens: int, temperature: float) -> SummaryRequest:
+            nonlocal calls
+            calls += 1
+            return SummaryRequest(
+                kind=kind,
+                depth=depth,
+                level=level,
+                sources=sources,
+                target_tokens=target_tokens,
+                temperature=temperature,
+                system=system_prompt(),
+                prompt=user_prompt(
+                    sources,
+                    depth=depth,
+                    level=level,
+                    target_tokens=target_tokens,
+                    previous_context=previous,
+                    condensed=condensed,
+                ),
+                previous_context=previous,
+                max_output_tokens=3 * target_tokens,
+            )
+
+        outcome = escalate(
+            self.summarizer,
+            make,
+            input_tokens=input_tokens,
+            target_tokens=target,
+            source_text=render_sources(sources, condensed=condensed),
+            fallback_max_tokens=cfg.fallback_max_tokens,
+            counter=self.engine.token_counter,
+        )
+        if outcome.tokens >= input_tokens:
+            return None
+        created = format_ts(now())
+        digest = hashlib.sha256(
+            f"{conversation_id}\0{chunk[0].ordinal}\0{created}\0{outcome.text}".encode(
+                "utf-8", "surrogatepass"
+            )
+        ).hexdigest()
+        summary = Summary(
+            summary_id="sum_" + digest[:16],
+            conversation_id=conversation_id,
+            kind=kind,
+            depth=depth,
+            content=outcome.text,
+            token_count=outcome.tokens,
+            created_at=created,
+            earliest_at=min(s.earliest_at for s in sources),
+            latest_at=max(s.latest_at for s in sources),
+            descendant_count=descendants,
+            file_ids=file_ids,
+            model=outcome.model if outcome.level != "fallback" else "fallback",
+        )
+        self.store.write_summary(summary, chunk)
+        return PassResult(
+            kind=kind,
+            summary_id=summary.summary_id,
+            depth=depth,
+            sources=len(chunk),
+            tokens_before=input_tokens,
+            tokens_after=outcome.tokens,
+            level=outcome.level,
+            calls=calls,
+        )
+
+    # --- modes -----------------------------------------------------------------------------
+
+    def _tokens(self, conversation_id: int) -> int:
+        return sum(it.tokens for it in self.store.context(conversation_id))
+
+    def incremental(self, conversation_id: int) -> CompactionReport:
+        """After a turn: a leaf pass if enough raw material built up, then condensation."""
+        items = self.store.context(conversation_id)
+        report = CompactionReport(conversation_id, "incremental", sum(i.tokens for i in items))
+        if self.raw_tokens_outside_tail(items) > self.config.leaf_chunk_tokens:
+            result = self.leaf_pass(conversation_id)
+            if result is not None:
+                report.passes.append(result)
+                max_depth = self.config.incremental_max_depth
+                while max_depth != 0:
+                    condensed = self.condensed_pass(conversation_id, max_depth=max_depth)
+                    if condensed is None:
+                        break
+                    report.passes.append(condensed)
+        report.tokens_after = self._tokens(conversation_id)
+        return report
+
+    def full_sweep(self, conversation_id: int, *, hard: bool = False) -> CompactionReport:
+        """Leaf passes until none is eligible, then condensation from the shallowest depth."""
+        report = CompactionReport(conversation_id, "full", self._tokens(conversation_id))
+        self._sweep(conversation_id, report, hard=hard)
+        report.tokens_after = self._tokens(conversation_id)
+        return report
+
+    def _sweep(self, conversation_id: int, report: CompactionReport, *, hard: bool) -> bool:
+        progressed = False
+        while True:
+            result = self.leaf_pass(conversation_id)
+            if result is None or result.saved <= 0:
+                break
+            report.passes.append(result)
+            progressed = True
+        while True:
+            result = self.condensed_pass(conversation_id, hard=hard)
+            if result is None or result.saved <= 0:
+                break
+            report.passes.append(result)
+            progressed = True
+        return progressed
+
+    def until_under(self, conversation_id: int, target: int) -> CompactionReport:
+        """Up to ``max_rounds`` sweeps until the context is at or under *target* tokens."""
+        report = CompactionReport(
+            conversation_id, "until", self._tokens(conversation_id), target=target
+        )
+        hard = False
+        for _ in range(self.config.max_rounds):
+            if self._tokens(conversation_id) <= target:
+                break
+            report.rounds += 1
+            if not self._sweep(conversation_id, report, hard=hard):
+                if hard:
+                    break
+                hard = True  # under pressure: condense with the hard fanout floor
+        report.tokens_after = self._tokens(conversation_id)
+        return report

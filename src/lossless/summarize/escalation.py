@@ -1,0 +1,111 @@
+"""Three-level escalation: normal → aggressive → deterministic fallback.
+
+1. *Normal*: the standard prompt at temperature 0.2.
+2. *Aggressive*: if the normal call fails, or its summary is not smaller than its input, the
+   tighter prompt at temperature 0.1 and a lower target.
+3. *Fallback*: if that fails too, deterministic truncation of the source to about
+   ``fallback_max_tokens`` with a visible marker.
+
+So a compaction pass always makes progress, whatever the model does. A summary far above its
+target (more than 3×) is cut down to 3× the target.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from ..tokens import TokenCounter, estimate_tokens
+from .base import Level, Summarizer, SummaryRequest
+
+__all__ = ["TRUNCATION_MARKER", "Outcome", "escalate", "truncate_to_tokens"]
+
+logger = logging.getLogger(__name__)
+
+TRUNCATION_MARKER = "[Truncated for context management]"
+NORMAL_TEMPERATURE = 0.2
+AGGRESSIVE_TEMPERATURE = 0.1
+AGGRESSIVE_TARGET_SHARE = 0.5
+CAP_FACTOR = 3
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The summary escalation settled on, and how it got there."""
+
+    text: str
+    tokens: int
+    level: Literal["normal", "aggressive", "fallback"]
+    model: str | None
+    errors: tuple[str, ...] = ()
+    capped: bool = False
+
+
+def truncate_to_tokens(text: str, max_tokens: int, counter: TokenCounter | None = None) -> str:
+    """Cut *text* to about *max_tokens* (at a line or word boundary) and add the marker."""
+    count = counter.count if counter is not None else estimate_tokens
+    if count(text) <= max_tokens:
+        return text
+    # Characters per token of this text, to find the cut without counting every prefix.
+    ratio = len(text) / max(count(text), 1)
+    limit = max(1, int((max_tokens - 8) * ratio))
+    cut = text[:limit]
+    boundary = max(cut.rfind("\n"), cut.rfind(" "))
+    if boundary > limit // 2:
+        cut = cut[:boundary]
+    return cut.rstrip() + "\n" + TRUNCATION_MARKER
+
+
+def escalate(
+    summarizer: Summarizer,
+    make_request: Callable[[Level, int, float], SummaryRequest],
+    *,
+    input_tokens: int,
+    target_tokens: int,
+    source_text: str,
+    fallback_max_tokens: int,
+    counter: TokenCounter | None = None,
+) -> Outcome:
+    """Run the escalation for one summary; never raises for a summarizer's failure."""
+    count = counter.count if counter is not None else estimate_tokens
+    errors: list[str] = []
+    attempts: list[tuple[Level, int, float]] = [
+        ("normal", target_tokens, NORMAL_TEMPERATURE),
+        (
+            "aggressive",
+            max(16, int(target_tokens * AGGRESSIVE_TARGET_SHARE)),
+            AGGRESSIVE_TEMPERATURE,
+        ),
+    ]
+    for level, target, temperature in attempts:
+        request = make_request(level, target, temperature)
+        try:
+            result = summarizer.summarize(request)
+        except Exception as exc:  # any provider's failure leads to the next level, never up
+            logger.warning(
+                "summarizer %s failed (%s): %s", summarizer.name, level, exc, exc_info=exc
+            )
+            errors.append(f"{level}: {type(exc).__name__}: {exc}")
+            continue
+        text = (result.text or "").strip()
+        if not text:
+            errors.append(f"{level}: empty summary")
+            continue
+        tokens = count(text)
+        if tokens >= input_tokens:
+            errors.append(f"{level}: summary of {tokens} tokens is not smaller than its input")
+            continue
+        capped = False
+        if tokens > CAP_FACTOR * target:
+            text = truncate_to_tokens(text, CAP_FACTOR * target, counter)
+            tokens = count(text)
+            capped = True
+        return Outcome(text, tokens, level, result.model or summarizer.model, tuple(errors), capped)
+    text = truncate_to_tokens(source_text, fallback_max_tokens, counter)
+    if count(text) >= input_tokens and input_tokens > 0:
+        # The source is already smaller than the fallback size: keep it whole (still marked,
+        # so doctor can find summaries that no model wrote).
+        text = source_text.rstrip() + "\n" + TRUNCATION_MARKER
+    return Outcome(text, count(text), "fallback", None, tuple(errors))

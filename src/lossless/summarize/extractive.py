@@ -1,0 +1,296 @@
+"""The offline default summarizer: deterministic extraction, no model.
+
+It cuts the sources into units (lines, then sentences), scores each unit for what a later
+reader needs — requests and who made them, decisions and their reasons, constraints, open
+tasks, file paths, identifiers, commands, error messages, numbers and dates, names — drops
+chatter and repetition, and keeps the best units that fit the target, in their original order,
+each with its time and speaker. It ends with ``Expand for details about: ...`` naming what was
+left out, so the agent knows when to drill down.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from ..tokens import estimate_tokens
+from .base import SourceItem, Summarizer, SummaryRequest, SummaryResult
+from .registry import register
+
+__all__ = ["ExtractiveSummarizer"]
+
+EXPAND_PREFIX = "Expand for details about:"
+
+_DECISION = re.compile(
+    r"\b(decid\w*|decision|chose|choose|chosen|agreed?|going with|will use|we'll|let's|"
+    r"because|so that|instead of|rather than|must|mustn't|never|always|constraint|require[sd]?|"
+    r"todo|to do|next step|next,|plan\w*|open question|blocked|pending|remaining|deadline|"
+    r"important|remember|note that|fixed|resolved|root cause)\b",
+    re.I,
+)
+_ERROR = re.compile(
+    r"(error|exception|traceback|failed|failure|fatal|denied|refused|not found|timeout|"
+    r"timed out|panic|segfault|assert\w*|\b[45]\d\d\b)",
+    re.I,
+)
+_PATH = re.compile(
+    r"(?:[\w.~-]+/)+[\w.-]+|\b[\w-]+\.(?:py|ts|tsx|js|jsx|json|toml|ya?ml|md|sql|rs|go|java|"
+    r"kt|c|h|cc|cpp|hpp|rb|php|sh|txt|csv|html|css|ini|cfg|lock|proto)\b"
+)
+_IDENT = re.compile(
+    r"`[^`]+`|\b[a-z]+(?:_[a-z0-9]+)+\b|\b[a-z]+[A-Z]\w+\b|\b[A-Z][a-z]+[A-Z]\w+\b|\w+\(\)"
+)
+_COMMAND = re.compile(
+    r"^\s*\$ |\b(pytest|git (?:commit|push|pull|checkout|rebase|merge)|npm |pnpm |yarn |pip |"
+    r"uv |make |docker |kubectl |curl |cargo |go (?:test|build|run)|python -m)\b"
+)
+_NUMBER = re.compile(r"\d")
+_DATE = re.compile(
+    r"\b(\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)"
+    r"[a-z]*\.? \d{1,2}|\d{1,2} (?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*|"
+    r"yesterday|today|tomorrow|last (?:week|month|year|night)|next (?:week|month|year)|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|v?\d+\.\d+(?:\.\d+)?)\b",
+    re.I,
+)
+_NAME = re.compile(r"(?<=[a-z,;:] )[A-Z][a-zA-Z]{2,}")
+_FIRST_PERSON_FACT = re.compile(
+    r"\b(I|we|my|our)\b[^.?!]{0,40}\b(am|was|were|have|had|got|went|go|started|joined|moved|"
+    r"bought|love|like|prefer|hate|plan|planning|working|work|live|lived|made|visited|"
+    r"adopted|finished|lost|won|signed|met)\b",
+    re.I,
+)
+_CHATTER = re.compile(
+    r"^(ok(ay)?|k|thanks?( you)?( so much)?|thx|great|nice|cool|sure|sounds (good|great|right)"
+    r"( to me)?|yes|yep|yeah|no|nope|alright|got it|perfect|awesome|lol|haha|hi|hello|hey|"
+    r"good (morning|night)|continuing( with the next item)?|carry on|go on|great, carry on)"
+    r"[\s.!,:)-]*$",
+    re.I,
+)
+_ACK_START = re.compile(
+    r"^(ok|okay|thanks|thank you|great|nice|cool|sure|sounds|perfect|awesome|good|lgtm|yes|no)\b",
+    re.I,
+)
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
+_FOOTER_SPLIT = re.compile(r",\s*")
+
+MAX_UNIT_CHARS = 400
+MAX_UNITS_PER_TOOL_OUTPUT = 3
+
+
+@dataclass
+class _Unit:
+    index: int  # position in the source order
+    source: int  # which source item
+    text: str
+    tokens: int
+    score: float
+    role: str
+    tool_output: bool = False
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) <= MAX_UNIT_CHARS:
+        return text
+    cut = text[:MAX_UNIT_CHARS]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > MAX_UNIT_CHARS // 2 else cut) + " …"
+
+
+def _score(text: str, role: str) -> float:
+    if _CHATTER.match(text):
+        return -1.0
+    if (
+        len(text.split()) <= 6
+        and _ACK_START.match(text)
+        and not _NUMBER.search(text)
+        and not _PATH.search(text)
+    ):
+        return -1.0  # "Thanks, that looks good." and the like
+    score = {"user": 2.0, "assistant": 1.0, "system": 1.0, "summary": 1.0}.get(role, 0.0)
+    if _DECISION.search(text):
+        score += 3.0
+    if _ERROR.search(text):
+        score += 2.5
+    if _PATH.search(text):
+        score += 2.0
+    if _COMMAND.search(text):
+        score += 1.5
+    if _IDENT.search(text):
+        score += 1.0
+    if _DATE.search(text):
+        score += 1.5
+    elif _NUMBER.search(text):
+        score += 1.0
+    names = len(_NAME.findall(text))
+    score += min(names, 3) * 0.7
+    if _FIRST_PERSON_FACT.search(text):
+        score += 1.5
+    if role == "user" and text.rstrip().endswith("?"):
+        score += 1.0
+    words = len(text.split())
+    if words <= 3:
+        score -= 1.5
+    return score
+
+
+def _units_of(item: SourceItem, source: int, start: int, counter: Counter[str]) -> list[_Unit]:
+    """Cut one source into units; tool outputs keep only their most telling lines."""
+    text = item.text
+    if item.role == "summary":
+        text = "\n".join(line for line in text.splitlines() if not line.startswith(EXPAND_PREFIX))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    pieces: list[str] = []
+    for line in lines:
+        if item.role in ("tool",) or len(line) <= MAX_UNIT_CHARS:
+            pieces.append(line)
+        else:
+            pieces.extend(s for s in _SENTENCE_SPLIT.split(line) if s.strip())
+    units = []
+    tool = item.role == "tool"
+    for n, piece in enumerate(pieces):
+        clipped = _clip(piece)
+        score = _score(clipped, item.role)
+        if tool:
+            # Tool output: the first line and lines with errors or results carry the news.
+            if n == 0:
+                score += 1.0
+            counter["tool output lines"] += 1
+        units.append(
+            _Unit(start + n, source, clipped, estimate_tokens(clipped), score, item.role, tool)
+        )
+    if tool and len(units) > MAX_UNITS_PER_TOOL_OUTPUT:
+        keep = sorted(units, key=lambda u: (-u.score, u.index))[:MAX_UNITS_PER_TOOL_OUTPUT]
+        keep_ids = {u.index for u in keep}
+        dropped = [u for u in units if u.index not in keep_ids]
+        counter["full tool outputs"] += 1 if dropped else 0
+        units = [u for u in units if u.index in keep_ids]
+    return units
+
+
+def _short(stamp: str) -> str:
+    if len(stamp) >= 16 and stamp[10] == "T":
+        return f"{stamp[:10]} {stamp[11:16]}"
+    return stamp
+
+
+def _footer_items(sources: tuple[SourceItem, ...]) -> list[str]:
+    """The 'Expand for details about' items of summaries being condensed."""
+    items: list[str] = []
+    for item in sources:
+        for line in item.text.splitlines():
+            if line.startswith(EXPAND_PREFIX):
+                rest = line[len(EXPAND_PREFIX) :].strip().rstrip(".")
+                items.extend(x.strip() for x in _FOOTER_SPLIT.split(rest) if x.strip())
+    return items
+
+
+@register("extractive")
+class ExtractiveSummarizer(Summarizer):
+    """Deterministic, offline extraction (the default)."""
+
+    name = "extractive"
+    offline = True
+    deterministic = True
+    model = "extractive"
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        omitted: Counter[str] = Counter()
+        units: list[_Unit] = []
+        for s, item in enumerate(request.sources):
+            units.extend(_units_of(item, s, s * 100_000, omitted))
+        threshold = 1.0 if request.level == "aggressive" else 0.0
+        seen: set[str] = set()
+        candidates: list[_Unit] = []
+        for u in units:
+            key = re.sub(r"\W+", " ", u.text.lower()).strip()
+            if u.score < threshold or not key:
+                omitted["chatter"] += 1 if u.score < 0 else 0
+                continue
+            if key in seen:
+                omitted["repeated lines"] += 1
+                continue
+            seen.add(key)
+            candidates.append(u)
+        budget = max(16, request.target_tokens - 24)  # room for the footer
+        prefix_cost = 8  # "[date time] role: " per line, about
+        chosen: list[_Unit] = []
+        used = 0
+        # Who asked what: the first unit of every user message goes first, then by density.
+        firsts = {}
+        for u in candidates:
+            if u.role == "user" and u.source not in firsts and u.score >= 3.0:
+                firsts[u.source] = u
+        ranked = sorted(
+            candidates,
+            key=lambda u: (
+                0 if firsts.get(u.source) is u else 1,
+                -(u.score / math.sqrt(max(u.tokens, 4))),
+                u.index,
+            ),
+        )
+        for u in ranked:
+            cost = u.tokens + prefix_cost
+            if used + cost > budget:
+                continue
+            chosen.append(u)
+            used += cost
+        chosen.sort(key=lambda u: u.index)
+        left_out = [u for u in candidates if u not in chosen]
+        lines = self._render(request, chosen)
+        footer = self._footer(request, left_out, omitted)
+        text = "\n".join([*lines, footer])
+        return SummaryResult(text=text, model=self.model)
+
+    @staticmethod
+    def _render(request: SummaryRequest, chosen: list[_Unit]) -> list[str]:
+        lines: list[str] = []
+        current = -1
+        for u in chosen:
+            item = request.sources[u.source]
+            if item.role == "summary":
+                if u.source != current:
+                    lines.append(
+                        f"[{_short(item.earliest_at)} – {_short(item.latest_at)}] ({item.ref})"
+                    )
+                    current = u.source
+                lines.append(u.text if u.text.startswith(("[", "-", "•")) else f"- {u.text}")
+            else:
+                if u.source == current and lines:
+                    lines[-1] += " " + u.text
+                else:
+                    who = "tool output" if u.tool_output else item.role
+                    lines.append(f"[{_short(item.earliest_at)}] {who} ({item.ref}): {u.text}")
+                    current = u.source
+        return lines
+
+    @staticmethod
+    def _footer(request: SummaryRequest, left_out: list[_Unit], omitted: Counter[str]) -> str:
+        items: list[str] = []
+        errors = [u for u in left_out if _ERROR.search(u.text)]
+        if errors:
+            items.append("exact error messages")
+        if omitted["full tool outputs"] or any(u.tool_output for u in left_out):
+            items.append("full tool outputs")
+        paths: list[str] = []
+        for u in left_out:
+            for p in _PATH.findall(u.text):
+                if p not in paths:
+                    paths.append(p)
+        if paths:
+            items.append("files " + " ".join(paths[:4]))
+        if any(_COMMAND.search(u.text) for u in left_out):
+            items.append("commands run")
+        if omitted["chatter"]:
+            items.append("small talk")
+        rest = len(left_out) - len(errors)
+        if rest > 0:
+            items.append(f"{rest} more line(s) of discussion")
+        items.extend(_footer_items(request.sources))
+        unique = list(dict.fromkeys(items))[:8]
+        first = request.sources[0].ref if request.sources else ""
+        last = request.sources[-1].ref if request.sources else ""
+        scope = f" (sources {first} … {last})" if first else ""
+        return f"{EXPAND_PREFIX} {', '.join(unique) or 'nothing left out'}{scope}"
