@@ -105,14 +105,51 @@ def test_config_command_shows_overrides(
     assert json.loads(res.out)["fresh_tail_count"] == 12
 
 
-def test_demo_runs_offline_and_reports(run_cli) -> None:  # type: ignore[no-untyped-def]
-    res = run_cli("demo", "--turns", "40", "--json")
+def test_demo_replays_with_compaction_and_recovers_the_first_turn(run_cli) -> None:  # type: ignore[no-untyped-def]
+    res = run_cli("demo", "--turns", "300", "--budget", "16000", "--json")
     assert res.code == 0, res
     report = json.loads(res.out)
-    assert report["messages"] == 272
-    assert report["reimport"]["imported"] == 0
+    assert report["messages_stored"] == 2040
     assert report["doctor_problems"] == 0
-    assert "Decision:" in json.dumps(report["sample_message"])
+    assert report["context_tokens"] < report["raw_tokens"] / 3
+    assert report["peak_context_tokens"] <= 16000
+    assert int(report["summaries_by_depth"]["0"]) > 0
+    trail = report["retrieved"]
+    assert trail["seq"] == 4
+    assert "cursor-based pagination" in trail["text"]
+    assert trail["chain_to_context"][-1]["in_context"] is True
+
+
+def test_compact_and_its_dry_run(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "x.db")
+    transcript = write_session(tmp_path / "s.jsonl", 200, session_id="long")
+    assert run_cli("--db", db, "import", str(transcript)).code == 0
+    plan = json.loads(run_cli("--db", db, "compact", "long", "--dry-run", "--json").out)
+    assert plan["leaf_passes_about"] >= 1
+    assert json.loads(run_cli("--db", db, "stats", "--json").out)["summaries"] == 0
+    done = json.loads(run_cli("--db", db, "compact", "long", "--json").out)
+    assert done["tokens_after"] < done["tokens_before"]
+    assert done["passes"] and done["passes"][0]["kind"] == "leaf"
+    listed = json.loads(run_cli("--db", db, "conversations", "--json").out)[0]
+    assert listed["summaries"] == len(done["passes"])
+    assert listed["messages"] == 1360
+    until = run_cli("--db", db, "compact", "long", "--until", "5000")
+    assert until.code == 0
+    assert "target 5,000" in until.out
+
+
+def test_replay_reports_compaction_per_turn(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    transcript = write_session(tmp_path / "s.jsonl", 120)
+    res = run_cli("replay", str(transcript), "--budget", "12000", "--json")
+    assert res.code == 0, res
+    data = json.loads(res.out)
+    assert data["turns"] == 120
+    assert data["messages"] == 816
+    assert data["compaction_events"]
+    assert data["peak_context_tokens"] <= 12000
+    text = run_cli("replay", str(transcript), "--budget", "12000")
+    assert "compacted:" in text.out
+    assert "replayed 120 turns" in text.out
 
 
 def test_the_installed_console_script_runs(tmp_path: Path) -> None:

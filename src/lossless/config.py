@@ -81,6 +81,14 @@ class Config:
             minimum=0.05, maximum=1.0, help="share of the budget that triggers compaction"
         ),
     )
+    compaction_target: float = field(
+        default=0.5,
+        metadata=_opt(
+            minimum=0.05,
+            maximum=1.0,
+            help="share of the budget compaction aims for once the threshold is crossed",
+        ),
+    )
     fresh_tail_count: int = field(
         default=64, metadata=_opt(minimum=0, help="recent raw messages never compacted")
     )

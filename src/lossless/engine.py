@@ -226,14 +226,20 @@ class Engine:
         format: str | None = None,
         external_ids: Sequence[str | None] | None = None,
     ) -> IngestResult:
-        """Store several messages in one transaction (all or nothing), in order."""
+        """Store several messages in one transaction (all or nothing), in order.
+
+        Items may be messages of any supported shape, or messages already passed through
+        :meth:`normalize` (to set each one's id, time or metadata).
+        """
         items = list(messages)
         if external_ids is not None and len(external_ids) != len(items):
             raise ValueError(
                 f"external_ids has {len(external_ids)} entries for {len(items)} messages"
             )
         norms = [
-            self.normalize(
+            m
+            if isinstance(m, NormalizedMessage)
+            else self.normalize(
                 m, format=format, external_id=None if external_ids is None else external_ids[i]
             )
             for i, m in enumerate(items)
@@ -286,7 +292,8 @@ class Engine:
 
         Compaction is incremental (a leaf pass once enough raw material is outside the fresh
         tail, then condensation up to ``incremental_max_depth``); with *token_budget*, a
-        context above ``context_threshold`` of it is compacted down under that threshold.
+        context above ``context_threshold`` of it is compacted down to ``compaction_target``
+        of it.
         Compaction is best effort: a failure is logged and reported, never raised, so the
         conversation goes on. With ``background_compaction`` it runs in a worker thread.
         """
@@ -304,8 +311,13 @@ class Engine:
     def _turn_compaction(self, conversation_id: int, token_budget: int | None) -> CompactionReport:
         report = self.compact(conversation_id, mode="incremental")
         if token_budget is not None:
-            target = int(token_budget * self.config.context_threshold)
-            if report.tokens_after > target:
+            threshold = int(token_budget * self.config.context_threshold)
+            # Crossing the threshold compacts down to the (lower) target, so the next turns
+            # have headroom instead of triggering a small compaction each.
+            target = int(
+                token_budget * min(self.config.compaction_target, self.config.context_threshold)
+            )
+            if report.tokens_after > threshold:
                 over = self.compact(conversation_id, until=target)
                 report.passes.extend(over.passes)
                 report.rounds = over.rounds

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.markup import escape
 
-from ..config import load_config
+from .. import doctor
 from ..engine import Engine
+from ..replay import replay_transcript
 from ..sample import write_session
 from .output import State, emit_json, json_option, pass_state, stdout
+
+#: A fact stated in the first turn of the generated session, found again at the end.
+CANARY = "cursor-based pagination"
 
 
 @click.command("demo")
@@ -26,86 +30,148 @@ from .output import State, emit_json, json_option, pass_state, stdout
     help="Turns of the generated session.",
 )
 @click.option(
-    "--seed", type=int, default=7, show_default=True, help="Seed of the generated session."
+    "--budget",
+    type=click.IntRange(min=1000),
+    default=32_000,
+    show_default=True,
+    help="Token budget of the replayed agent.",
 )
-@click.option(
-    "--keep", is_flag=True, help="Keep the generated transcript and database (prints where)."
-)
+@click.option("--seed", type=int, default=7, show_default=True, help="Seed of the session.")
+@click.option("--keep", is_flag=True, help="Keep the transcript and database; print where.")
 @json_option
 @pass_state
-def demo_command(state: State, turns: int, seed: int, keep: bool, as_json: bool) -> None:
-    """Generate a long agent session, import it into a fresh store, and report.
+def demo_command(
+    state: State, turns: int, budget: int, seed: int, keep: bool, as_json: bool
+) -> None:
+    """Replay a long generated agent session with compaction, offline, and report.
 
-    Runs offline with no API key: a deterministic coding-agent session (tool calls, file
-    reads and edits, failing tests, decisions) is written as an OpenClaw transcript,
-    imported, imported again (nothing is stored twice), and checked with doctor.
+    A deterministic coding-agent session (tool calls, file reads and edits, failing tests,
+    decisions) is written as an OpenClaw transcript and fed turn by turn to a fresh store with
+    a token budget, as an agent host would, using the offline extractive summarizer. The
+    report shows what was stored, the summary DAG, the context against the raw history, and
+    a detail from the first turn recovered exactly through the DAG.
     """
     workdir = Path(tempfile.mkdtemp(prefix="lossless-demo-"))
     transcript = write_session(workdir / "demo-session.jsonl", turns, seed=seed)
     db = Path(state.db) if state.db else workdir / "demo.db"
-    with Engine.open(db, config=state.config if state.config_path else load_config()) as engine:
-        started = time.perf_counter()
-        first = engine.bootstrap(transcript)[0]
-        import_seconds = time.perf_counter() - started
-        again = engine.bootstrap(transcript)[0]
-        messages = engine.messages(first.conversation_id)
-        roles = Counter(m.role for m in messages)
-        parts = Counter(p.type for m in messages for p in m.parts)
-        tokens = sum(m.token_count for m in messages)
-        from .. import doctor
-
+    started = time.perf_counter()
+    with Engine.open(db, config=state.config) as engine:
+        report = replay_transcript(engine, transcript, budget)
+        seconds = time.perf_counter() - started
+        conv = report.conversation_id
+        items = engine.context(conv)
+        by_depth = engine.store.summary_counts(conv)
         problems = doctor.check(engine.store)
-        sample = next(m for m in messages if "Decision:" in m.content)
-        exact = sample.to_source()
+        trail = _trail(engine, conv)
+    last = report.turns[-1]
     result: dict[str, Any] = {
-        "transcript": str(transcript),
-        "transcript_bytes": transcript.stat().st_size,
-        "database": str(db),
         "turns": turns,
-        "messages": len(messages),
-        "messages_by_role": dict(sorted(roles.items())),
-        "parts_by_type": dict(sorted(parts.items())),
-        "tokens": tokens,
-        "import_seconds": round(import_seconds, 3),
-        "messages_per_second": round(len(messages) / import_seconds) if import_seconds else None,
-        "reimport": {"mode": again.mode, "imported": again.imported},
+        "budget": budget,
+        "seconds": round(seconds, 2),
+        "messages_stored": sum(t.messages for t in report.turns),
+        "raw_tokens": last.raw_tokens,
+        "context_tokens": last.context_tokens,
+        "peak_context_tokens": report.peak_context_tokens,
+        "context_items": len(items),
+        "context_summaries": sum(1 for i in items if i.item_type == "summary"),
+        "summaries_by_depth": {str(k): v for k, v in sorted(by_depth.items())},
+        "compaction_turns": len(report.compaction_turns),
         "doctor_problems": len(problems),
-        "sample_message": {"id": f"msg#{sample.message_id}", "source": exact},
+        "retrieved": trail,
+        "database": str(db),
     }
     if as_json:
         emit_json(result)
     else:
-        stdout.print(
-            f"[bold]lossless demo[/] — {turns:,} generated turns, offline", highlight=False
-        )
-        stdout.print(
-            f"transcript   {result['transcript_bytes'] / 1e6:.1f} MB OpenClaw session JSONL"
-        )
-        stdout.print(
-            f"imported     {len(messages):,} messages in {import_seconds:.2f} s "
-            f"({result['messages_per_second']:,} msg/s), {tokens:,} tokens",
-            highlight=False,
-        )
-        stdout.print(
-            "by role      "
-            + ", ".join(f"{k} {v:,}" for k, v in result["messages_by_role"].items()),
-            highlight=False,
-        )
-        stdout.print(
-            "parts        " + ", ".join(f"{k} {v:,}" for k, v in result["parts_by_type"].items()),
-            highlight=False,
-        )
-        stdout.print(
-            f"re-import    {again.imported} new messages (file {again.mode})", highlight=False
-        )
-        stdout.print(
-            f"doctor       {'ok' if not problems else f'{len(problems)} problems'}", highlight=False
-        )
-        stdout.print(f"exact copy   msg#{sample.message_id} as ingested:", highlight=False)
-        stdout.print(escape(str(exact))[:400], highlight=False)
+        _print(result, transcript)
     if keep:
         stdout.print(f"kept: {escape(str(workdir))}", highlight=False)
     else:
-        for path in sorted(workdir.iterdir()):
-            path.unlink()
-        workdir.rmdir()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _trail(engine: Engine, conversation_id: int) -> dict[str, Any]:
+    """Find the canary's message and the chain of summaries from it up to the context."""
+    rows = engine.store.fetchall(
+        "SELECT m.message_id FROM messages_fts f JOIN messages m ON m.message_id = f.rowid"
+        " WHERE messages_fts MATCH ? AND m.conversation_id = ? ORDER BY m.seq LIMIT 1",
+        (f'"{CANARY}"', conversation_id),
+    )
+    if not rows:
+        return {}
+    message = engine.get_message(rows[0][0])
+    in_context = {i.summary_id for i in engine.context(conversation_id) if i.summary_id}
+    chain: list[dict[str, Any]] = []
+    ref: str | int = message.message_id
+    while True:
+        above = engine.store.covering(ref)
+        if not above:
+            break
+        summary = engine.summary(above[0])
+        chain.append(
+            {
+                "summary_id": summary.summary_id,
+                "kind": summary.kind,
+                "depth": summary.depth,
+                "tokens": summary.token_count,
+                "in_context": summary.summary_id in in_context,
+                "mentions_canary": CANARY in summary.content,
+            }
+        )
+        if summary.summary_id in in_context:
+            break
+        ref = summary.summary_id
+    return {
+        "message": f"msg#{message.message_id}",
+        "seq": message.seq,
+        "created_at": message.created_at,
+        "text": message.content.splitlines()[0],
+        "exact_source": message.to_source(),
+        "chain_to_context": chain,
+    }
+
+
+def _print(result: dict[str, Any], transcript: Path) -> None:
+    out = stdout.print
+    out(
+        f"[bold]lossless demo[/] — {result['turns']:,} generated turns replayed offline with a "
+        f"{result['budget']:,}-token budget in {result['seconds']} s",
+        highlight=False,
+    )
+    out(
+        f"stored       {result['messages_stored']:,} messages, {result['raw_tokens']:,} tokens "
+        "(all of them, exactly as ingested)",
+        highlight=False,
+    )
+    depth = ", ".join(f"d{d}: {n}" for d, n in result["summaries_by_depth"].items())
+    out(f"summary DAG  {depth}", highlight=False)
+    out(
+        f"context      {result['context_tokens']:,} tokens in {result['context_items']} items "
+        f"({result['context_summaries']} summaries + fresh messages); "
+        f"{result['context_tokens'] / max(result['raw_tokens'], 1):.1%} of the raw history; "
+        f"peak {result['peak_context_tokens']:,}",
+        highlight=False,
+    )
+    out(
+        f"compaction   after {result['compaction_turns']} of {result['turns']:,} turns",
+        highlight=False,
+    )
+    out(
+        f"doctor       {'ok' if not result['doctor_problems'] else result['doctor_problems']}",
+        highlight=False,
+    )
+    trail = result["retrieved"]
+    if trail:
+        out(f"retrieved    turn 1 said: {escape(trail['text'])!s}", highlight=False)
+        for step in trail["chain_to_context"]:
+            where = "in the active context" if step["in_context"] else "below it"
+            out(
+                f"             ← {step['summary_id']} ({step['kind']} d{step['depth']}, "
+                f"{step['tokens']} tokens) {where}",
+                highlight=False,
+            )
+        out(
+            f"             {trail['message']} is stored exactly; the agent drills down with "
+            "describe / expand",
+            highlight=False,
+        )

@@ -8,7 +8,7 @@ import click
 
 from .. import __version__
 from ..errors import LosslessError
-from . import conversations, demo, store, transcripts
+from . import compaction, conversations, demo, store, transcripts
 from .output import State, stderr
 
 
@@ -47,6 +47,8 @@ for command in (
     store.doctor_command,
     store.config_command,
     demo.demo_command,
+    compaction.compact_command,
+    compaction.replay_command,
 ):
     cli.add_command(command)
 

@@ -732,6 +732,19 @@ class SQLiteStore:
         ]
         return parents, messages
 
+    def covering(self, ref: str | int) -> list[str]:
+        """The summaries made from *ref*: leaves covering a message id, or the condensed
+        summaries made from a summary id."""
+        if isinstance(ref, int):
+            rows = self.fetchall(
+                "SELECT summary_id FROM summary_messages WHERE message_id = ?", (ref,)
+            )
+        else:
+            rows = self.fetchall(
+                "SELECT summary_id FROM summary_parents WHERE parent_summary_id = ?", (ref,)
+            )
+        return [r[0] for r in rows]
+
     def summary_counts(self, conversation_id: int) -> dict[int, int]:
         """Summaries of a conversation by depth."""
         rows = self.fetchall(
