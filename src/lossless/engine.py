@@ -22,8 +22,9 @@ from typing import Any
 from .compaction import CompactionReport, Compactor
 from .config import Config, default_data_dir, load_config
 from .errors import ImportProblem, NotFoundError
+from .ingest.files import LargeFile, externalize, read_file
 from .ingest.reconcile import Progress, ReconcileReport, reconcile_file
-from .ingest.shapes import NormalizedMessage, normalize
+from .ingest.shapes import NormalizedMessage, keep_text_in_parts, normalize
 from .model import (
     ContextItem,
     Conversation,
@@ -246,10 +247,48 @@ class Engine:
         ]
         return self._append(conversation, norms)
 
+    @property
+    def files_dir(self) -> Path:
+        """Where large files are kept: ``data_dir/files``, else ``<database>-files`` beside it."""
+        if self.config.data_dir:
+            return Path(self.config.data_dir).expanduser() / "files"
+        return self.store.path.with_name(self.store.path.name + "-files")
+
+    def externalize(self, conversation_id: int, norm: NormalizedMessage) -> None:
+        """Keep the large files of *norm* outside its plain text (its parts stay exact)."""
+        threshold = self.config.large_file_token_threshold
+        if len(norm.content) < threshold or self.token_counter.count(norm.content) <= threshold:
+            return  # a token is at least a character for any tokenizer
+        results = [p for p in norm.parts if p.type == "tool_result"]
+        whole = norm.role == "tool" and len(results) == 1
+        content, records = externalize(
+            norm.content,
+            conversation_id=conversation_id,
+            files_dir=self.files_dir,
+            threshold=threshold,
+            whole=whole,
+            name=f"{results[0].tool_name or 'tool'}-output.txt" if whole else None,
+        )
+        if records:
+            keep_text_in_parts(norm)
+            norm.content = content
+            norm.large_files = records
+            norm.token_count = self.token_counter.count(content)
+
+    def large_file(self, file_id: str) -> LargeFile:
+        """The record of a large file (id, name, size, exploration summary, ...)."""
+        return self.store.get_large_file(file_id)
+
+    def read_large_file(self, file_id: str) -> str:
+        """The full content of a large file."""
+        return read_file(self.files_dir, self.store.get_large_file(file_id))
+
     def _append(
         self, conversation: ConversationRef, norms: list[NormalizedMessage]
     ) -> IngestResult:
         conv = self.conversation(conversation, create=True)
+        for norm in norms:
+            self.externalize(conv.conversation_id, norm)
         with self.lock(conv.conversation_id):
             ids, skipped = self.store.append_messages(conv, norms)
         return IngestResult(conv.conversation_id, tuple(ids), skipped)

@@ -498,6 +498,8 @@ def _import(
         nonlocal imported, batch, batch_bytes
         if batch:
             with store.transaction():
+                for norm in batch:
+                    engine.externalize(conv.conversation_id, norm)
                 ids, _ = store.append_messages(conv, batch)
             imported += len(ids)
         batch = []

@@ -37,6 +37,7 @@ from ..tokens import TokenCounter, estimate_tokens
 
 if TYPE_CHECKING:
     from ..model import StoredMessage
+    from .files import LargeFile
 
 __all__ = [
     "FORMATS",
@@ -176,6 +177,8 @@ class NormalizedMessage:
     external_id: str | None = None
     created_at: datetime | None = None
     metadata: dict[str, Any] | None = field(default=None)
+    #: Files this message's plain text refers to instead of holding (set at ingest).
+    large_files: list[LargeFile] = field(default_factory=list)
 
 
 # --- detection -----------------------------------------------------------------------------
@@ -367,6 +370,24 @@ def _finish(
 
 
 _ATTACHMENTS = frozenset({"image", "document", "audio", "file"})
+
+
+def keep_text_in_parts(norm: NormalizedMessage) -> None:
+    """Before ``content`` is rewritten (large files): move a text kept only there into a part,
+    so the message still reads back exactly."""
+    if norm.envelope is None:
+        norm.envelope = {"f": {"role": norm.role, "content": None}, "s": {"content": SCALAR}}
+        norm.parts = [
+            NormalizedPart(slot="content", type="text", text=norm.content, raw_is_text=True)
+        ]
+        return
+    slots = norm.envelope.get("s", {})
+    for key, kind in list(slots.items()):
+        if kind == CONTENT:
+            slots[key] = SCALAR
+            norm.parts = [
+                NormalizedPart(slot=key, type="text", text=norm.content, raw_is_text=True)
+            ]
 
 
 def _fold_plain_text(norm: NormalizedMessage) -> None:

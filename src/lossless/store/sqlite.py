@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConflictError, NotFoundError, StoreError
+from ..ingest.files import LargeFile, check_file_id
 from ..ingest.shapes import NormalizedMessage, dumps, loads
 from ..model import (
     ContextItem,
@@ -460,6 +461,29 @@ class SQLiteStore:
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     part_rows,
                 )
+            files = [(f, first_id + i) for i, m in enumerate(fresh) for f in m.large_files]
+            if files:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO large_files (file_id, conversation_id, message_id,"
+                    " file_name, mime_type, byte_size, token_count, sha256, storage_path,"
+                    " exploration_summary, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            f.file_id,
+                            conv_id,
+                            mid,
+                            f.file_name,
+                            f.mime_type,
+                            f.byte_size,
+                            f.token_count,
+                            f.sha256,
+                            f.storage_path,
+                            f.exploration_summary,
+                            stamp,
+                        )
+                        for f, mid in files
+                    ],
+                )
             conn.executemany(
                 "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
                 " created_at) VALUES (?, ?, 'message', ?, ?)",
@@ -848,6 +872,52 @@ class SQLiteStore:
             " WHERE conversation_id = ? AND ordinal < 0",
             (conversation_id,),
         )
+
+    # --- large files -----------------------------------------------------------------------
+
+    _FILE_COLS = (
+        "file_id, conversation_id, file_name, mime_type, byte_size, token_count, sha256,"
+        " storage_path, exploration_summary, message_id, created_at"
+    )
+
+    def get_large_file(self, file_id: str) -> LargeFile:
+        """The record of a large file; :class:`NotFoundError` if there is none."""
+        rows = self.fetchall(
+            f"SELECT {self._FILE_COLS} FROM large_files WHERE file_id = ?",
+            (check_file_id(file_id),),
+        )
+        if not rows:
+            raise NotFoundError(f"no large file {file_id}; list them with `lossless files`")
+        return LargeFile(*rows[0])
+
+    def large_files(
+        self, conversation_id: int | None = None, message_ids: Sequence[int] | None = None
+    ) -> list[LargeFile]:
+        """Large files of a conversation, or of some messages, oldest first."""
+        if message_ids is not None:
+            ids = list(message_ids)
+            out: list[LargeFile] = []
+            for start in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                out.extend(
+                    LargeFile(*r)
+                    for r in self.fetchall(
+                        f"SELECT {self._FILE_COLS} FROM large_files"
+                        f" WHERE message_id IN ({marks}) ORDER BY created_at, file_id",
+                        chunk,
+                    )
+                )
+            return out
+        if conversation_id is None:
+            rows = self.fetchall(f"SELECT {self._FILE_COLS} FROM large_files ORDER BY created_at")
+        else:
+            rows = self.fetchall(
+                f"SELECT {self._FILE_COLS} FROM large_files WHERE conversation_id = ?"
+                " ORDER BY created_at",
+                (conversation_id,),
+            )
+        return [LargeFile(*r) for r in rows]
 
     # --- transcript checkpoints ------------------------------------------------------------
 
