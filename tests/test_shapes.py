@@ -743,19 +743,22 @@ BIG_WITH_SURROGATE = BIG[:1_000_000] + "\ud800" + BIG[:500_000]
     ],
     ids=["chat-tool", "anthropic-str", "anthropic-blocks", "responses-output", "openclaw"],
 )
-def test_megabyte_tool_outputs_round_trip_exactly_and_stay_searchable(
+def test_megabyte_tool_outputs_round_trip_exactly_and_leave_the_context_as_files(
     engine: Engine, make: Callable[[str], Any], big: str
 ) -> None:
     message = make(big)
     stored = assert_round_trip(engine, message)
     assert stored.role == "tool"
-    assert len(stored.content) >= 1_000_000
-    assert BIG[:1_000_000] in stored.content
     result_parts = [p for p in stored.parts if p.type == "tool_result"]
     assert len(result_parts) == 1
     assert result_parts[0].tool_output is not None
-    assert BIG[:1_000_000] in result_parts[0].tool_output
-    assert stored.token_count > 100_000
+    assert BIG[:1_000_000] in result_parts[0].tool_output  # the part keeps it all
+    # Far above large_file_token_threshold: the plain text holds a reference, the file the rest.
+    assert len(stored.content) < 2_000
+    assert stored.token_count < 1_000
+    [record] = engine.store.large_files(message_ids=[stored.message_id])
+    assert record.file_id in stored.content
+    assert engine.read_large_file(record.file_id) == result_parts[0].tool_output
 
 
 def test_megabyte_tool_call_arguments_round_trip_exactly(engine: Engine) -> None:
