@@ -9,12 +9,17 @@ Environment names are the key path upper-cased and joined with ``_``:
 ``fresh_tail_count`` → ``LOSSLESS_FRESH_TAIL_COUNT``, ``sessions.summarize_interval`` →
 ``LOSSLESS_SESSIONS_SUMMARIZE_INTERVAL``. Unknown ``LOSSLESS_*`` variables are ignored, since
 other tools (and the test suite) use that prefix too.
+
+``[profiles.NAME]`` tables (named model providers) come from the file or keyword overrides
+only: their names are the user's, so they have no environment variables. Secret values
+(``api_key``) are left out of reprs and shown as ``***`` by :meth:`Config.to_dict`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
@@ -27,10 +32,24 @@ import platformdirs
 
 from .errors import ConfigError
 
-__all__ = ["Config", "SessionsConfig", "default_config_path", "default_data_dir", "load_config"]
+__all__ = [
+    "PROVIDERS",
+    "Config",
+    "CustomProviderConfig",
+    "GuardsConfig",
+    "ProviderProfile",
+    "SessionsConfig",
+    "default_config_path",
+    "default_data_dir",
+    "load_config",
+]
 
 APP_NAME = "lossless"
 ENV_PREFIX = "LOSSLESS_"
+#: Providers a profile or the custom provider entry can name (the SDK that speaks to it).
+PROVIDERS = ("openai", "anthropic")
+REDACTED = "***"
+_PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def _opt(
@@ -39,8 +58,15 @@ def _opt(
     maximum: float | None = None,
     choices: tuple[str, ...] | None = None,
     help: str = "",
+    secret: bool = False,
 ) -> dict[str, Any]:
-    return {"minimum": minimum, "maximum": maximum, "choices": choices, "help": help}
+    return {
+        "minimum": minimum,
+        "maximum": maximum,
+        "choices": choices,
+        "help": help,
+        "secret": secret,
+    }
 
 
 @dataclass(frozen=True)
@@ -52,6 +78,111 @@ class SessionsConfig:
     )
     summarize_interval: int = field(
         default=20, metadata=_opt(minimum=1, help="messages between automatic summaries")
+    )
+
+
+@dataclass(frozen=True)
+class ProviderProfile:
+    """A named model provider: a ``[profiles.NAME]`` table, selected by ``summarizer = NAME``
+    (or, for ``summarizer = "openai"``/``"anthropic"``, the first profile of that provider)."""
+
+    provider: str = field(
+        metadata=_opt(
+            choices=PROVIDERS,
+            help="the API the endpoint speaks: openai (any OpenAI-compatible server) or anthropic",
+        )
+    )
+    model: str | None = field(
+        default=None, metadata=_opt(help="model name; default: summarizer_model")
+    )
+    base_url: str | None = field(
+        default=None,
+        metadata=_opt(
+            help="endpoint URL; default: OPENAI_BASE_URL / ANTHROPIC_BASE_URL, else the vendor's"
+        ),
+    )
+    api_key_env: str | None = field(
+        default=None,
+        metadata=_opt(help="environment variable that holds the API key (preferred)"),
+    )
+    api_key: str | None = field(
+        default=None,
+        repr=False,
+        metadata=_opt(help="the API key itself (prefer api_key_env); never printed", secret=True),
+    )
+    send_temperature: bool | None = field(
+        default=None,
+        metadata=_opt(
+            help="send the temperature; default: yes for openai, no for anthropic (its newer"
+            " models reject it)"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class CustomProviderConfig:
+    """The last place a key is looked for: ``[custom_provider]``, used for
+    ``summarizer = <its provider>`` when no profile and no standard variable gives one."""
+
+    provider: str | None = field(
+        default=None,
+        metadata=_opt(choices=PROVIDERS, help="the API the custom endpoint speaks"),
+    )
+    model: str | None = field(
+        default=None, metadata=_opt(help="model name; default: summarizer_model")
+    )
+    base_url: str | None = field(default=None, metadata=_opt(help="endpoint URL"))
+    api_key_env: str | None = field(
+        default=None,
+        metadata=_opt(help="environment variable that holds the API key (preferred)"),
+    )
+    api_key: str | None = field(
+        default=None,
+        repr=False,
+        metadata=_opt(help="the API key itself (prefer api_key_env); never printed", secret=True),
+    )
+    send_temperature: bool | None = field(
+        default=None,
+        metadata=_opt(
+            help="send the temperature; default: yes for openai, no for anthropic (its newer"
+            " models reject it)"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class GuardsConfig:
+    """Limits put around every model provider (and offline summarizers with ``offline``)."""
+
+    timeout_seconds: float = field(
+        default=60.0,
+        metadata=_opt(minimum=0.1, help="wall-clock limit of one summarizer call"),
+    )
+    max_retries: int = field(
+        default=2,
+        metadata=_opt(
+            minimum=0,
+            maximum=10,
+            help="retries the provider SDK makes on 429, 5xx and timeouts within one call",
+        ),
+    )
+    max_calls: int = field(
+        default=60, metadata=_opt(minimum=1, help="spend guard: calls allowed per window")
+    )
+    window_seconds: float = field(
+        default=60.0, metadata=_opt(minimum=1.0, help="spend guard: length of the window")
+    )
+    breaker_threshold: int = field(
+        default=3,
+        metadata=_opt(minimum=1, help="consecutive auth failures that open the circuit breaker"),
+    )
+    breaker_cooldown_seconds: float = field(
+        default=300.0,
+        metadata=_opt(minimum=1.0, help="how long an open breaker refuses calls"),
+    )
+    offline: bool = field(
+        default=False,
+        metadata=_opt(help="guard the offline summarizers (extractive, scripted) too"),
     )
 
 
@@ -69,7 +200,13 @@ class Config:
     )
     summarizer: str = field(
         default="extractive",
-        metadata=_opt(help="summarizer by registered name (extractive works offline)"),
+        metadata=_opt(
+            help="summarizer by registered name (extractive works offline) or a profile name"
+        ),
+    )
+    summarizer_model: str | None = field(
+        default=None,
+        metadata=_opt(help="model for openai/anthropic when no profile names one"),
     )
     background_compaction: bool = field(
         default=False,
@@ -140,6 +277,9 @@ class Config:
         default=3, metadata=_opt(minimum=0, help="default depth a delegation grant may expand")
     )
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    profiles: dict[str, ProviderProfile] = field(default_factory=dict)
+    custom_provider: CustomProviderConfig = field(default_factory=CustomProviderConfig)
+    guards: GuardsConfig = field(default_factory=GuardsConfig)
 
     def replace(self, **changes: Any) -> Config:
         """A copy with *changes* applied and validated (nested keys as ``sessions={...}``)."""
@@ -152,8 +292,8 @@ class Config:
         return _build(Config, merged, "")
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as plain data (what ``lossless config`` prints)."""
-        return _to_mapping(self)
+        """The settings as plain data (what ``lossless config`` prints); secrets as ``***``."""
+        return _to_mapping(self, redact=True)
 
 
 def default_config_path() -> Path:
@@ -214,6 +354,29 @@ def _section_type(tp: Any) -> type | None:
     return tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
 
 
+def _named_sections_type(tp: Any) -> type | None:
+    """The table type of a ``dict[str, <dataclass>]`` field (``profiles``), else ``None``."""
+    if typing.get_origin(tp) is not dict:
+        return None
+    _, value_type = typing.get_args(tp)
+    return _section_type(value_type)
+
+
+def _check_named_sections(section: type, values: Any, key: str, *, source: str) -> None:
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"config key '{key}' must be a table of tables ([{key}.NAME])")
+    for name, table in values.items():
+        if not isinstance(name, str) or not _PROFILE_NAME.match(name):
+            raise ConfigError(
+                f"config key '{key}.{name}' has a bad name; use letters, digits, '_', '-', '.'"
+            )
+        if isinstance(table, section):
+            continue
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"config key '{key}.{name}' must be a table ([{key}.{name}])")
+        _check_keys(section, table, f"{key}.{name}.", source=source)
+
+
 def _check_keys(cls: type, values: Mapping[str, Any], prefix: str, *, source: str) -> None:
     known = _fields(cls)
     hints = _hints(cls)
@@ -223,8 +386,14 @@ def _check_keys(cls: type, values: Mapping[str, Any], prefix: str, *, source: st
             raise ConfigError(
                 f"unknown config key '{prefix}{key}' in {source}; accepted keys: {accepted}"
             )
+        named = _named_sections_type(hints[key])
+        if named is not None:
+            _check_named_sections(named, value, f"{prefix}{key}", source=source)
+            continue
         section = _section_type(hints[key])
         if section is not None:
+            if isinstance(value, section):
+                continue
             if not isinstance(value, Mapping):
                 raise ConfigError(f"config key '{prefix}{key}' must be a table ([{prefix}{key}])")
             _check_keys(section, value, f"{prefix}{key}.", source=source)
@@ -233,6 +402,8 @@ def _check_keys(cls: type, values: Mapping[str, Any], prefix: str, *, source: st
 def _merge_env(cls: type, values: dict[str, Any], environ: Mapping[str, str], prefix: str) -> None:
     hints = _hints(cls)
     for name in _fields(cls):
+        if _named_sections_type(hints[name]) is not None:
+            continue  # user-named tables: file and overrides only
         section = _section_type(hints[name])
         if section is not None:
             nested = values.setdefault(name, {})
@@ -287,7 +458,7 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
 def _coerce(value: Any, tp: Any, meta: Mapping[str, Any], key: str) -> Any:
     base, optional = _unwrap_optional(tp)
     where = f" (from {value.env_name})" if isinstance(value, _EnvText) else ""
-    given = str(value)
+    given = REDACTED if meta.get("secret") else str(value)
 
     def bad() -> ConfigError:
         return ConfigError(
@@ -350,9 +521,23 @@ def _build(cls: type[_T], values: Mapping[str, Any], prefix: str) -> _T:
     kwargs: dict[str, Any] = {}
     for name, fld in _fields(cls).items():
         if name not in values:
+            if fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
+                raise ConfigError(
+                    f"config key '{prefix}{name}' is required;"
+                    f" accepted: {_describe(hints[name], fld.metadata)}"
+                )
+            continue
+        raw = values[name]
+        named = _named_sections_type(hints[name])
+        if named is not None:
+            kwargs[name] = {
+                key: table
+                if isinstance(table, named)
+                else _build(named, table, f"{prefix}{name}.{key}.")
+                for key, table in raw.items()
+            }
             continue
         section = _section_type(hints[name])
-        raw = values[name]
         if section is not None:
             kwargs[name] = (
                 raw if isinstance(raw, section) else _build(section, raw, f"{prefix}{name}.")
@@ -362,9 +547,16 @@ def _build(cls: type[_T], values: Mapping[str, Any], prefix: str) -> _T:
     return cls(**kwargs)
 
 
-def _to_mapping(obj: Any) -> dict[str, Any]:
+def _to_mapping(obj: Any, *, redact: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        out[f.name] = _to_mapping(value) if dataclasses.is_dataclass(value) else value
+        if dataclasses.is_dataclass(value):
+            out[f.name] = _to_mapping(value, redact=redact)
+        elif isinstance(value, dict) and any(dataclasses.is_dataclass(v) for v in value.values()):
+            out[f.name] = {k: _to_mapping(v, redact=redact) for k, v in value.items()}
+        elif redact and f.metadata.get("secret") and value is not None:
+            out[f.name] = REDACTED
+        else:
+            out[f.name] = value
     return out

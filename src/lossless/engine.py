@@ -35,7 +35,8 @@ from .model import (
 )
 from .store import SQLiteStore, open_store
 from .summarize import Summarizer
-from .summarize.registry import create as create_summarizer
+from .summarize.guards import guard_state
+from .summarize.providers import build_summarizer
 from .tokens import HeuristicTokenCounter, TokenCounter
 
 __all__ = ["ConversationRef", "Engine", "TurnResult", "default_db_path"]
@@ -93,7 +94,7 @@ class Engine:
         self.store = store
         self.config = config or Config()
         self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
-        self.summarizer: Summarizer = summarizer or create_summarizer(self.config.summarizer)
+        self.summarizer: Summarizer = summarizer or build_summarizer(self.config)
         self._executor: ThreadPoolExecutor | None = None
         self._pending: dict[int, Future[CompactionReport]] = {}
         self._pending_guard = threading.Lock()
@@ -491,6 +492,12 @@ class Engine:
             "context_tokens": sum(c.context_tokens for c in convs),
             "bytes": self.store.database_size(),
             "migrations": self.store.applied_migrations(),
+            "summarizer": {
+                "name": self.summarizer.name,
+                "model": self.summarizer.model,
+                "offline": self.summarizer.offline,
+                "guards": guard_state(self.summarizer),
+            },
         }
 
 

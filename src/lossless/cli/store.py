@@ -34,6 +34,27 @@ def stats_command(state: State, as_json: bool) -> None:
     stdout.print(
         f"on disk        {sizes['database'] / 1e6:.1f} MB + {sizes['wal'] / 1e6:.1f} MB WAL"
     )
+    summ = stats["summarizer"]
+    where = "offline" if summ["offline"] else "model provider"
+    stdout.print(
+        f"summarizer     {escape(str(summ['name']))} ({escape(str(summ['model']))}, {where})",
+        highlight=False,
+    )
+    guards = summ["guards"]
+    if guards:
+        spend = guards.get("spend", {})
+        breaker = guards.get("breaker", {})
+        stdout.print(
+            f"guards         timeout {guards.get('timeout_seconds')} s; spend "
+            f"{spend.get('calls_in_window')}/{spend.get('max_calls')} calls per "
+            f"{spend.get('window_seconds')} s; breaker {breaker.get('state')}"
+            + (
+                f" (retry in {breaker.get('retry_in_seconds')} s)"
+                if breaker.get("state") == "open"
+                else ""
+            ),
+            highlight=False,
+        )
 
 
 @click.command("doctor")

@@ -1,0 +1,159 @@
+"""The ``openai`` summarizer: any OpenAI-compatible endpoint, through the official SDK.
+
+Chat Completions with the request's system prompt and user prompt, so it works with OpenAI
+and with every server that speaks the same API (Ollama, vLLM, llama.cpp server, LM Studio,
+OpenRouter, ...): point ``base_url`` at it. Install the SDK with
+``pip install 'lossless[openai]'``; it is imported only when this summarizer is made.
+
+Registered through the ``lossless.summarizers`` entry-point group, like a third-party
+provider. Most users get it from configuration via
+:func:`lossless.summarize.providers.build_summarizer`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import ConfigError
+from .base import Summarizer, SummarizerError, SummaryRequest, SummaryResult
+from .providers import describe_endpoint, sdk_error, sdk_field, sdk_int, standard_credentials
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import openai as openai_sdk
+
+__all__ = ["OpenAISummarizer"]
+
+MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
+
+
+def _import_sdk() -> ModuleType:
+    try:
+        import openai as sdk
+    except ImportError:
+        raise ConfigError(
+            "the openai summarizer needs the openai package: pip install 'lossless[openai]'"
+        ) from None
+    return sdk
+
+
+class OpenAISummarizer(Summarizer):
+    """Summaries from an OpenAI-compatible Chat Completions endpoint.
+
+    *api_key* and *base_url* default to ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``; an
+    endpoint on this machine needs no key. *timeout* bounds each HTTP attempt and
+    *max_retries* is how many times the SDK retries 429, 5xx and timeouts (honouring
+    ``retry-after``). *send_temperature* (default yes) can be turned off for models that
+    reject it. *max_tokens_field* is the request field for the output cap: by default
+    ``max_completion_tokens`` for api.openai.com and ``max_tokens`` for other servers.
+    """
+
+    name = "openai"
+    offline = False
+    deterministic = False
+    tool_calling = False
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        key_source: str | None = None,
+        send_temperature: bool | None = None,
+        max_tokens_field: MaxTokensField | None = None,
+    ) -> None:
+        if not model:
+            raise ConfigError("the openai summarizer needs a model name (model = ...)")
+        self._sdk = _import_sdk()
+        key, url, source = standard_credentials(
+            "openai", api_key=api_key, base_url=base_url, key_source=key_source
+        )
+        self.model = model
+        self._model: str = model
+        self.base_url = url
+        self.key_source = source
+        self.send_temperature = True if send_temperature is None else send_temperature
+        self.endpoint = describe_endpoint("openai", url)
+        if max_tokens_field is None:
+            official = self.endpoint == "api.openai.com"
+            max_tokens_field = "max_completion_tokens" if official else "max_tokens"
+        self.max_tokens_field: MaxTokensField = max_tokens_field
+        self._key = key
+        self._client: openai_sdk.OpenAI = self._sdk.OpenAI(
+            api_key=key, base_url=url, timeout=timeout, max_retries=max_retries
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAISummarizer(model={self.model!r}, endpoint={self.endpoint!r},"
+            f" key from {self.key_source})"
+        )
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """One Chat Completions call: ``request.system`` as the system message,
+        ``request.prompt`` as the user message."""
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": request.system},
+                {"role": "user", "content": request.prompt},
+            ],
+        }
+        if self.send_temperature:
+            params["temperature"] = request.temperature
+        if request.max_output_tokens is not None:
+            params[self.max_tokens_field] = request.max_output_tokens
+        try:
+            response = self._client.chat.completions.create(**params)
+        except self._sdk.OpenAIError as exc:
+            raise self._error(exc) from None
+        except ValueError:  # a 200 whose body is not JSON
+            raise self._malformed("its body is not JSON") from None
+        return self._result(response)
+
+    def _error(self, exc: Exception) -> SummarizerError:
+        return sdk_error(
+            exc,
+            self._sdk,
+            provider="openai",
+            endpoint=self.endpoint,
+            key=self._key,
+            key_source=self.key_source,
+        )
+
+    def _malformed(self, why: str) -> SummarizerError:
+        return SummarizerError(
+            f"openai at {self.endpoint} sent an answer lossless cannot read: {why}; check that"
+            " the endpoint speaks the OpenAI Chat Completions API"
+        )
+
+    def _result(self, response: object) -> SummaryResult:
+        choices = sdk_field(response, "choices")
+        if not isinstance(choices, list) or not choices:
+            raise self._malformed("no choices")
+        message = sdk_field(choices[0], "message")
+        content = sdk_field(message, "content")
+        if not isinstance(content, str):
+            refusal = sdk_field(message, "refusal")
+            if isinstance(refusal, str) and refusal:
+                raise SummarizerError(f"openai model {self.model} refused: {refusal[:200]}")
+            raise self._malformed("the first choice has no text content")
+        usage = sdk_field(response, "usage")
+        extra: dict[str, object] = {}
+        for key, value in (
+            ("finish_reason", sdk_field(choices[0], "finish_reason")),
+            ("served_model", sdk_field(response, "model")),
+        ):
+            if isinstance(value, str) and value:
+                extra[key] = value
+        return SummaryResult(
+            text=content,
+            model=self.model,
+            input_tokens=sdk_int(sdk_field(usage, "prompt_tokens")),
+            output_tokens=sdk_int(sdk_field(usage, "completion_tokens")),
+            extra=extra,
+        )
