@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import save, text_messages
-
 from lossless import Config, Engine
 from lossless.compaction import Compactor
 from lossless.replay import replay_messages
 from lossless.sample import write_session
 from lossless.summarize import ScriptedSummarizer, SummaryRequest
+
+from common import save, text_messages
 
 
 def sized(request: SummaryRequest) -> str:
@@ -39,7 +39,8 @@ def sized(request: SummaryRequest) -> str:
 def overhead(work: Path, stored: int) -> dict[str, Any]:
     config = Config().replace(fresh_tail_count=64, leaf_chunk_tokens=20_000)
     summarizer = ScriptedSummarizer(default=sized)
-    with Engine.open(work / f"overhead-{stored}.db", config=config, summarizer=summarizer) as engine:
+    path = work / f"overhead-{stored}.db"
+    with Engine.open(path, config=config, summarizer=summarizer) as engine:
         filler = text_messages(min(stored, 50_000), seed=9)
         done = 0
         while done < stored:
@@ -106,8 +107,9 @@ def main() -> None:
             row = overhead(work, stored)
             results["overhead"].append(row)
             print(
-                f"overhead with {stored:,} stored messages: leaf pass {row['leaf_pass_ms_median']} ms,"
-                f" condensed pass {row['condensed_pass_ms_median']} ms (medians, instant summarizer)",
+                f"overhead with {stored:,} stored messages: leaf pass "
+                f"{row['leaf_pass_ms_median']} ms, condensed pass "
+                f"{row['condensed_pass_ms_median']} ms (medians, instant summarizer)",
                 flush=True,
             )
         for turns in (int(t) for t in args.turns.split(",")):

@@ -19,8 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import save
 from lossless.sample import write_session
+
+from common import save
 
 
 def main() -> None:

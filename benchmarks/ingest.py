@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import percentiles, save, text_messages
 from lossless import Engine
+
+from common import percentiles, save, text_messages
 
 BATCH = 5_000
 

@@ -185,33 +185,48 @@ class Compactor:
         return list(items[first : self._pair_tools(items, first, end, run_end)])
 
     def _pair_tools(self, items: Sequence[ContextItem], first: int, end: int, run_end: int) -> int:
-        """Move the chunk end so that no tool call in it has its result outside it."""
-        ids = [it.message_id for it in items[first:run_end] if it.message_id is not None]
+        """Move the chunk end so that no tool call in it has its result outside it.
+
+        Calls are matched to the results that follow them, in order (so an id reused by a
+        later turn is a new call). A call with no result after it (a run that died mid-call)
+        cannot be split from one and does not hold the chunk back. When the oldest message is
+        a call whose result is only in the fresh tail (a user message came in between), the
+        chunk is empty: the call waits until its result can go with it.
+        """
+        # The tail too: a result there must keep its call out of the chunk.
+        ids = [
+            it.message_id
+            for it in items[first:]
+            if it.item_type == "message" and it.message_id is not None
+        ]
         links = self.store.tool_links(ids)
+        pairs: list[tuple[int, int]] = []  # (index of the call, index of its result)
+        open_calls: dict[str, int] = {}
+        for i in range(first, len(items)):
+            calls, results = links.get(items[i].message_id or -1, (set(), set()))
+            for r in results:
+                call_at = open_calls.pop(r, None)
+                if call_at is not None:
+                    pairs.append((call_at, i))
+            for c in calls:
+                open_calls[c] = i
 
-        def unanswered(stop: int) -> dict[str, int]:
-            open_calls: dict[str, int] = {}
-            for i in range(first, stop):
-                calls, results = links.get(items[i].message_id or -1, (set(), set()))
-                for c in calls:
-                    open_calls[c] = i
-                for r in results:
-                    open_calls.pop(r, None)
-            return open_calls
+        def split(stop: int) -> list[tuple[int, int]]:
+            return [(c, r) for c, r in pairs if c < stop <= r]
 
-        open_calls = unanswered(end)
-        while open_calls and end < run_end:
+        cut = split(end)
+        while cut and end < run_end:
             # Take the results that follow, if they are in this run.
             calls, results = links.get(items[end].message_id or -1, (set(), set()))
             if not results and not calls and items[end].role != "tool":
                 break
             end += 1
-            open_calls = unanswered(end)
-        if open_calls:
-            # The results are beyond the run: end the chunk before the first open call.
-            cut = min(open_calls.values())
-            if cut > first:
-                end = cut
+            cut = split(end)
+        while cut:
+            # The results are beyond the run: end the chunk before the call (an empty chunk
+            # when that call is the oldest message).
+            end = min(c for c, _ in cut)
+            cut = split(end)
         return end
 
     def condensed_chunk(
@@ -374,8 +389,11 @@ class Compactor:
         if outcome.tokens >= input_tokens:
             return None
         created = format_ts(now())
+        # Content and time, plus what it summarizes: a message or summary is summarized only
+        # once, so ids stay unique when the clock has not moved and the text repeats.
+        refs = ",".join(s.ref for s in sources)
         digest = hashlib.sha256(
-            f"{conversation_id}\0{chunk[0].ordinal}\0{created}\0{outcome.text}".encode(
+            f"{conversation_id}\0{kind}\0{refs}\0{created}\0{outcome.text}".encode(
                 "utf-8", "surrogatepass"
             )
         ).hexdigest()
@@ -460,9 +478,13 @@ class Compactor:
             if self._tokens(conversation_id) <= target:
                 break
             report.rounds += 1
-            if not self._sweep(conversation_id, report, hard=hard):
-                if hard:
-                    break
-                hard = True  # under pressure: condense with the hard fanout floor
+            if self._sweep(conversation_id, report, hard=hard):
+                continue
+            if hard:
+                break  # nothing more can be compacted
+            # Under pressure: condense with the hard fanout floor, in this same round.
+            hard = True
+            if not self._sweep(conversation_id, report, hard=True):
+                break
         report.tokens_after = self._tokens(conversation_id)
         return report

@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -387,14 +387,23 @@ class Engine:
             raise
 
     def wait_for_compaction(self, timeout: float | None = None) -> list[CompactionReport]:
-        """Wait for queued background compaction; returns the reports of the finished runs."""
+        """Wait (at most *timeout* seconds in all) for queued background compaction.
+
+        Returns the reports of the runs that finished; runs still going stay queued, and a
+        later call collects them. Failed runs were logged by the worker and are dropped.
+        """
         with self._pending_guard:
-            futures = list(self._pending.values())
-            self._pending.clear()
+            futures = dict(self._pending)
+        wait(list(futures.values()), timeout=timeout)
         reports = []
-        for future in futures:
-            if future.exception(timeout=timeout) is None:  # failures were logged by the worker
-                reports.append(future.result())
+        with self._pending_guard:
+            for conv_id, future in futures.items():
+                if not future.done():
+                    continue
+                if self._pending.get(conv_id) is future:
+                    del self._pending[conv_id]
+                if future.exception() is None:
+                    reports.append(future.result())
         return reports
 
     def context(self, conversation: ConversationRef) -> list[ContextItem]:

@@ -4,7 +4,8 @@
 2. *Aggressive*: if the normal call fails, or its summary is not smaller than its input, the
    tighter prompt at temperature 0.1 and a lower target.
 3. *Fallback*: if that fails too, deterministic truncation of the source to about
-   ``fallback_max_tokens`` with a visible marker.
+   ``fallback_max_tokens`` with a visible marker (to the target, at most half the input, when
+   the input is not larger than ``fallback_max_tokens``).
 
 So a compaction pass always makes progress, whatever the model does. A summary far above its
 target (more than 3×) is cut down to 3× the target.
@@ -58,6 +59,15 @@ def truncate_to_tokens(text: str, max_tokens: int, counter: TokenCounter | None 
     return cut.rstrip() + "\n" + TRUNCATION_MARKER
 
 
+def _fallback(source_text: str, max_tokens: int, counter: TokenCounter | None) -> str:
+    """The deterministic summary: the source cut to about *max_tokens*, always marked (so
+    doctor and readers can tell summaries that no model wrote)."""
+    text = truncate_to_tokens(source_text, max_tokens, counter)
+    if not text.endswith(TRUNCATION_MARKER):
+        text = text.rstrip() + "\n" + TRUNCATION_MARKER
+    return text
+
+
 def escalate(
     summarizer: Summarizer,
     make_request: Callable[[Level, int, float], SummaryRequest],
@@ -103,9 +113,9 @@ def escalate(
             tokens = count(text)
             capped = True
         return Outcome(text, tokens, level, result.model or summarizer.model, tuple(errors), capped)
-    text = truncate_to_tokens(source_text, fallback_max_tokens, counter)
-    if count(text) >= input_tokens and input_tokens > 0:
-        # The source is already smaller than the fallback size: keep it whole (still marked,
-        # so doctor can find summaries that no model wrote).
-        text = source_text.rstrip() + "\n" + TRUNCATION_MARKER
+    text = _fallback(source_text, fallback_max_tokens, counter)
+    if input_tokens > 0 and count(text) >= input_tokens:
+        # The input is not larger than the fallback size (small chunks): cut to the target
+        # instead (at most half the input), so that the pass still makes progress.
+        text = _fallback(source_text, max(16, min(target_tokens, input_tokens // 2)), counter)
     return Outcome(text, count(text), "fallback", None, tuple(errors))

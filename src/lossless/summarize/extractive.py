@@ -214,10 +214,6 @@ class ExtractiveSummarizer(Summarizer):
                 continue
             seen.add(key)
             candidates.append(u)
-        budget = max(16, request.target_tokens - 24)  # room for the footer
-        prefix_cost = 8  # "[date time] role: " per line, about
-        chosen: list[_Unit] = []
-        used = 0
         # Who asked what: the first unit of every user message goes first, then by density.
         firsts = {}
         for u in candidates:
@@ -231,18 +227,55 @@ class ExtractiveSummarizer(Summarizer):
                 u.index,
             ),
         )
+        target = request.target_tokens
+        # The footer gets at most about a third of the target; the lines get the rest.
+        footer_share = max(1, target // 3)
+        reserve = estimate_tokens(self._footer(request, candidates, omitted, fit=footer_share))
+        budget = max(0, target - reserve - 1)
+        chosen: list[_Unit] = []
+        headed: set[int] = set()  # sources whose line prefix is paid for
+        used = 0
         for u in ranked:
-            cost = u.tokens + prefix_cost
+            cost = u.tokens + 2  # the separator, and "- " under a summary's header
+            if u.source not in headed:
+                cost += self._prefix_tokens(request.sources[u.source])
             if used + cost > budget:
                 continue
             chosen.append(u)
+            headed.add(u.source)
             used += cost
-        chosen.sort(key=lambda u: u.index)
-        left_out = [u for u in candidates if u not in chosen]
-        lines = self._render(request, chosen)
-        footer = self._footer(request, left_out, omitted)
-        text = "\n".join([*lines, footer])
+        if not chosen and ranked:
+            # Not even the best line fits a small target: keep the start of it.
+            best = ranked[0]
+            room = budget - 2 - self._prefix_tokens(request.sources[best.source])
+            if room >= 6:
+                text = best.text[: room * 4 - 2].rsplit(" ", 1)[0] + " …"
+                best = _Unit(best.index, best.source, text, estimate_tokens(text), best.score,
+                             best.role, best.tool_output)  # fmt: skip
+                ranked = [best, *ranked[1:]]
+                chosen.append(best)
+        # Estimates round; check the real text and drop the weakest lines until it fits.
+        rank = {id(u): n for n, u in enumerate(ranked)}
+        while True:
+            chosen.sort(key=lambda u: u.index)
+            picked = {id(u) for u in chosen}
+            left_out = [u for u in candidates if id(u) not in picked]
+            lines = self._render(request, chosen)
+            footer = self._footer(request, left_out, omitted, fit=footer_share)
+            text = "\n".join([*lines, footer])
+            if not chosen or estimate_tokens(text) <= target:
+                break
+            chosen.remove(max(chosen, key=lambda u: rank[id(u)]))
         return SummaryResult(text=text, model=self.model)
+
+    @staticmethod
+    def _prefix_tokens(item: SourceItem) -> int:
+        """Tokens of the line prefix (or header line) one source's lines get."""
+        if item.role == "summary":
+            head = f"[{_short(item.earliest_at)} – {_short(item.latest_at)}] ({item.ref})\n"
+        else:
+            head = f"\n[{_short(item.earliest_at)}] tool output ({item.ref}): "
+        return estimate_tokens(head)
 
     @staticmethod
     def _render(request: SummaryRequest, chosen: list[_Unit]) -> list[str]:
@@ -267,7 +300,13 @@ class ExtractiveSummarizer(Summarizer):
         return lines
 
     @staticmethod
-    def _footer(request: SummaryRequest, left_out: list[_Unit], omitted: Counter[str]) -> str:
+    def _footer(
+        request: SummaryRequest,
+        left_out: list[_Unit],
+        omitted: Counter[str],
+        *,
+        fit: int | None = None,
+    ) -> str:
         items: list[str] = []
         errors = [u for u in left_out if _ERROR.search(u.text)]
         if errors:
@@ -293,4 +332,9 @@ class ExtractiveSummarizer(Summarizer):
         first = request.sources[0].ref if request.sources else ""
         last = request.sources[-1].ref if request.sources else ""
         scope = f" (sources {first} … {last})" if first else ""
-        return f"{EXPAND_PREFIX} {', '.join(unique) or 'nothing left out'}{scope}"
+        while True:
+            footer = f"{EXPAND_PREFIX} {', '.join(unique) or 'nothing left out'}{scope}"
+            # Within *fit* tokens when it can be: the least telling items go first.
+            if fit is None or len(unique) <= 1 or estimate_tokens(footer) <= fit:
+                return footer
+            unique.pop()
