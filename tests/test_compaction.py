@@ -828,7 +828,9 @@ def test_until_under_reports_a_missed_target_when_the_fresh_tail_alone_exceeds_i
 def test_after_turn_compacts_when_the_context_exceeds_the_threshold_of_the_budget(
     open_engine: EngineFactory,
 ) -> None:
-    engine = open_engine()  # context_threshold 0.75
+    # context_threshold 0.75; the tail is not capped by the budget here, so the leaf pass
+    # that after_turn runs first cannot bring the context under the threshold by itself.
+    engine = open_engine(fresh_tail_budget_share=1.0)
     feed = Feed(engine)
     for i in range(8):
         feed.say("user", 50, f"note {i}")
@@ -1280,3 +1282,30 @@ def test_waiting_with_a_timeout_keeps_unfinished_runs_for_later(tmp_path: Path) 
         reports = engine.wait_for_compaction(timeout=30)
         assert len(reports) == 1
         assert reports[0].passes
+
+
+def test_a_known_budget_caps_the_fresh_tail_at_its_share(open_engine: EngineFactory) -> None:
+    engine = open_engine(fresh_tail_count=64, fresh_tail_budget_share=0.25)
+    feed = Feed(engine)
+    for i in range(30):
+        feed.say("user" if i % 2 == 0 else "assistant", 50, f"turn {i}")
+    items = engine.context("s")
+    uncapped = Compactor(engine, engine.summarizer)
+    capped = Compactor(engine, engine.summarizer, budget=800)
+    assert uncapped.tail_start(items) == 0  # 30 messages are all "fresh" by count
+    start = capped.tail_start(items)
+    assert sum(i.tokens for i in items[start:]) <= 200
+    assert items[start].role == "user"  # whole turns only
+
+
+def test_leaf_summaries_list_the_large_files_of_their_messages(tmp_path: Path) -> None:
+    config = SMALL.replace(large_file_token_threshold=100)
+    body = "\n".join(f"line {i} of the report" for i in range(200))
+    with Engine.open(tmp_path / "f.db", config=config, summarizer=ScriptedSummarizer()) as engine:
+        engine.ingest("s", {"role": "user", "content": f'<file name="report.txt">{body}</file>'})
+        for i in range(20):
+            engine.ingest("s", {"role": "assistant", "content": text(30, f"reply {i}")})
+        report = engine.compact("s")
+        leaf = engine.summary(report.passes[0].summary_id)
+        [record] = engine.store.large_files()
+        assert leaf.file_ids == (record.file_id,)

@@ -350,10 +350,9 @@ def test_extractive_summaries_stay_within_their_target(target: int, level: Level
 def test_extractive_summaries_have_content_even_for_a_small_target() -> None:
     text = ExtractiveSummarizer().summarize(_request(_session_sources(), 60)).text
     lines = text.splitlines()
-    assert len(lines) >= 2  # at least one line of material before the footer
-    assert re.match(
-        r"\[2026-03-02 \d\d:\d\d\] (user|assistant|tool output) \(msg#\d+\): ", lines[0]
-    )
+    assert len(lines) >= 3  # a day header and at least one line before the footer
+    assert lines[0] == "## 2026-03-02"
+    assert re.match(r"\d\d:\d\d msg#\d+ (user|assistant|tool output): ", lines[1])
 
 
 def test_extractive_keeps_decisions_errors_paths_and_requests_over_chatter() -> None:
@@ -376,8 +375,11 @@ def test_extractive_lines_carry_time_speaker_and_message_id() -> None:
     request_line = next(line for line in text.splitlines() if "TOML includes" in line)
     source = next(s for s in sources if "TOML includes" in s.text)
     minute = int(source.ref.removeprefix("msg#"))
-    stamp = (T0 + timedelta(minutes=minute)).strftime("%Y-%m-%d %H:%M")
-    assert request_line.startswith(f"[{stamp}] user ({source.ref}): ")
+    moment = T0 + timedelta(minutes=minute)
+    assert request_line.startswith(f"{moment:%H:%M} {source.ref} user: ")
+    lines = text.splitlines()
+    day_headers = [line for line in lines[: lines.index(request_line)] if line.startswith("## ")]
+    assert day_headers[-1] == f"## {moment:%Y-%m-%d}"
 
 
 def test_extractive_summary_ends_with_what_to_expand_for_details() -> None:
@@ -410,16 +412,15 @@ def test_extractive_condenses_its_own_leaf_summaries() -> None:
     lines = condensed.splitlines()
     assert estimate_tokens(condensed) <= 150 + 2
     assert estimate_tokens(condensed) < sum(leaf.tokens for leaf in leaves)
-    # Grouped under a time-range header per leaf, with the leaf's id.
-    headers = [
-        line for line in lines if re.match(r"\[2026-03-02 .* – 2026-03-02 .*\] \(sum_", line)
-    ]
-    assert headers
-    # The lines under them are the leaves' own lines, word for word.
+    # Grouped under the day headers of the leaves' lines.
+    headers = [line for line in lines if line.startswith("## ")]
+    assert headers == ["## 2026-03-02"]
+    # The lines under them are the leaves' own lines, word for word, with their message ids.
     body = [line for line in lines[:-1] if line not in headers]
     assert body
     for line in body:
-        assert any(line.removeprefix("- ") in leaf.text for leaf in leaves), line
+        assert any(line in leaf.text for leaf in leaves), line
+    assert all(re.match(r"\d\d:\d\d msg#\d+ ", line) for line in body)
     # The leaves' own footers are merged into one, at the end.
     assert lines[-1].startswith(EXPAND)
     assert sum(line.startswith(EXPAND) for line in lines) == 1

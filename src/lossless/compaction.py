@@ -149,19 +149,25 @@ def fresh_tail_start(
 class Compactor:
     """Runs passes for one engine with one summarizer (the caller holds the conversation lock)."""
 
-    def __init__(self, engine: Engine, summarizer: Summarizer) -> None:
+    def __init__(
+        self, engine: Engine, summarizer: Summarizer, *, budget: int | None = None
+    ) -> None:
         self.engine = engine
         self.store = engine.store
         self.config = engine.config
         self.summarizer = summarizer
+        # With a known budget the tail may take at most its share of it (the spec's defaults
+        # were made for very large windows; 64 messages can be a third of a small one).
+        caps = [c for c in (self.config.fresh_tail_max_tokens,) if c is not None]
+        if budget is not None:
+            caps.append(max(1, int(budget * self.config.fresh_tail_budget_share)))
+        self.tail_max_tokens: int | None = min(caps) if caps else None
 
     # --- planning --------------------------------------------------------------------------
 
     def tail_start(self, items: Sequence[ContextItem]) -> int:
         """Where the protected fresh tail begins."""
-        return fresh_tail_start(
-            items, self.config.fresh_tail_count, self.config.fresh_tail_max_tokens
-        )
+        return fresh_tail_start(items, self.config.fresh_tail_count, self.tail_max_tokens)
 
     def raw_tokens_outside_tail(self, items: Sequence[ContextItem]) -> int:
         """Tokens of raw messages that a leaf pass could take."""
@@ -291,7 +297,11 @@ class Compactor:
             for m in messages
         )
         previous = self._previous_context(items, chunk[0].ordinal, depth=0)
-        return self._write(conversation_id, "leaf", 0, chunk, sources, previous, descendants=0)
+        files = self.store.large_files(message_ids=[m.message_id for m in messages])
+        file_ids = tuple(dict.fromkeys(f.file_id for f in files))
+        return self._write(
+            conversation_id, "leaf", 0, chunk, sources, previous, descendants=0, file_ids=file_ids
+        )
 
     def condensed_pass(
         self, conversation_id: int, *, max_depth: int | None = None, hard: bool = False
@@ -442,7 +452,10 @@ class Compactor:
                     if condensed is None:
                         break
                     report.passes.append(condensed)
-        report.tokens_after = self._tokens(conversation_id)
+        # Nothing written: the context read above is still the context (this is every turn).
+        report.tokens_after = (
+            self._tokens(conversation_id) if report.passes else report.tokens_before
+        )
         return report
 
     def full_sweep(self, conversation_id: int, *, hard: bool = False) -> CompactionReport:

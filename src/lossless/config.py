@@ -226,6 +226,14 @@ class Config:
             help="share of the budget compaction aims for once the threshold is crossed",
         ),
     )
+    fresh_tail_budget_share: float = field(
+        default=0.25,
+        metadata=_opt(
+            minimum=0.05,
+            maximum=1.0,
+            help="with a token budget, the fresh tail's cap as a share of it (whole turns)",
+        ),
+    )
     fresh_tail_count: int = field(
         default=64, metadata=_opt(minimum=0, help="recent raw messages never compacted")
     )

@@ -302,15 +302,17 @@ class Engine:
         *,
         mode: str = "full",
         until: int | None = None,
+        budget: int | None = None,
     ) -> CompactionReport:
         """Compact a conversation's active context.
 
         ``mode="full"`` (the default, a manual compact): leaf passes until none is eligible,
         then condensation. ``mode="incremental"``: what :meth:`after_turn` does. ``until=N``:
-        sweeps until the context is at or under N tokens (at most ``max_rounds``).
+        sweeps until the context is at or under N tokens (at most ``max_rounds``). With the
+        model's *budget*, the fresh tail is capped at ``fresh_tail_budget_share`` of it.
         """
         conv = self.conversation(conversation)
-        compactor = Compactor(self, self.summarizer)
+        compactor = Compactor(self, self.summarizer, budget=budget)
         with self.lock(conv.conversation_id):
             if until is not None:
                 return compactor.until_under(conv.conversation_id, until)
@@ -349,7 +351,7 @@ class Engine:
         return TurnResult(ingest, report)
 
     def _turn_compaction(self, conversation_id: int, token_budget: int | None) -> CompactionReport:
-        report = self.compact(conversation_id, mode="incremental")
+        report = self.compact(conversation_id, mode="incremental", budget=token_budget)
         if token_budget is not None:
             threshold = int(token_budget * self.config.context_threshold)
             # Crossing the threshold compacts down to the (lower) target, so the next turns
@@ -358,7 +360,7 @@ class Engine:
                 token_budget * min(self.config.compaction_target, self.config.context_threshold)
             )
             if report.tokens_after > threshold:
-                over = self.compact(conversation_id, until=target)
+                over = self.compact(conversation_id, until=target, budget=token_budget)
                 report.passes.extend(over.passes)
                 report.rounds = over.rounds
                 report.target = target

@@ -119,10 +119,15 @@ def replay_messages(
         if result.compaction is not None:
             passes = len(result.compaction.passes)
             written = result.compaction.by_depth()
+        tokens = (
+            result.compaction.tokens_after
+            if result.compaction is not None
+            else sum(i.tokens for i in engine.store.context(conv.conversation_id))
+        )
         record = TurnRecord(
             turn=n,
             messages=len(turn),
-            context_tokens=sum(i.tokens for i in engine.store.context(conv.conversation_id)),
+            context_tokens=tokens,
             raw_tokens=raw,
             passes=passes,
             summaries_written=written,

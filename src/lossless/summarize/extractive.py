@@ -72,10 +72,12 @@ _ACK_START = re.compile(
     r"^(ok|okay|thanks|thank you|great|nice|cool|sure|sounds|perfect|awesome|good|lgtm|yes|no)\b",
     re.I,
 )
+_DAY_HEADER = re.compile(r"^## (\d{4}-\d{2}-\d{2})$")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 _FOOTER_SPLIT = re.compile(r",\s*")
 
 MAX_UNIT_CHARS = 400
+DAY_HEADER_TOKENS = 4
 MAX_UNITS_PER_TOOL_OUTPUT = 3
 
 
@@ -88,6 +90,7 @@ class _Unit:
     score: float
     role: str
     tool_output: bool = False
+    day: str = ""  # the date the unit speaks about (YYYY-MM-DD)
 
 
 def _clip(text: str) -> str:
@@ -109,7 +112,7 @@ def _score(text: str, role: str) -> float:
         and not _PATH.search(text)
     ):
         return -1.0  # "Thanks, that looks good." and the like
-    score = {"user": 2.0, "assistant": 1.0, "system": 1.0, "summary": 1.0}.get(role, 0.0)
+    score = {"user": 1.5, "assistant": 1.0, "system": 1.0, "summary": 1.0}.get(role, 0.0)
     if _DECISION.search(text):
         score += 3.0
     if _ERROR.search(text):
@@ -136,21 +139,159 @@ def _score(text: str, role: str) -> float:
     return score
 
 
+_TERM = re.compile(r"[a-z][a-z0-9_'+-]{2,}")
+_COMMON = frozenset(
+    {
+        "about",
+        "after",
+        "again",
+        "also",
+        "always",
+        "and",
+        "any",
+        "are",
+        "because",
+        "been",
+        "before",
+        "being",
+        "both",
+        "but",
+        "can",
+        "could",
+        "did",
+        "does",
+        "doing",
+        "done",
+        "each",
+        "even",
+        "every",
+        "for",
+        "from",
+        "get",
+        "got",
+        "great",
+        "had",
+        "has",
+        "have",
+        "having",
+        "her",
+        "here",
+        "him",
+        "his",
+        "how",
+        "into",
+        "its",
+        "it's",
+        "just",
+        "know",
+        "like",
+        "love",
+        "make",
+        "many",
+        "more",
+        "most",
+        "much",
+        "need",
+        "nice",
+        "not",
+        "now",
+        "off",
+        "one",
+        "only",
+        "other",
+        "our",
+        "out",
+        "over",
+        "really",
+        "said",
+        "same",
+        "see",
+        "should",
+        "some",
+        "such",
+        "sure",
+        "than",
+        "thank",
+        "thanks",
+        "that",
+        "that's",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "thing",
+        "things",
+        "think",
+        "this",
+        "those",
+        "time",
+        "too",
+        "very",
+        "want",
+        "was",
+        "way",
+        "well",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "why",
+        "will",
+        "with",
+        "would",
+        "yeah",
+        "yes",
+        "you",
+        "your",
+        "you're",
+        "i'm",
+        "i've",
+        "we're",
+    }
+)
+INFORMATIVENESS_WEIGHT = 2.0
+
+
+def _add_informativeness(units: list[_Unit]) -> None:
+    """Reward units whose words are rare in this material (IDF): specific facts outrank
+    pleasantries made of common words."""
+    if len(units) < 3:
+        return
+    terms = [{t for t in _TERM.findall(u.text.lower()) if t not in _COMMON} for u in units]
+    df: Counter[str] = Counter(t for ts in terms for t in ts)
+    n = len(units)
+    for u, ts in zip(units, terms, strict=True):
+        if u.score < 0 or not ts:
+            continue
+        idf = sum(math.log(n / df[t]) for t in ts)
+        u.score += INFORMATIVENESS_WEIGHT * idf / math.sqrt(len(ts) + 4)
+
+
 def _units_of(item: SourceItem, source: int, start: int, counter: Counter[str]) -> list[_Unit]:
     """Cut one source into units; tool outputs keep only their most telling lines."""
-    text = item.text
-    if item.role == "summary":
-        text = "\n".join(line for line in text.splitlines() if not line.startswith(EXPAND_PREFIX))
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    pieces: list[str] = []
-    for line in lines:
-        if item.role in ("tool",) or len(line) <= MAX_UNIT_CHARS:
-            pieces.append(line)
+    day = item.earliest_at[:10]
+    pieces: list[tuple[str, str]] = []  # (day, text)
+    for raw in item.text.splitlines():
+        line = raw.strip()
+        if not line or (item.role == "summary" and line.startswith(EXPAND_PREFIX)):
+            continue
+        header = _DAY_HEADER.match(line) if item.role == "summary" else None
+        if header:
+            day = header.group(1)  # lines of a summary carry the day of their header
+            continue
+        if item.role == "tool" or len(line) <= MAX_UNIT_CHARS:
+            pieces.append((day, line))
         else:
-            pieces.extend(s for s in _SENTENCE_SPLIT.split(line) if s.strip())
+            pieces.extend((day, s) for s in _SENTENCE_SPLIT.split(line) if s.strip())
     units = []
     tool = item.role == "tool"
-    for n, piece in enumerate(pieces):
+    for n, (piece_day, piece) in enumerate(pieces):
         clipped = _clip(piece)
         score = _score(clipped, item.role)
         if tool:
@@ -159,7 +300,16 @@ def _units_of(item: SourceItem, source: int, start: int, counter: Counter[str]) 
                 score += 1.0
             counter["tool output lines"] += 1
         units.append(
-            _Unit(start + n, source, clipped, estimate_tokens(clipped), score, item.role, tool)
+            _Unit(
+                start + n,
+                source,
+                clipped,
+                estimate_tokens(clipped),
+                score,
+                item.role,
+                tool,
+                piece_day,
+            )
         )
     if tool and len(units) > MAX_UNITS_PER_TOOL_OUTPUT:
         keep = sorted(units, key=lambda u: (-u.score, u.index))[:MAX_UNITS_PER_TOOL_OUTPUT]
@@ -170,10 +320,8 @@ def _units_of(item: SourceItem, source: int, start: int, counter: Counter[str]) 
     return units
 
 
-def _short(stamp: str) -> str:
-    if len(stamp) >= 16 and stamp[10] == "T":
-        return f"{stamp[:10]} {stamp[11:16]}"
-    return stamp
+def _hhmm(stamp: str) -> str:
+    return stamp[11:16] if len(stamp) >= 16 and stamp[10] == "T" else stamp
 
 
 def _footer_items(sources: tuple[SourceItem, ...]) -> list[str]:
@@ -201,6 +349,7 @@ class ExtractiveSummarizer(Summarizer):
         units: list[_Unit] = []
         for s, item in enumerate(request.sources):
             units.extend(_units_of(item, s, s * 100_000, omitted))
+        _add_informativeness(units)
         threshold = 1.0 if request.level == "aggressive" else 0.0
         seen: set[str] = set()
         candidates: list[_Unit] = []
@@ -234,15 +383,19 @@ class ExtractiveSummarizer(Summarizer):
         budget = max(0, target - reserve - 1)
         chosen: list[_Unit] = []
         headed: set[int] = set()  # sources whose line prefix is paid for
+        days: set[str] = set()  # days whose "## date" header is paid for
         used = 0
         for u in ranked:
-            cost = u.tokens + 2  # the separator, and "- " under a summary's header
-            if u.source not in headed:
+            cost = u.tokens + 1  # the separator
+            if u.source not in headed and request.sources[u.source].role != "summary":
                 cost += self._prefix_tokens(request.sources[u.source])
+            if u.day not in days:
+                cost += DAY_HEADER_TOKENS
             if used + cost > budget:
                 continue
             chosen.append(u)
             headed.add(u.source)
+            days.add(u.day)
             used += cost
         if not chosen and ranked:
             # Not even the best line fits a small target: keep the start of it.
@@ -270,33 +423,31 @@ class ExtractiveSummarizer(Summarizer):
 
     @staticmethod
     def _prefix_tokens(item: SourceItem) -> int:
-        """Tokens of the line prefix (or header line) one source's lines get."""
-        if item.role == "summary":
-            head = f"[{_short(item.earliest_at)} – {_short(item.latest_at)}] ({item.ref})\n"
-        else:
-            head = f"\n[{_short(item.earliest_at)}] tool output ({item.ref}): "
-        return estimate_tokens(head)
+        """Tokens of the ``HH:MM msg#N role:`` prefix of one message's line."""
+        return estimate_tokens(f"\n{_hhmm(item.earliest_at)} {item.ref} assistant: ")
 
     @staticmethod
     def _render(request: SummaryRequest, chosen: list[_Unit]) -> list[str]:
+        """Lines in time order under ``## date`` headers: ``HH:MM msg#N role: text`` for
+        messages; a condensed summary keeps its sources' lines as they are."""
         lines: list[str] = []
+        day = ""
         current = -1
         for u in chosen:
             item = request.sources[u.source]
+            if u.day != day:
+                lines.append(f"## {u.day}")
+                day = u.day
+                current = -1
             if item.role == "summary":
-                if u.source != current:
-                    lines.append(
-                        f"[{_short(item.earliest_at)} – {_short(item.latest_at)}] ({item.ref})"
-                    )
-                    current = u.source
-                lines.append(u.text if u.text.startswith(("[", "-", "•")) else f"- {u.text}")
+                lines.append(u.text)
+                current = -1
+            elif u.source == current:
+                lines[-1] += " " + u.text
             else:
-                if u.source == current and lines:
-                    lines[-1] += " " + u.text
-                else:
-                    who = "tool output" if u.tool_output else item.role
-                    lines.append(f"[{_short(item.earliest_at)}] {who} ({item.ref}): {u.text}")
-                    current = u.source
+                who = "tool output" if u.tool_output else item.role
+                lines.append(f"{_hhmm(item.earliest_at)} {item.ref} {who}: {u.text}")
+                current = u.source
         return lines
 
     @staticmethod
