@@ -44,6 +44,7 @@ from common import save
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo-dev.json"
+LOCOMO_CONFIG = Config()
 _WORD = re.compile(r"[a-z0-9']+")
 _SENT = re.compile(r"(?<=[.!?])\s+")
 
@@ -223,7 +224,7 @@ def locomo(work: Path, budget: int, path: Path) -> dict[str, Any]:
     for sample in data:
         turns = locomo_messages(sample)
         by_id = {dia: msg["content"] for dia, msg, _ in turns}
-        engine = Engine.open(work / f"locomo-{sample['sample_id']}.db", config=Config())
+        engine = Engine.open(work / f"locomo-{sample['sample_id']}.db", config=LOCOMO_CONFIG)
         conv = engine.conversation(sample["sample_id"], create=True)
         # Turn by turn, as a host would: each pair (speaker A, then B) is one turn.
         pending: list[Any] = []

@@ -73,6 +73,7 @@ _ACK_START = re.compile(
     re.I,
 )
 _DAY_HEADER = re.compile(r"^## (\d{4}-\d{2}-\d{2})$")
+_ATTRIBUTED = re.compile(r"^(\d\d:\d\d msg#\d+ [a-z ]{2,20}): (.*)$")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 _FOOTER_SPLIT = re.compile(r",\s*")
 
@@ -91,6 +92,7 @@ class _Unit:
     role: str
     tool_output: bool = False
     day: str = ""  # the date the unit speaks about (YYYY-MM-DD)
+    prefix: str = ""  # "HH:MM msg#N role" of a line taken from a summary
 
 
 def _clip(text: str) -> str:
@@ -273,25 +275,39 @@ def _add_informativeness(units: list[_Unit]) -> None:
         u.score += INFORMATIVENESS_WEIGHT * idf / math.sqrt(len(ts) + 4)
 
 
+_CODE_HINT = re.compile(r"[{};=]\s*$|^\s*(def |class |import |from |#include|\$ |>>> )|`")
+
+
+def _looks_like_code(line: str) -> bool:
+    return bool(_CODE_HINT.search(line))
+
+
 def _units_of(item: SourceItem, source: int, start: int, counter: Counter[str]) -> list[_Unit]:
     """Cut one source into units; tool outputs keep only their most telling lines."""
     day = item.earliest_at[:10]
-    pieces: list[tuple[str, str]] = []  # (day, text)
+    pieces: list[tuple[str, str, str]] = []  # (day, prefix, text)
     for raw in item.text.splitlines():
         line = raw.strip()
         if not line or (item.role == "summary" and line.startswith(EXPAND_PREFIX)):
             continue
-        header = _DAY_HEADER.match(line) if item.role == "summary" else None
-        if header:
-            day = header.group(1)  # lines of a summary carry the day of their header
+        prefix = ""
+        if item.role == "summary":
+            header = _DAY_HEADER.match(line)
+            if header:
+                day = header.group(1)  # lines of a summary carry the day of their header
+                continue
+            attributed = _ATTRIBUTED.match(line)
+            if attributed:
+                prefix, line = attributed.group(1), attributed.group(2)
+        if item.role == "tool" or (_looks_like_code(line) and len(line) <= MAX_UNIT_CHARS):
+            pieces.append((day, prefix, line))
             continue
-        if item.role == "tool" or len(line) <= MAX_UNIT_CHARS:
-            pieces.append((day, line))
-        else:
-            pieces.extend((day, s) for s in _SENTENCE_SPLIT.split(line) if s.strip())
+        # Prose: one unit per sentence, so the informative sentence of a chatty message can
+        # be kept without the pleasantries around it.
+        pieces.extend((day, prefix, s) for s in _SENTENCE_SPLIT.split(line) if s.strip())
     units = []
     tool = item.role == "tool"
-    for n, (piece_day, piece) in enumerate(pieces):
+    for n, (piece_day, piece_prefix, piece) in enumerate(pieces):
         clipped = _clip(piece)
         score = _score(clipped, item.role)
         if tool:
@@ -309,6 +325,7 @@ def _units_of(item: SourceItem, source: int, start: int, counter: Counter[str]) 
                 item.role,
                 tool,
                 piece_day,
+                piece_prefix,
             )
         )
     if tool and len(units) > MAX_UNITS_PER_TOOL_OUTPUT:
@@ -382,19 +399,23 @@ class ExtractiveSummarizer(Summarizer):
         reserve = estimate_tokens(self._footer(request, candidates, omitted, fit=footer_share))
         budget = max(0, target - reserve - 1)
         chosen: list[_Unit] = []
-        headed: set[int] = set()  # sources whose line prefix is paid for
+        headed: set[tuple[int, str]] = set()  # lines whose prefix is paid for
         days: set[str] = set()  # days whose "## date" header is paid for
         used = 0
         for u in ranked:
             cost = u.tokens + 1  # the separator
-            if u.source not in headed and request.sources[u.source].role != "summary":
-                cost += self._prefix_tokens(request.sources[u.source])
+            if (u.source, u.prefix) not in headed:
+                item = request.sources[u.source]
+                if item.role != "summary":
+                    cost += self._prefix_tokens(item)
+                elif u.prefix:
+                    cost += estimate_tokens(u.prefix + ": ")
             if u.day not in days:
                 cost += DAY_HEADER_TOKENS
             if used + cost > budget:
                 continue
             chosen.append(u)
-            headed.add(u.source)
+            headed.add((u.source, u.prefix))
             days.add(u.day)
             used += cost
         if not chosen and ranked:
@@ -433,14 +454,21 @@ class ExtractiveSummarizer(Summarizer):
         lines: list[str] = []
         day = ""
         current = -1
+        current_line = ""  # the summary line being continued (source and prefix)
         for u in chosen:
             item = request.sources[u.source]
             if u.day != day:
                 lines.append(f"## {u.day}")
                 day = u.day
                 current = -1
+                current_line = ""
             if item.role == "summary":
-                lines.append(u.text)
+                key = f"{u.source}:{u.prefix}"
+                if u.prefix and key == current_line and lines:
+                    lines[-1] += " " + u.text
+                else:
+                    lines.append(f"{u.prefix}: {u.text}" if u.prefix else u.text)
+                current_line = key if u.prefix else ""
                 current = -1
             elif u.source == current:
                 lines[-1] += " " + u.text
