@@ -1173,7 +1173,9 @@ def _check_invariants(engine: Engine, sessions: Sequence[_Session]) -> None:
         " JOIN summaries s ON s.summary_id = sp.summary_id"
         " JOIN summaries p ON p.summary_id = sp.parent_summary_id"
     ):
-        assert parent_depth == depth - 1, sid
+        # Same-depth runs make depth + 1; under pressure a run of mixed depths makes one
+        # deeper than the deepest of them. Sources are always shallower.
+        assert parent_depth < depth, sid
 
 
 @settings(

@@ -241,8 +241,11 @@ class Compactor:
         *,
         max_depth: int | None = None,
         hard: bool = False,
+        mixed: bool | None = None,
     ) -> list[ContextItem]:
-        """The oldest run of same-depth summaries at the shallowest eligible depth."""
+        """The oldest run of same-depth summaries at the shallowest eligible depth (and, when
+        *mixed* — by default when *hard* — and nothing else qualifies, of adjacent summaries
+        of mixed depths)."""
         tail = self.tail_start(items)
         runs: list[tuple[int, int, int]] = []  # (depth, start, end)
         i = 0
@@ -274,6 +277,33 @@ class Compactor:
                     used += items[stop].tokens
                     stop += 1
                 return list(items[start:stop])
+        if (hard if mixed is None else mixed) and max_depth is None:
+            return self._mixed_chunk(items, tail)
+        return []
+
+    def _mixed_chunk(self, items: Sequence[ContextItem], tail: int) -> list[ContextItem]:
+        """Under pressure, when no same-depth run is long enough: the oldest run of adjacent
+        summaries of any depths (each level can hold one summary, so without this a long
+        conversation keeps one summary per depth and cannot get under a small budget)."""
+        cfg = self.config
+        i = 0
+        while i < tail:
+            if items[i].item_type != "summary":
+                i += 1
+                continue
+            j = i
+            while j < tail and items[j].item_type == "summary":
+                j += 1
+            if j - i >= cfg.condensed_min_fanout_hard:
+                stop, used = i, 0
+                while stop < j and (
+                    stop - i < cfg.condensed_min_fanout_hard
+                    or used + items[stop].tokens <= cfg.leaf_chunk_tokens
+                ):
+                    used += items[stop].tokens
+                    stop += 1
+                return list(items[i:stop])
+            i = j
         return []
 
     # --- passes ----------------------------------------------------------------------------
@@ -304,11 +334,21 @@ class Compactor:
         )
 
     def condensed_pass(
-        self, conversation_id: int, *, max_depth: int | None = None, hard: bool = False
+        self,
+        conversation_id: int,
+        *,
+        max_depth: int | None = None,
+        hard: bool = False,
+        mixed_above: int | None = None,
     ) -> PassResult | None:
-        """Run one condensed pass; ``None`` when nothing is eligible or nothing would be saved."""
+        """Run one condensed pass; ``None`` when nothing is eligible or nothing would be saved.
+
+        With *hard*, runs of mixed depths may be merged — only while the context is above
+        *mixed_above* tokens, when that is given.
+        """
         items = self.store.context(conversation_id)
-        chunk = self.condensed_chunk(items, max_depth=max_depth, hard=hard)
+        mixed = hard and (mixed_above is None or sum(i.tokens for i in items) > mixed_above)
+        chunk = self.condensed_chunk(items, max_depth=max_depth, hard=hard, mixed=mixed)
         if not chunk:
             return None
         parents = self.store.get_summaries([it.summary_id for it in chunk if it.summary_id])
@@ -323,7 +363,7 @@ class Compactor:
             )
             for s in parents
         )
-        depth = parents[0].depth + 1
+        depth = max(p.depth for p in parents) + 1
         previous = self._previous_context(items, chunk[0].ordinal, depth=depth)
         descendants = sum(1 + p.descendant_count for p in parents)
         file_ids = tuple(dict.fromkeys(f for p in parents for f in p.file_ids))
@@ -465,7 +505,14 @@ class Compactor:
         report.tokens_after = self._tokens(conversation_id)
         return report
 
-    def _sweep(self, conversation_id: int, report: CompactionReport, *, hard: bool) -> bool:
+    def _sweep(
+        self,
+        conversation_id: int,
+        report: CompactionReport,
+        *,
+        hard: bool,
+        mixed_above: int | None = None,
+    ) -> bool:
         progressed = False
         while True:
             result = self.leaf_pass(conversation_id)
@@ -474,15 +521,21 @@ class Compactor:
             report.passes.append(result)
             progressed = True
         while True:
-            result = self.condensed_pass(conversation_id, hard=hard)
+            result = self.condensed_pass(conversation_id, hard=hard, mixed_above=mixed_above)
             if result is None or result.saved <= 0:
                 break
             report.passes.append(result)
             progressed = True
         return progressed
 
-    def until_under(self, conversation_id: int, target: int) -> CompactionReport:
-        """Up to ``max_rounds`` sweeps until the context is at or under *target* tokens."""
+    def until_under(
+        self, conversation_id: int, target: int, *, limit: int | None = None
+    ) -> CompactionReport:
+        """Up to ``max_rounds`` sweeps until the context is at or under *target* tokens.
+
+        Under pressure the hard fanout floor applies; merging summaries of mixed depths (the
+        most lossy step) is kept for a context still above *limit* when one is given.
+        """
         report = CompactionReport(
             conversation_id, "until", self._tokens(conversation_id), target=target
         )
@@ -491,13 +544,13 @@ class Compactor:
             if self._tokens(conversation_id) <= target:
                 break
             report.rounds += 1
-            if self._sweep(conversation_id, report, hard=hard):
+            if self._sweep(conversation_id, report, hard=hard, mixed_above=limit):
                 continue
             if hard:
                 break  # nothing more can be compacted
             # Under pressure: condense with the hard fanout floor, in this same round.
             hard = True
-            if not self._sweep(conversation_id, report, hard=True):
+            if not self._sweep(conversation_id, report, hard=True, mixed_above=limit):
                 break
         report.tokens_after = self._tokens(conversation_id)
         return report
