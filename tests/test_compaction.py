@@ -1311,3 +1311,19 @@ def test_leaf_summaries_list_the_large_files_of_their_messages(tmp_path: Path) -
         leaf = engine.summary(report.passes[0].summary_id)
         [record] = engine.store.large_files()
         assert leaf.file_ids == (record.file_id,)
+
+
+def test_a_long_session_stays_within_a_small_budget(tmp_path: Path) -> None:
+    """Sustained pressure: summaries of mixed depths are merged instead of piling up one per
+    depth, so the context never grows past the budget."""
+    path = write_session(tmp_path / "s.jsonl", 400, seed=3)
+    with Engine.open(tmp_path / "src.db") as source:
+        source.bootstrap(path)
+        messages = source.messages("demo-session")
+    from lossless.replay import replay_messages
+
+    with Engine.open(tmp_path / "small.db") as engine:
+        report = replay_messages(engine, "replay", messages, 8_000)
+        assert report.peak_context_tokens <= 8_000
+        assert doctor.check(engine.store) == []
+        assert len(report.compaction_turns) < 200  # not a compaction every turn
