@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CompactionReport", "Compactor", "PassResult", "fresh_tail_start"]
 
+#: A pass aims for at most this share of its input (the configured target caps it too).
+CHUNK_TARGET_SHARE = 0.75
+
 
 @dataclass(frozen=True)
 class PassResult:
@@ -400,8 +403,11 @@ class Compactor:
     ) -> PassResult | None:
         cfg = self.config
         condensed = kind == "condensed"
-        target = cfg.condensed_target_tokens if condensed else cfg.leaf_target_tokens
         input_tokens = sum(s.tokens for s in sources)
+        # A chunk smaller than the configured target would come back whole (not smaller than
+        # its input), escalate, and end truncated: aim for at most half of what goes in.
+        configured = cfg.condensed_target_tokens if condensed else cfg.leaf_target_tokens
+        target = max(16, min(configured, int(input_tokens * CHUNK_TARGET_SHARE)))
         calls = 0
 
         def make(level: Level, target_tokens: int, temperature: float) -> SummaryRequest:

@@ -257,6 +257,7 @@ _COMMON = frozenset(
         "we're",
     }
 )
+FIRST_REQUEST_BONUS = 2.0
 INFORMATIVENESS_WEIGHT = 2.0
 
 
@@ -380,18 +381,16 @@ class ExtractiveSummarizer(Summarizer):
                 continue
             seen.add(key)
             candidates.append(u)
-        # Who asked what: the first unit of every user message goes first, then by density.
-        firsts = {}
+        # Who asked what: the first substantive unit of each user message gets a bonus (a
+        # bonus, not a pass: answers and decisions compete with requests on density).
+        firsts: set[int] = set()
         for u in candidates:
             if u.role == "user" and u.source not in firsts and u.score >= 3.0:
-                firsts[u.source] = u
+                firsts.add(u.source)
+                u.score += FIRST_REQUEST_BONUS
         ranked = sorted(
             candidates,
-            key=lambda u: (
-                0 if firsts.get(u.source) is u else 1,
-                -(u.score / math.sqrt(max(u.tokens, 4))),
-                u.index,
-            ),
+            key=lambda u: (-(u.score / math.sqrt(max(u.tokens, 4))), u.index),
         )
         target = request.target_tokens
         # The footer gets at most about a third of the target; the lines get the rest.
