@@ -539,24 +539,37 @@ def _generic_block(raw: Any) -> NormalizedPart:
     return NormalizedPart(slot="", type="other", text=text, raw=raw)
 
 
-# OpenAI Chat Completions -------------------------------------------------------------------
+#: Simple block kinds per format: block type → (part type, key holding its text, if any).
+BlockTable = Mapping[str, tuple[str, str | None]]
 
 
-def _chat_block(raw: Any) -> NormalizedPart:
+def _table_block(raw: Any, table: BlockTable) -> NormalizedPart | None:
+    """The part for a block whose kind the table knows; ``None`` for anything else."""
     if not isinstance(raw, Mapping):
         return _generic_block(raw)
     kind = raw.get("type")
-    if kind == "text":
-        return NormalizedPart(slot="", type="text", text=_str(raw.get("text")), raw=raw)
-    if kind == "refusal":
-        return NormalizedPart(slot="", type="refusal", text=_str(raw.get("refusal")), raw=raw)
-    if kind == "image_url":
-        return NormalizedPart(slot="", type="image", raw=raw)
-    if kind == "input_audio":
-        return NormalizedPart(slot="", type="audio", raw=raw)
-    if kind == "file":
-        return NormalizedPart(slot="", type="file", raw=raw)
-    return _generic_block(raw)
+    entry = table.get(kind) if isinstance(kind, str) else None
+    if entry is None:
+        return None
+    part_type, text_key = entry
+    text = _str(raw.get(text_key)) if text_key else None
+    return NormalizedPart(slot="", type=part_type, text=text, raw=raw)
+
+
+# OpenAI Chat Completions -------------------------------------------------------------------
+
+
+_CHAT_BLOCKS: BlockTable = {
+    "text": ("text", "text"),
+    "refusal": ("refusal", "refusal"),
+    "image_url": ("image", None),
+    "input_audio": ("audio", None),
+    "file": ("file", None),
+}
+
+
+def _chat_block(raw: Any) -> NormalizedPart:
+    return _table_block(raw, _CHAT_BLOCKS) or _generic_block(raw)
 
 
 def _chat_tool_call(raw: Any) -> NormalizedPart:
@@ -636,21 +649,18 @@ _RESPONSES_ROLES = {
 }
 
 
+_RESPONSES_BLOCKS: BlockTable = {
+    **dict.fromkeys(("input_text", "output_text", "text"), ("text", "text")),
+    **dict.fromkeys(("summary_text", "reasoning_text"), ("text", "text")),
+    "refusal": ("refusal", "refusal"),
+    "input_image": ("image", None),
+    "input_file": ("file", None),
+    "input_audio": ("audio", None),
+}
+
+
 def _responses_block(raw: Any) -> NormalizedPart:
-    if not isinstance(raw, Mapping):
-        return _generic_block(raw)
-    kind = raw.get("type")
-    if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
-        return NormalizedPart(slot="", type="text", text=_str(raw.get("text")), raw=raw)
-    if kind == "refusal":
-        return NormalizedPart(slot="", type="refusal", text=_str(raw.get("refusal")), raw=raw)
-    if kind == "input_image":
-        return NormalizedPart(slot="", type="image", raw=raw)
-    if kind == "input_file":
-        return NormalizedPart(slot="", type="file", raw=raw)
-    if kind == "input_audio":
-        return NormalizedPart(slot="", type="audio", raw=raw)
-    return _generic_block(raw)
+    return _table_block(raw, _RESPONSES_BLOCKS) or _generic_block(raw)
 
 
 def _normalize_openai_responses(data: Mapping[str, Any]) -> NormalizedMessage:
@@ -711,16 +721,20 @@ def _normalize_openai_responses(data: Mapping[str, Any]) -> NormalizedMessage:
 _ANTHROPIC_ROLES = {"user": "user", "assistant": "assistant", "system": "system"}
 
 
+_ANTHROPIC_BLOCK_TABLE: BlockTable = {
+    "text": ("text", "text"),
+    "image": ("image", None),
+    "document": ("document", None),
+    "thinking": ("reasoning", "thinking"),
+    "redacted_thinking": ("redacted_reasoning", None),
+}
+
+
 def _anthropic_block(raw: Any) -> NormalizedPart:
-    if not isinstance(raw, Mapping):
-        return _generic_block(raw)
+    simple = _table_block(raw, _ANTHROPIC_BLOCK_TABLE)
+    if simple is not None:
+        return simple
     kind = raw.get("type")
-    if kind == "text":
-        return NormalizedPart(slot="", type="text", text=_str(raw.get("text")), raw=raw)
-    if kind == "image":
-        return NormalizedPart(slot="", type="image", raw=raw)
-    if kind == "document":
-        return NormalizedPart(slot="", type="document", raw=raw)
     if kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
         return NormalizedPart(
             slot="",
@@ -739,10 +753,6 @@ def _anthropic_block(raw: Any) -> NormalizedPart:
             is_error=bool(raw.get("is_error", False)),
             raw=raw,
         )
-    if kind == "thinking":
-        return NormalizedPart(slot="", type="reasoning", text=_str(raw.get("thinking")), raw=raw)
-    if kind == "redacted_thinking":
-        return NormalizedPart(slot="", type="redacted_reasoning", raw=raw)
     return _generic_block(raw)
 
 
@@ -775,16 +785,18 @@ _OPENCLAW_ROLE_MAP = {
 }
 
 
+_OPENCLAW_BLOCK_TABLE: BlockTable = {
+    "text": ("text", "text"),
+    "thinking": ("reasoning", "thinking"),
+    "image": ("image", None),
+}
+
+
 def _openclaw_block(raw: Any) -> NormalizedPart:
-    if not isinstance(raw, Mapping):
-        return _generic_block(raw)
+    simple = _table_block(raw, _OPENCLAW_BLOCK_TABLE)
+    if simple is not None:
+        return simple
     kind = raw.get("type")
-    if kind == "text":
-        return NormalizedPart(slot="", type="text", text=_str(raw.get("text")), raw=raw)
-    if kind == "thinking":
-        return NormalizedPart(slot="", type="reasoning", text=_str(raw.get("thinking")), raw=raw)
-    if kind == "image":
-        return NormalizedPart(slot="", type="image", raw=raw)
     if kind == "toolCall":
         return NormalizedPart(
             slot="",
