@@ -72,7 +72,7 @@ def overhead(work: Path, stored: int) -> dict[str, Any]:
     }
 
 
-def calls(work: Path, turns: int) -> dict[str, Any]:
+def calls(work: Path, turns: int, budget: int) -> dict[str, Any]:
     path = write_session(work / f"calls-{turns}.jsonl", turns, seed=5)
     with Engine.open(work / f"calls-src-{turns}.db") as source:
         source.bootstrap(path)
@@ -80,11 +80,17 @@ def calls(work: Path, turns: int) -> dict[str, Any]:
     summarizer = ScriptedSummarizer(default=sized)
     with Engine.open(work / f"calls-{turns}.db", summarizer=summarizer) as engine:
         started = time.perf_counter()
-        report = replay_messages(engine, "replay", messages, 32_000)
+        report = replay_messages(engine, "replay", messages, budget)
         seconds = time.perf_counter() - started
         sources_sent = sum(len(r.sources) for r in summarizer.requests if r.kind == "leaf")
+        leaf_calls = sum(1 for r in summarizer.requests if r.kind == "leaf")
+    events = len(report.compaction_turns)
     return {
+        "budget": budget,
         "turns": turns,
+        "leaf_calls": leaf_calls,
+        "condensed_calls": summarizer.calls - leaf_calls,
+        "calls_per_compaction": round(summarizer.calls / events, 2) if events else None,
         "messages": len(messages),
         "summarizer_calls": summarizer.calls,
         "calls_per_1000_turns": round(summarizer.calls / turns * 1000, 2),
@@ -99,6 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stored", default="10000,200000")
     parser.add_argument("--turns", default="10000,100000")
+    parser.add_argument("--budget", type=int, default=32_000, help="token budget of the replays")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lossless-compaction-bench-"))
     results: dict[str, Any] = {"overhead": [], "calls": []}
@@ -113,12 +120,14 @@ def main() -> None:
                 flush=True,
             )
         for turns in (int(t) for t in args.turns.split(",")):
-            row = calls(work, turns)
+            row = calls(work, turns, args.budget)
             results["calls"].append(row)
             print(
-                f"replay of {turns:,} turns ({row['messages']:,} messages): "
-                f"{row['summarizer_calls']:,} summarizer calls ({row['calls_per_1000_turns']} per "
-                f"1,000 turns), {row['leaf_source_messages_sent']:,} messages sent as leaf input, "
+                f"replay of {turns:,} turns ({row['messages']:,} messages) at {args.budget:,}: "
+                f"{row['summarizer_calls']:,} summarizer calls ({row['leaf_calls']:,} leaf, "
+                f"{row['condensed_calls']:,} condensed; {row['calls_per_1000_turns']} per 1,000 "
+                f"turns; {row['calls_per_compaction']} per compaction), "
+                f"{row['leaf_source_messages_sent']:,} messages sent as leaf input, "
                 f"{row['ms_per_turn']} ms per turn",
                 flush=True,
             )
