@@ -244,11 +244,9 @@ class Compactor:
         *,
         max_depth: int | None = None,
         hard: bool = False,
-        mixed: bool | None = None,
     ) -> list[ContextItem]:
         """The oldest run of same-depth summaries at the shallowest eligible depth (and, when
-        *mixed* — by default when *hard* — and nothing else qualifies, of adjacent summaries
-        of mixed depths)."""
+        *hard* and nothing else qualifies, of adjacent summaries of mixed depths)."""
         tail = self.tail_start(items)
         runs: list[tuple[int, int, int]] = []  # (depth, start, end)
         i = 0
@@ -280,7 +278,7 @@ class Compactor:
                     used += items[stop].tokens
                     stop += 1
                 return list(items[start:stop])
-        if (hard if mixed is None else mixed) and max_depth is None:
+        if hard and max_depth is None:
             return self._mixed_chunk(items, tail)
         return []
 
@@ -342,16 +340,14 @@ class Compactor:
         *,
         max_depth: int | None = None,
         hard: bool = False,
-        mixed_above: int | None = None,
     ) -> PassResult | None:
         """Run one condensed pass; ``None`` when nothing is eligible or nothing would be saved.
 
-        With *hard*, runs of mixed depths may be merged — only while the context is above
-        *mixed_above* tokens, when that is given.
+        With *hard*, a run of summaries of mixed depths may be merged when no same-depth run
+        qualifies.
         """
         items = self.store.context(conversation_id)
-        mixed = hard and (mixed_above is None or sum(i.tokens for i in items) > mixed_above)
-        chunk = self.condensed_chunk(items, max_depth=max_depth, hard=hard, mixed=mixed)
+        chunk = self.condensed_chunk(items, max_depth=max_depth, hard=hard)
         if not chunk:
             return None
         parents = self.store.get_summaries([it.summary_id for it in chunk if it.summary_id])
@@ -517,7 +513,6 @@ class Compactor:
         report: CompactionReport,
         *,
         hard: bool,
-        mixed_above: int | None = None,
     ) -> bool:
         progressed = False
         while True:
@@ -527,20 +522,19 @@ class Compactor:
             report.passes.append(result)
             progressed = True
         while True:
-            result = self.condensed_pass(conversation_id, hard=hard, mixed_above=mixed_above)
+            result = self.condensed_pass(conversation_id, hard=hard)
             if result is None or result.saved <= 0:
                 break
             report.passes.append(result)
             progressed = True
         return progressed
 
-    def until_under(
-        self, conversation_id: int, target: int, *, limit: int | None = None
-    ) -> CompactionReport:
+    def until_under(self, conversation_id: int, target: int) -> CompactionReport:
         """Up to ``max_rounds`` sweeps until the context is at or under *target* tokens.
 
-        Under pressure the hard fanout floor applies; merging summaries of mixed depths (the
-        most lossy step) is kept for a context still above *limit* when one is given.
+        Under pressure the hard fanout floor applies, and adjacent summaries of mixed depths
+        are merged when no same-depth run is long enough: reaching the target every time keeps
+        the room for new turns, and so the compaction rate, constant.
         """
         report = CompactionReport(
             conversation_id, "until", self._tokens(conversation_id), target=target
@@ -550,13 +544,13 @@ class Compactor:
             if self._tokens(conversation_id) <= target:
                 break
             report.rounds += 1
-            if self._sweep(conversation_id, report, hard=hard, mixed_above=limit):
+            if self._sweep(conversation_id, report, hard=hard):
                 continue
             if hard:
                 break  # nothing more can be compacted
             # Under pressure: condense with the hard fanout floor, in this same round.
             hard = True
-            if not self._sweep(conversation_id, report, hard=True, mixed_above=limit):
+            if not self._sweep(conversation_id, report, hard=True):
                 break
         report.tokens_after = self._tokens(conversation_id)
         return report

@@ -303,21 +303,19 @@ class Engine:
         mode: str = "full",
         until: int | None = None,
         budget: int | None = None,
-        limit: int | None = None,
     ) -> CompactionReport:
         """Compact a conversation's active context.
 
         ``mode="full"`` (the default, a manual compact): leaf passes until none is eligible,
         then condensation. ``mode="incremental"``: what :meth:`after_turn` does. ``until=N``:
         sweeps until the context is at or under N tokens (at most ``max_rounds``). With the
-        model's *budget*, the fresh tail is capped at ``fresh_tail_budget_share`` of it; with
-        *limit*, summaries of mixed depths are merged only while the context is above it.
+        model's *budget*, the fresh tail is capped at ``fresh_tail_budget_share`` of it.
         """
         conv = self.conversation(conversation)
         compactor = Compactor(self, self.summarizer, budget=budget)
         with self.lock(conv.conversation_id):
             if until is not None:
-                return compactor.until_under(conv.conversation_id, until, limit=limit)
+                return compactor.until_under(conv.conversation_id, until)
             if mode == "incremental":
                 return compactor.incremental(conv.conversation_id)
             if mode != "full":
@@ -362,9 +360,7 @@ class Engine:
                 token_budget * min(self.config.compaction_target, self.config.context_threshold)
             )
             if report.tokens_after > threshold:
-                over = self.compact(
-                    conversation_id, until=target, budget=token_budget, limit=threshold
-                )
+                over = self.compact(conversation_id, until=target, budget=token_budget)
                 report.passes.extend(over.passes)
                 report.rounds = over.rounds
                 report.target = target
