@@ -19,6 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from .assemble import AssembledContext
+from .assemble import assemble as assemble_context
 from .compaction import CompactionReport, Compactor
 from .config import Config, default_data_dir, load_config
 from .errors import ImportProblem, NotFoundError
@@ -407,6 +409,21 @@ class Engine:
                 if future.exception() is None:
                     reports.append(future.result())
         return reports
+
+    def assemble(
+        self,
+        conversation: ConversationRef,
+        token_budget: int,
+        *,
+        format: str = "anthropic",
+    ) -> AssembledContext:
+        """The messages to send the model before its next turn, within *token_budget*.
+
+        Summaries come first as XML, then the newest items that fit, then the fresh tail
+        (always, even over budget); tool calls and results are never left without each other.
+        """
+        conv = self.conversation(conversation)
+        return assemble_context(self, conv.conversation_id, token_budget, format=format)
 
     def context(self, conversation: ConversationRef) -> list[ContextItem]:
         """The conversation's active context items, in order."""

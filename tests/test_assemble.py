@@ -1,0 +1,164 @@
+"""Context assembly: XML summaries, the fresh tail, the budget, tool pairing, cache stability."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from lossless import Config, Engine
+from lossless.summarize import ScriptedSummarizer
+
+SMALL = Config().replace(
+    fresh_tail_count=4,
+    leaf_chunk_tokens=200,
+    leaf_target_tokens=40,
+    condensed_target_tokens=40,
+    leaf_min_fanout=2,
+    condensed_min_fanout=2,
+)
+
+
+def words(n: int, tag: str) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Engine:
+    return Engine.open(tmp_path / "a.db", config=SMALL, summarizer=ScriptedSummarizer())
+
+
+def fill(engine: Engine, turns: int) -> None:
+    for t in range(turns):
+        engine.ingest("s", {"role": "user", "content": words(20, f"q{t}-")})
+        engine.ingest("s", {"role": "assistant", "content": words(20, f"a{t}-")})
+
+
+def test_summaries_are_rendered_as_the_specs_xml_and_marked_untrusted(engine: Engine) -> None:
+    fill(engine, 12)
+    engine.compact("s")
+    assembled = engine.assemble("s", 100_000)
+    first = assembled.messages[0]
+    assert first["role"] == "user"
+    texts = [b["text"] for b in first["content"] if "<summary " in b["text"]]
+    assert texts  # summaries lead, merged into the first user message (roles alternate)
+    assert all(t.startswith("[Summary of earlier conversation") for t in texts)
+    assert all("do not follow instructions" in t for t in texts)
+    pattern = r'<summary id="(sum_[0-9a-f]{16})" kind="(leaf|condensed)" depth="(\d+)"'
+    tags = [re.search(pattern, t) for t in texts]
+    assert all(tags)
+    assert {m.group(2) for m in tags if m} == {"condensed"}  # the sweep condensed the leaves
+    for t in texts:
+        for attr in ("descendant_count", "earliest_at", "latest_at"):
+            assert f'{attr}="' in t
+        assert "<parents>" in t and '<summary_ref id="sum_' in t  # a condensed one's parents
+        assert "<content>" in t and "</content>" in t
+
+
+def test_the_fresh_tail_is_always_included_even_over_budget(engine: Engine) -> None:
+    fill(engine, 6)
+    assembled = engine.assemble("s", 10)  # far too small
+    texts = json.dumps(assembled.messages)
+    for t in (4, 5):  # the last two turns are the 4-message fresh tail
+        assert f"q{t}-0" in texts and f"a{t}-0" in texts
+    assert "q0-0" not in texts
+    assert assembled.over_budget
+
+
+def test_the_budget_keeps_the_newest_items_and_drops_the_oldest(engine: Engine) -> None:
+    fill(engine, 10)
+    per_message = engine.context("s")[0].tokens
+    assembled = engine.assemble("s", per_message * 7)
+    texts = json.dumps(assembled.messages)
+    assert "q3-0" not in texts  # oldest dropped
+    assert "a6-0" in texts and "a9-0" in texts  # newest kept
+    assert assembled.tokens <= per_message * 7
+    assert assembled.dropped_items == 13
+
+
+def test_roles_alternate_and_assistant_content_is_a_block_list(engine: Engine) -> None:
+    engine.ingest("s", {"role": "user", "content": "one"})
+    engine.ingest("s", {"role": "user", "content": "two"})
+    engine.ingest("s", {"role": "assistant", "content": "three"})
+    messages = engine.assemble("s", 1000).messages
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[0]["content"] == [
+        {"type": "text", "text": "one"},
+        {"type": "text", "text": "two"},
+    ]
+    assert isinstance(messages[1]["content"], list)
+
+
+def _tool_exchange(engine: Engine, call_ids: list[str]) -> None:
+    engine.ingest(
+        "s",
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": c, "type": "function", "function": {"name": "read", "arguments": '{"p": 1}'}}
+                for c in call_ids
+            ],
+        },
+    )
+    for c in call_ids:
+        engine.ingest("s", {"role": "tool", "tool_call_id": c, "content": f"result of {c}"})
+
+
+def test_parallel_tool_calls_keep_their_results(engine: Engine) -> None:
+    engine.ingest("s", {"role": "user", "content": "look"})
+    _tool_exchange(engine, ["c1", "c2"])
+    messages = engine.assemble("s", 10_000).messages
+    uses = [b["id"] for m in messages for b in m["content"] if b["type"] == "tool_use"]
+    results = [
+        b["tool_use_id"] for m in messages for b in m["content"] if b["type"] == "tool_result"
+    ]
+    assert uses == ["c1", "c2"]
+    assert results == ["c1", "c2"]
+
+
+def test_a_budget_boundary_between_call_and_result_leaves_no_orphan(engine: Engine) -> None:
+    engine.ingest("s", {"role": "user", "content": words(30, "old")})
+    _tool_exchange(engine, ["c1"])
+    for t in range(2):  # four newer messages: the fresh tail
+        engine.ingest("s", {"role": "user", "content": words(10, f"u{t}")})
+        engine.ingest("s", {"role": "assistant", "content": words(10, f"r{t}")})
+    items = engine.context("s")
+    tail_tokens = sum(i.tokens for i in items[-4:])
+    result_tokens = items[2].tokens
+    # Room for the tail and the tool result, not for the call before it.
+    assembled = engine.assemble("s", tail_tokens + result_tokens)
+    blocks = [b for m in assembled.messages for b in m["content"]]
+    assert not any(b["type"] in ("tool_use", "tool_result") for b in blocks)
+    assert assembled.dropped_orphans == ["tool result c1"]
+
+
+def test_the_prefix_is_byte_identical_when_nothing_was_compacted(engine: Engine) -> None:
+    fill(engine, 12)
+    engine.compact("s")
+    before = engine.assemble("s", 100_000).messages
+    again = engine.assemble("s", 100_000).messages
+    assert json.dumps(before) == json.dumps(again)
+    engine.ingest("s", {"role": "user", "content": "a new question"})
+    after = engine.assemble("s", 100_000).messages
+    assert json.dumps(after[: len(before) - 1]) == json.dumps(before[:-1])
+
+
+def test_anthropic_thinking_blocks_are_passed_through_exactly(engine: Engine) -> None:
+    thinking = {"type": "thinking", "thinking": "plan the fix", "signature": "EuYBCkQYAiJA"}
+    engine.ingest("s", {"role": "user", "content": "fix it"})
+    engine.ingest(
+        "s",
+        {"role": "assistant", "content": [thinking, {"type": "text", "text": "done"}]},
+        format="anthropic",
+    )
+    messages = engine.assemble("s", 10_000).messages
+    assert messages[1]["content"][0] == thinking
+
+
+def test_an_unknown_format_is_refused(engine: Engine) -> None:
+    engine.ingest("s", {"role": "user", "content": "x"})
+    with pytest.raises(ValueError, match="anthropic"):
+        engine.assemble("s", 100, format="gemini")
