@@ -162,3 +162,53 @@ def test_an_unknown_format_is_refused(engine: Engine) -> None:
     engine.ingest("s", {"role": "user", "content": "x"})
     with pytest.raises(ValueError, match="anthropic"):
         engine.assemble("s", 100, format="gemini")
+
+
+def test_openai_format_has_tool_calls_and_tool_messages(engine: Engine) -> None:
+    engine.ingest("s", {"role": "system", "content": "be brief"})
+    engine.ingest("s", {"role": "user", "content": "look"})
+    _tool_exchange(engine, ["c1", "c2"])
+    messages = engine.assemble("s", 10_000, format="openai").messages
+    assert messages[0] == {"role": "system", "content": "be brief"}
+    assistant = messages[2]
+    assert assistant["role"] == "assistant"
+    assert [c["id"] for c in assistant["tool_calls"]] == ["c1", "c2"]
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"p": 1}
+    assert messages[3:] == [
+        {"role": "tool", "tool_call_id": "c1", "content": "result of c1"},
+        {"role": "tool", "tool_call_id": "c2", "content": "result of c2"},
+    ]
+
+
+def test_responses_format_passes_its_own_items_through_and_converts_others(engine: Engine) -> None:
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"}
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_9",
+        "name": "f",
+        "arguments": "{}",
+    }
+    output = {"type": "function_call_output", "call_id": "call_9", "output": "42"}
+    engine.ingest("s", {"role": "user", "content": "compute"})
+    for item in (reasoning, call, output):
+        engine.ingest("s", item, format="openai_responses")
+    _tool_exchange(engine, ["c7"])  # chat-shaped tool call, converted
+    items = engine.assemble("s", 10_000, format="responses").messages
+    assert items[0] == {"role": "user", "content": "compute"}
+    assert items[1:4] == [reasoning, call, output]
+    assert items[4]["type"] == "function_call" and items[4]["call_id"] == "c7"
+    assert items[5] == {"type": "function_call_output", "call_id": "c7", "output": "result of c7"}
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "openai", "responses"])
+def test_no_format_emits_an_orphan_at_a_budget_boundary(engine: Engine, fmt: str) -> None:
+    engine.ingest("s", {"role": "user", "content": words(30, "old")})
+    _tool_exchange(engine, ["c1"])
+    for t in range(2):
+        engine.ingest("s", {"role": "user", "content": words(10, f"u{t}")})
+        engine.ingest("s", {"role": "assistant", "content": words(10, f"r{t}")})
+    items = engine.context("s")
+    budget = sum(i.tokens for i in items[-4:]) + items[2].tokens
+    dumped = json.dumps(engine.assemble("s", budget, format=fmt).messages)
+    assert "c1" not in dumped

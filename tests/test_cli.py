@@ -164,3 +164,18 @@ def test_the_installed_console_script_runs(tmp_path: Path) -> None:
         check=True,
     )
     assert json.loads(out.stdout)["messages"] == 0
+
+
+def test_context_prints_the_assembled_messages_in_each_format(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "x.db")
+    transcript = write_session(tmp_path / "s.jsonl", 60, session_id="ctx")
+    assert run_cli("--db", db, "import", str(transcript)).code == 0
+    assert run_cli("--db", db, "compact", "ctx").code == 0
+    for fmt in ("anthropic", "openai", "responses"):
+        res = run_cli("--db", db, "context", "ctx", "--budget", "50000", "--format", fmt, "--json")
+        assert res.code == 0, res
+        data = json.loads(res.out)
+        assert data["summaries"] >= 1
+        assert "<summary id=" in json.dumps(data["messages"][0])
+    text = run_cli("--db", db, "context", "ctx", "--budget", "50000")
+    assert text.out.startswith("conversation 1:")

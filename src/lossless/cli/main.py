@@ -8,7 +8,7 @@ import click
 
 from .. import __version__
 from ..errors import LosslessError
-from . import compaction, conversations, demo, store, transcripts
+from . import compaction, context, conversations, demo, store, transcripts
 from .output import State, stderr
 
 
@@ -49,6 +49,7 @@ for command in (
     demo.demo_command,
     compaction.compact_command,
     compaction.replay_command,
+    context.context_command,
 ):
     cli.add_command(command)
 

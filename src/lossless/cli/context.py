@@ -1,0 +1,64 @@
+"""``lossless context``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.markup import escape
+
+from ..assemble import FORMATS
+from .conversations import resolve
+from .output import State, emit_json, json_option, pass_state, stdout
+
+
+@click.command("context")
+@click.argument("conversation")
+@click.option("--budget", type=click.IntRange(min=1), required=True, metavar="TOKENS")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="anthropic",
+    show_default=True,
+    help="Anthropic Messages, OpenAI Chat Completions, or OpenAI Responses input items.",
+)
+@json_option
+@pass_state
+def context_command(state: State, conversation: str, budget: int, fmt: str, as_json: bool) -> None:
+    """Print the context CONVERSATION's model would get next, within TOKENS.
+
+    Summaries first (as XML), then the newest items that fit, then the fresh tail (always);
+    tool calls and results never without each other. --json prints exactly the messages to
+    send.
+    """
+    engine = state.engine()
+    conv = resolve(engine, conversation)
+    assembled = engine.assemble(conv.conversation_id, budget, format=fmt)
+    if as_json:
+        emit_json(
+            {
+                "conversation_id": conv.conversation_id,
+                "format": fmt,
+                "budget": budget,
+                "tokens": assembled.tokens,
+                "summaries": assembled.summaries,
+                "raw_messages": assembled.raw_messages,
+                "dropped_items": assembled.dropped_items,
+                "dropped_orphans": assembled.dropped_orphans,
+                "messages": assembled.messages,
+            }
+        )
+        return
+    stdout.print(
+        f"conversation {conv.conversation_id}: {assembled.tokens:,} of {budget:,} tokens "
+        f"({assembled.summaries} summaries, {assembled.raw_messages} messages; "
+        f"{assembled.dropped_items} older items left out)"
+        + (" — the fresh tail alone is over budget" if assembled.over_budget else ""),
+        highlight=False,
+    )
+    for message in assembled.messages:
+        who = message.get("role") or message.get("type", "item")
+        body = message.get("content", message)
+        text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+        stdout.print(f"[bold]{escape(str(who))}[/]: {escape(text[:300])}", highlight=False)
