@@ -179,3 +179,17 @@ def test_context_prints_the_assembled_messages_in_each_format(run_cli, tmp_path:
         assert "<summary id=" in json.dumps(data["messages"][0])
     text = run_cli("--db", db, "context", "ctx", "--budget", "50000")
     assert text.out.startswith("conversation 1:")
+
+
+def test_grep_finds_across_messages_and_summaries_and_explains_modes(
+    run_cli, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "x.db")
+    transcript = write_session(tmp_path / "s.jsonl", 60, session_id="g")
+    assert run_cli("--db", db, "import", str(transcript)).code == 0
+    assert run_cli("--db", db, "compact", "g").code == 0
+    res = run_cli("--db", db, "grep", "cursor based pagination", "--json")
+    ids = [h["id"] for h in json.loads(res.out)["hits"]]
+    assert any(i.startswith("msg#") for i in ids) and any(i.startswith("sum_") for i in ids)
+    bad = run_cli("--db", db, "grep", "dep.*timeout")
+    assert bad.code == 2 and "--mode regex" in bad.err

@@ -35,6 +35,8 @@ from .model import (
     StoredMessage,
     Summary,
 )
+from .retrieval.grep import GrepResult, Mode, Scope, Sort
+from .retrieval.grep import grep as grep_store
 from .store import SQLiteStore, open_store
 from .summarize import Summarizer
 from .summarize.guards import guard_state
@@ -424,6 +426,40 @@ class Engine:
         """
         conv = self.conversation(conversation)
         return assemble_context(self, conv.conversation_id, token_budget, format=format)
+
+    def grep(
+        self,
+        pattern: str,
+        *,
+        conversation: ConversationRef | None = None,
+        family: bool = True,
+        mode: Mode = "full_text",
+        scope: Scope = "both",
+        since: str | None = None,
+        before: str | None = None,
+        limit: int = 50,
+        sort: Sort = "recency",
+    ) -> GrepResult:
+        """``lcm_grep``: search messages, summaries or large files.
+
+        With *conversation*, the search covers its family (the conversations sharing its
+        session key; only itself with ``family=False``); without, the whole store.
+        """
+        ids = None
+        if conversation is not None:
+            conv = self.conversation(conversation)
+            ids = self.store.family_ids(conv) if family else [conv.conversation_id]
+        return grep_store(
+            self.store,
+            pattern,
+            conversation_ids=ids,
+            mode=mode,
+            scope=scope,
+            since=since,
+            before=before,
+            limit=limit,
+            sort=sort,
+        )
 
     def context(self, conversation: ConversationRef) -> list[ContextItem]:
         """The conversation's active context items, in order."""

@@ -8,7 +8,7 @@ import click
 
 from .. import __version__
 from ..errors import LosslessError
-from . import compaction, context, conversations, demo, store, transcripts
+from . import compaction, context, conversations, demo, retrieval, store, transcripts
 from .output import State, stderr
 
 
@@ -50,6 +50,7 @@ for command in (
     compaction.compact_command,
     compaction.replay_command,
     context.context_command,
+    retrieval.grep_command,
 ):
     cli.add_command(command)
 

@@ -270,6 +270,17 @@ class SQLiteStore:
         )
         return self._conversation(rows[0]) if rows else None
 
+    def family_ids(self, conversation: Conversation) -> list[int]:
+        """The conversation and the others sharing its session_key (its family)."""
+        if conversation.session_key is None:
+            return [conversation.conversation_id]
+        rows = self.fetchall(
+            "SELECT conversation_id FROM conversations WHERE session_key = ?"
+            " OR conversation_id = ? ORDER BY conversation_id",
+            (conversation.session_key, conversation.conversation_id),
+        )
+        return [int(r[0]) for r in rows]
+
     def update_conversation(
         self,
         conversation_id: int,

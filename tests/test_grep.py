@@ -1,0 +1,112 @@
+"""lcm_grep: full text (sanitized, BM25), substrings and CJK, bounded regex, scopes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lossless import Config, Engine
+from lossless.retrieval.grep import GrepError
+from lossless.summarize import ScriptedSummarizer
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Engine:
+    config = Config().replace(fresh_tail_count=2, large_file_token_threshold=200)
+    return Engine.open(tmp_path / "g.db", config=config, summarizer=ScriptedSummarizer())
+
+
+def seed(engine: Engine) -> None:
+    engine.ingest("s", {"role": "user", "content": "The staging deploy failed with a timeout."})
+    engine.ingest(
+        "s", {"role": "assistant", "content": "I raised the deploy timeout to 90 seconds."}
+    )
+    engine.ingest("s", {"role": "user", "content": "Call getTablePathName before migrating."})
+    engine.ingest("s", {"role": "assistant", "content": "日本語テキストの検索も必要です。"})
+
+
+def test_full_text_finds_words_newest_first(engine: Engine) -> None:
+    seed(engine)
+    hits = engine.grep("deploy timeout", conversation="s").hits
+    assert [h.id for h in hits] == ["msg#2", "msg#1"]
+    assert hits[0].role == "assistant"
+    assert "deploy timeout" in hits[0].snippet
+
+
+def test_a_question_with_relevance_sort_ranks_partial_matches_by_bm25(engine: Engine) -> None:
+    seed(engine)
+    hits = engine.grep("why did the staging deploy fail", conversation="s", sort="relevance").hits
+    assert hits[0].id == "msg#1"  # matches the most words
+    assert "msg#2" in [h.id for h in hits]  # matches some of them, still found
+    assert engine.grep("why did the staging deploy fail", conversation="s").hits == []  # AND
+
+
+def test_user_text_never_breaks_the_index_syntax(engine: Engine) -> None:
+    seed(engine)
+    for text in ('deploy AND "', "NOT (deploy", "deploy* OR", "col:umn deploy", "-deploy"):
+        engine.grep(text, conversation="s", sort="relevance")  # no exception
+
+
+def test_regex_syntax_in_full_text_mode_explains_the_two_modes(engine: Engine) -> None:
+    seed(engine)
+    with pytest.raises(GrepError, match="mode=regex"):
+        engine.grep(r"dep.*timeout", conversation="s")
+
+
+def test_substrings_and_cjk_go_through_the_trigram_index(engine: Engine) -> None:
+    seed(engine)
+    assert [h.id for h in engine.grep("ablePath", conversation="s").hits] == ["msg#3"]
+    assert [h.id for h in engine.grep("本語テ", conversation="s").hits] == ["msg#4"]
+
+
+def test_substring_search_sees_messages_of_a_large_import(engine: Engine) -> None:
+    engine.ingest_batch("s", [{"role": "user", "content": f"row {i} zqxjk{i}"} for i in range(300)])
+    assert engine.store.pending_index_rows() == 300  # large batches defer the trigram index
+    assert [h.id for h in engine.grep("qxjk299", conversation="s").hits] == ["msg#300"]
+
+
+def test_regex_mode_matches_and_is_bounded(engine: Engine) -> None:
+    seed(engine)
+    result = engine.grep(r"raised .* to \d+ seconds", conversation="s", mode="regex")
+    assert [h.id for h in result.hits] == ["msg#2"]
+    engine.ingest_batch("s", [{"role": "user", "content": f"filler {i}"} for i in range(50)])
+    from lossless.retrieval.grep import grep
+
+    bounded = grep(engine.store, r"never-there", mode="regex", max_rows=10)
+    assert bounded.truncated and bounded.scanned <= 11
+    with pytest.raises(GrepError, match="not a valid regular expression"):
+        engine.grep("(unclosed", mode="regex")
+
+
+def test_scopes_select_what_is_searched(engine: Engine) -> None:
+    for i in range(8):
+        engine.ingest("s", {"role": "user", "content": f"migration step {i} for the orders table"})
+    engine.compact("s")
+    summaries = engine.grep("Summary", conversation="s", scope="summaries").hits
+    assert summaries and all(h.id.startswith("sum_") for h in summaries)
+    messages = engine.grep("orders", conversation="s", scope="messages").hits
+    assert messages and all(h.id.startswith("msg#") for h in messages)
+    body = "\n".join(f"def handler_{i}():\n    return {i}" for i in range(200))
+    engine.ingest("s", {"role": "user", "content": f'<file name="handlers.py">{body}</file>'})
+    files = engine.grep("handlers", conversation="s", scope="files").hits
+    assert len(files) == 1 and files[0].id.startswith("file_")
+
+
+def test_a_search_scoped_to_one_family_never_returns_another(engine: Engine) -> None:
+    seed(engine)
+    engine.ingest("other", {"role": "user", "content": "secret deploy timeout of another team"})
+    ours = engine.grep("deploy timeout", conversation="s").hits
+    assert all(h.conversation_id == engine.conversation("s").conversation_id for h in ours)
+    everywhere = engine.grep("deploy timeout").hits
+    assert {h.conversation_id for h in everywhere} == {1, 2}
+
+
+def test_time_filters_and_limits(engine: Engine) -> None:
+    seed(engine)
+    late = engine.grep("deploy", conversation="s", since="2999-01-01T00:00:00Z").hits
+    assert late == []
+    with pytest.raises(GrepError, match="from 1 to 200"):
+        engine.grep("deploy", limit=500)
+    with pytest.raises(GrepError, match="empty"):
+        engine.grep("   ")
