@@ -35,6 +35,8 @@ from .model import (
     StoredMessage,
     Summary,
 )
+from .retrieval.describe import Description
+from .retrieval.describe import describe as describe_id
 from .retrieval.grep import GrepResult, Mode, Scope, Sort
 from .retrieval.grep import grep as grep_store
 from .store import SQLiteStore, open_store
@@ -460,6 +462,23 @@ class Engine:
             limit=limit,
             sort=sort,
         )
+
+    def describe(
+        self,
+        ident: str,
+        *,
+        conversation: ConversationRef | None = None,
+        token_cap: int | None = None,
+        lines: tuple[int, int] | None = None,
+    ) -> Description:
+        """``lcm_describe``: a summary, large file or message by id, with what lies below it.
+
+        With *conversation*, ids outside its family are unknown (nothing leaks across).
+        """
+        scope = None
+        if conversation is not None:
+            scope = self.store.family_ids(self.conversation(conversation))
+        return describe_id(self, ident, scope=scope, token_cap=token_cap, lines=lines)
 
     def context(self, conversation: ConversationRef) -> list[ContextItem]:
         """The conversation's active context items, in order."""

@@ -51,6 +51,7 @@ for command in (
     compaction.replay_command,
     context.context_command,
     retrieval.grep_command,
+    retrieval.describe_command,
 ):
     cli.add_command(command)
 

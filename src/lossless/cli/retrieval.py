@@ -1,4 +1,4 @@
-"""``lossless grep``."""
+"""``lossless grep`` and ``lossless describe``."""
 
 from __future__ import annotations
 
@@ -86,3 +86,62 @@ def grep_command(
         stdout.print("no matches")
     if result.truncated:
         stdout.print(f"(stopped early after scanning {result.scanned:,} rows: the regex bound)")
+
+
+@click.command("describe")
+@click.argument("ident", metavar="ID")
+@click.option("--conversation", "-c", help="Only within this conversation's family.")
+@click.option("--cap", type=click.IntRange(min=1), help="Token cap for the subtree manifest.")
+@click.option("--lines", help="For a file: the lines to show, as FIRST:LAST.")
+@json_option
+@pass_state
+def describe_command(
+    state: State,
+    ident: str,
+    conversation: str | None,
+    cap: int | None,
+    lines: str | None,
+    as_json: bool,
+) -> None:
+    """Describe a summary (sum_…), large file (file_…) or message (msg#N) (lcm_describe).
+
+    For a summary: its metadata, parents and children, the subtree below it with token costs
+    (and whether each running total fits --cap), then its content. For a file: its record,
+    exploration summary and content (--lines 10:40 for a range).
+    """
+    engine = state.engine()
+    ref = resolve(engine, conversation).conversation_id if conversation else None
+    span = None
+    if lines:
+        try:
+            first, last = (int(x) for x in lines.split(":", 1))
+        except ValueError:
+            raise click.BadParameter("give lines as FIRST:LAST, e.g. 10:40") from None
+        span = (first, last)
+    d = engine.describe(ident, conversation=ref, token_cap=cap, lines=span)
+    if as_json:
+        emit_json(d.to_dict())
+        return
+    meta = ", ".join(
+        f"{k}={v}" for k, v in d.metadata.items() if v not in (None, "", [], {}) and k != "content"
+    )
+    stdout.print(f"[bold]{d.id}[/] ({d.kind}, conversation {d.conversation_id})", highlight=False)
+    stdout.print(escape(meta), highlight=False)
+    if d.parents:
+        stdout.print(f"made from: {', '.join(d.parents)}", highlight=False)
+    if d.children:
+        stdout.print(f"summarized by: {', '.join(d.children)}", highlight=False)
+    if d.manifest:
+        stdout.print(f"below it ({len(d.manifest)} items):", highlight=False)
+        for m in d.manifest[:40]:
+            depth = "" if m.depth is None else f" d{m.depth}"
+            mark = "" if m.fits else "  (over the cap)"
+            stdout.print(
+                f"  {m.id} {m.kind}{depth} {m.tokens:,} tok, total {m.cumulative_tokens:,}{mark}",
+                highlight=False,
+            )
+        if len(d.manifest) > 40:
+            stdout.print(f"  … {len(d.manifest) - 40} more", highlight=False)
+    if d.content is not None:
+        stdout.print("---", highlight=False)
+        stdout.print(escape(d.content), highlight=False)

@@ -1,0 +1,170 @@
+"""``lcm_describe``: what an id is, before expanding it.
+
+* ``sum_…`` — the summary's metadata, the summaries it was made from (parents) and those made
+  from it (children), a manifest of the subtree below it (each node with its tokens, the
+  running total, and whether that total fits a token cap), then its content.
+* ``file_…`` — the large file's record and exploration summary, and its content (or a range
+  of lines) on request.
+* ``msg#N`` — the stored message, and the summaries that cover it.
+
+A conversation scope (a list of conversation ids) makes ids of other conversations unknown:
+describe never shows another family's content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import NotFoundError
+from ..ingest.files import check_file_id
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+__all__ = ["Description", "ManifestEntry", "describe"]
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One node below a summary, in the order an expansion would read them."""
+
+    id: str
+    kind: str  # leaf | condensed | message
+    depth: int | None
+    tokens: int
+    cumulative_tokens: int
+    fits: bool
+
+
+@dataclass
+class Description:
+    """What :func:`describe` found."""
+
+    id: str
+    kind: str  # summary | file | message
+    conversation_id: int
+    metadata: dict[str, Any]
+    content: str | None
+    parents: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    manifest: list[ManifestEntry] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        data = asdict(self)
+        data["manifest"] = [asdict(m) for m in self.manifest]
+        return data
+
+
+def _check_scope(conversation_id: int, scope: Sequence[int] | None, ident: str) -> None:
+    if scope is not None and conversation_id not in scope:
+        raise NotFoundError(f"no {ident} in this conversation's family; search with lcm_grep")
+
+
+def describe(
+    engine: Engine,
+    ident: str,
+    *,
+    scope: Sequence[int] | None = None,
+    token_cap: int | None = None,
+    lines: tuple[int, int] | None = None,
+    with_content: bool = True,
+) -> Description:
+    """Describe a summary, large file or message id (see the module docstring)."""
+    ident = ident.strip()
+    if ident.startswith("sum_"):
+        return _summary(engine, ident, scope, token_cap or engine.config.max_expand_tokens)
+    if ident.startswith("file_"):
+        return _file(engine, check_file_id(ident), scope, lines, with_content)
+    if ident.startswith("msg#") and ident[4:].isdigit():
+        return _message(engine, int(ident[4:]), scope)
+    raise NotFoundError(
+        f"{ident!r} is not an id lossless knows; ids look like sum_0123456789abcdef, "
+        "file_0123456789abcdef or msg#42"
+    )
+
+
+def _summary(engine: Engine, ident: str, scope: Sequence[int] | None, cap: int) -> Description:
+    store = engine.store
+    summary = store.get_summaries([ident])[0]
+    _check_scope(summary.conversation_id, scope, ident)
+    parents, messages = store.summary_sources(ident)
+    manifest: list[ManifestEntry] = []
+    total = 0
+    # Depth first, in source order: the order an expansion reads the subtree in.
+    stack: list[str] = list(reversed(parents))
+    for mid, tokens in _message_tokens(engine, messages):
+        total += tokens
+        manifest.append(ManifestEntry(f"msg#{mid}", "message", None, tokens, total, total <= cap))
+    while stack:
+        sid = stack.pop()
+        node = store.get_summaries([sid])[0]
+        total += node.token_count
+        manifest.append(
+            ManifestEntry(sid, node.kind, node.depth, node.token_count, total, total <= cap)
+        )
+        below, node_messages = store.summary_sources(sid)
+        stack.extend(reversed(below))
+        for mid, tokens in _message_tokens(engine, node_messages):
+            total += tokens
+            manifest.append(
+                ManifestEntry(f"msg#{mid}", "message", None, tokens, total, total <= cap)
+            )
+    return Description(
+        id=ident,
+        kind="summary",
+        conversation_id=summary.conversation_id,
+        metadata={**summary.to_dict(), "token_cap": cap, "content": None},
+        content=summary.content,
+        parents=parents,
+        children=store.covering(ident),
+        manifest=manifest,
+    )
+
+
+def _message_tokens(engine: Engine, message_ids: Sequence[int]) -> list[tuple[int, int]]:
+    if not message_ids:
+        return []
+    return [(m.message_id, m.token_count) for m in engine.store.get_messages_by_id(message_ids)]
+
+
+def _file(
+    engine: Engine,
+    ident: str,
+    scope: Sequence[int] | None,
+    lines: tuple[int, int] | None,
+    with_content: bool,
+) -> Description:
+    record = engine.store.get_large_file(ident)
+    _check_scope(record.conversation_id, scope, ident)
+    content = engine.read_large_file(ident) if with_content else None
+    if content is not None and lines is not None:
+        first, last = lines
+        content = "\n".join(content.splitlines()[max(first, 1) - 1 : last])
+    metadata = asdict(record)
+    return Description(ident, "file", record.conversation_id, metadata, content)
+
+
+def _message(engine: Engine, message_id: int, scope: Sequence[int] | None) -> Description:
+    message = engine.get_message(message_id)
+    ident = f"msg#{message_id}"
+    _check_scope(message.conversation_id, scope, ident)
+    metadata = {
+        "seq": message.seq,
+        "role": message.role,
+        "created_at": message.created_at,
+        "token_count": message.token_count,
+        "external_id": message.external_id,
+        "source_format": message.source_format,
+        "parts": [p.type for p in message.parts],
+    }
+    return Description(
+        ident,
+        "message",
+        message.conversation_id,
+        metadata,
+        message.content,
+        children=engine.store.covering(message_id),
+    )
