@@ -35,8 +35,12 @@ from .model import (
     StoredMessage,
     Summary,
 )
+from .retrieval import grants
 from .retrieval.describe import Description
 from .retrieval.describe import describe as describe_id
+from .retrieval.expand import ExpandResult
+from .retrieval.expand import expand as expand_dag
+from .retrieval.grants import Grant
 from .retrieval.grep import GrepResult, Mode, Scope, Sort
 from .retrieval.grep import grep as grep_store
 from .store import SQLiteStore, open_store
@@ -479,6 +483,55 @@ class Engine:
         if conversation is not None:
             scope = self.store.family_ids(self.conversation(conversation))
         return describe_id(self, ident, scope=scope, token_cap=token_cap, lines=lines)
+
+    def create_grant(
+        self,
+        conversation: ConversationRef,
+        *,
+        family: bool = True,
+        token_cap: int | None = None,
+        max_depth: int | None = None,
+        ttl_seconds: int | None = None,
+        purpose: str | None = None,
+    ) -> Grant:
+        """A delegation grant over a conversation (and its family): what a sub-agent may expand.
+
+        Defaults: ``max_expand_tokens``, ``grant_max_depth``, ``grant_ttl_seconds``.
+        """
+        conv = self.conversation(conversation)
+        ids = self.store.family_ids(conv) if family else [conv.conversation_id]
+        grants.sweep(self.store)
+        return grants.create(
+            self.store,
+            ids,
+            token_cap=token_cap or self.config.max_expand_tokens,
+            max_depth=self.config.grant_max_depth if max_depth is None else max_depth,
+            ttl_seconds=ttl_seconds or self.config.grant_ttl_seconds,
+            purpose=purpose,
+        )
+
+    def revoke_grant(self, grant_id: str) -> None:
+        """Revoke a delegation grant now."""
+        grants.revoke(self.store, grant_id)
+
+    def expand(
+        self,
+        grant_id: str,
+        summary_ids: Sequence[str],
+        *,
+        max_depth: int | None = None,
+        include_messages: bool = False,
+        token_cap: int | None = None,
+    ) -> ExpandResult:
+        """``lcm_expand``: walk the DAG down from *summary_ids*, within what the grant allows."""
+        return expand_dag(
+            self,
+            grant_id,
+            summary_ids,
+            max_depth=max_depth,
+            include_messages=include_messages,
+            token_cap=token_cap,
+        )
 
     def context(self, conversation: ConversationRef) -> list[ContextItem]:
         """The conversation's active context items, in order."""

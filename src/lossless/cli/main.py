@@ -52,6 +52,7 @@ for command in (
     context.context_command,
     retrieval.grep_command,
     retrieval.describe_command,
+    retrieval.expand_command,
 ):
     cli.add_command(command)
 

@@ -1,4 +1,4 @@
-"""``lossless grep`` and ``lossless describe``."""
+"""``lossless grep``, ``lossless describe`` and ``lossless expand``."""
 
 from __future__ import annotations
 
@@ -145,3 +145,48 @@ def describe_command(
     if d.content is not None:
         stdout.print("---", highlight=False)
         stdout.print(escape(d.content), highlight=False)
+
+
+@click.command("expand")
+@click.argument("summary_ids", nargs=-1, required=True, metavar="SUMMARY_ID...")
+@click.option("--depth", type=click.IntRange(min=0), help="Levels to walk down (grant maximum).")
+@click.option("--messages", is_flag=True, help="Also return the source messages of leaves reached.")
+@click.option("--cap", type=click.IntRange(min=1), help="Token cap (default max_expand_tokens).")
+@json_option
+@pass_state
+def expand_command(
+    state: State,
+    summary_ids: tuple[str, ...],
+    depth: int | None,
+    messages: bool,
+    cap: int | None,
+    as_json: bool,
+) -> None:
+    """Expand summaries down the DAG (lcm_expand), within a token cap.
+
+    Runs under a delegation grant over the first summary's conversation family, made for this
+    command and revoked when it ends (the agent's tools get theirs from expand_query).
+    """
+    engine = state.engine()
+    owner = engine.summary(summary_ids[0]).conversation_id
+    grant = engine.create_grant(owner, token_cap=cap, purpose="lossless expand")
+    try:
+        result = engine.expand(
+            grant.grant_id, list(summary_ids), max_depth=depth, include_messages=messages
+        )
+    finally:
+        engine.revoke_grant(grant.grant_id)
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    for node in result.nodes:
+        stdout.print(
+            f"[bold]{node.id}[/] {node.kind} (level {node.level}, {node.tokens:,} tok)",
+            highlight=False,
+        )
+        stdout.print(escape(node.content), highlight=False)
+    stdout.print(
+        f"{len(result.nodes)} item(s), {result.tokens:,} tokens"
+        + (" (stopped at the token cap)" if result.truncated else ""),
+        highlight=False,
+    )

@@ -216,3 +216,27 @@ def m001_core_schema(conn: sqlite3.Connection) -> None:
           content, content='summaries', content_rowid='rowid', tokenize='trigram');
         """,
     )
+
+
+@migration
+def m002_grants(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- Delegation grants: what a sub-agent may expand. Stored (unlike the reference's
+        -- in-memory grants) so they survive a restart and every process sees revocations.
+        -- grant_id is an unguessable secret; conversation_ids a JSON array.
+        CREATE TABLE grants (
+          grant_id         TEXT PRIMARY KEY,
+          conversation_ids TEXT NOT NULL,
+          max_depth        INTEGER NOT NULL,
+          token_cap        INTEGER NOT NULL,
+          tokens_used      INTEGER NOT NULL DEFAULT 0,
+          purpose          TEXT,
+          created_at       TEXT NOT NULL,
+          expires_at       TEXT NOT NULL,
+          revoked_at       TEXT
+        );
+        CREATE INDEX grants_expires ON grants(expires_at) WHERE revoked_at IS NULL;
+        """,
+    )
