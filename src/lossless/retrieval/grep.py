@@ -174,6 +174,16 @@ def grep(
     return GrepResult(hits[:limit])
 
 
+def _hit_columns(message: bool) -> str:
+    """The columns of a hit (id, kind, conversation, time, role, depth), from alias ``s``."""
+    if message:
+        return "'msg#' || s.message_id, 'message', s.conversation_id, s.created_at, s.role, NULL"
+    return (
+        "s.summary_id, 'summary', s.conversation_id, coalesce(s.latest_at, s.created_at),"
+        " NULL, s.depth"
+    )
+
+
 def _scope_sql(
     alias: str, ids: Sequence[int] | None, since: str | None, before: str | None, time_col: str
 ) -> tuple[str, list[Any]]:
@@ -208,12 +218,7 @@ def _fts(
     time_col = "created_at" if message else "latest_at"
     extra, params = _scope_sql("s", ids, since, before, time_col)
     order = {"recency": f"s.{time_col} DESC", "relevance": "score", "hybrid": "score"}[sort]
-    cols = (
-        "'msg#' || s.message_id, 'message', s.conversation_id, s.created_at, s.role, NULL"
-        if message
-        else "s.summary_id, 'summary', s.conversation_id, coalesce(s.latest_at, s.created_at),"
-        " NULL, s.depth"
-    )
+    cols = _hit_columns(message)
     sql = (
         f"SELECT {cols}, s.content, bm25({table}_fts) AS score FROM {table}_fts f"
         f" JOIN {table} s ON s.{key} = f.rowid WHERE {table}_fts MATCH ?{extra}"
@@ -247,12 +252,7 @@ def _substring(
     time_col = "created_at" if message else "latest_at"
     extra, params = _scope_sql("s", ids, since, before, time_col)
     like = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    cols = (
-        "'msg#' || s.message_id, 'message', s.conversation_id, s.created_at, s.role, NULL"
-        if message
-        else "s.summary_id, 'summary', s.conversation_id, coalesce(s.latest_at, s.created_at),"
-        " NULL, s.depth"
-    )
+    cols = _hit_columns(message)
     sql = (
         f"SELECT {cols}, s.content FROM {table}_trigram t JOIN {table} s ON s.{key} = t.rowid"
         f" WHERE t.content LIKE ? ESCAPE '\\'{extra} ORDER BY s.{time_col} DESC LIMIT ?"
@@ -314,12 +314,7 @@ def _regex(
         message = table == "messages"
         time_col = "created_at" if message else "latest_at"
         extra, params = _scope_sql("s", ids, since, before, time_col)
-        cols = (
-            "'msg#' || s.message_id, 'message', s.conversation_id, s.created_at, s.role, NULL"
-            if message
-            else "s.summary_id, 'summary', s.conversation_id, coalesce(s.latest_at, s.created_at),"
-            " NULL, s.depth"
-        )
+        cols = _hit_columns(message)
         offset = 0
         while len(hits) < limit:
             rows = store.fetchall(
