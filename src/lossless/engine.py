@@ -40,6 +40,8 @@ from .retrieval.describe import Description
 from .retrieval.describe import describe as describe_id
 from .retrieval.expand import ExpandResult
 from .retrieval.expand import expand as expand_dag
+from .retrieval.expand_query import ExpandQueryResult
+from .retrieval.expand_query import expand_query as expand_query_answer
 from .retrieval.grants import Grant
 from .retrieval.grep import GrepResult, Mode, Scope, Sort
 from .retrieval.grep import grep as grep_store
@@ -531,6 +533,29 @@ class Engine:
             max_depth=max_depth,
             include_messages=include_messages,
             token_cap=token_cap,
+        )
+
+    def expand_query(
+        self,
+        prompt: str,
+        *,
+        conversation: ConversationRef,
+        query: str | None = None,
+        summary_ids: Sequence[str] | None = None,
+        max_tokens: int | None = None,
+    ) -> ExpandQueryResult:
+        """``lcm_expand_query``: answer *prompt* from the history below the summaries.
+
+        Runs under a delegation grant that is revoked when it ends; see
+        :mod:`lossless.retrieval.expand_query`.
+        """
+        return expand_query_answer(
+            self,
+            prompt,
+            conversation=conversation,
+            query=query,
+            summary_ids=summary_ids,
+            max_tokens=max_tokens,
         )
 
     def context(self, conversation: ConversationRef) -> list[ContextItem]:

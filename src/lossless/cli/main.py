@@ -53,6 +53,7 @@ for command in (
     retrieval.grep_command,
     retrieval.describe_command,
     retrieval.expand_command,
+    retrieval.ask_command,
 ):
     cli.add_command(command)
 

@@ -1,4 +1,4 @@
-"""``lossless grep``, ``lossless describe`` and ``lossless expand``."""
+"""``lossless grep``, ``describe``, ``expand`` and ``ask``."""
 
 from __future__ import annotations
 
@@ -190,3 +190,26 @@ def expand_command(
         + (" (stopped at the token cap)" if result.truncated else ""),
         highlight=False,
     )
+
+
+@click.command("ask")
+@click.argument("conversation")
+@click.argument("question")
+@click.option("--query", help="Search words to find the summaries (default: the question).")
+@json_option
+@pass_state
+def ask_command(
+    state: State, conversation: str, question: str, query: str | None, as_json: bool
+) -> None:
+    """Answer QUESTION from CONVERSATION's stored history (lcm_expand_query).
+
+    Finds the relevant summaries, reads the history below them under a delegation grant
+    (revoked when done), and answers with cited excerpts (labelled as deterministic retrieval).
+    """
+    engine = state.engine()
+    conv = resolve(engine, conversation)
+    result = engine.expand_query(question, conversation=conv.conversation_id, query=query)
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    stdout.print(escape(result.answer), highlight=False)

@@ -1,0 +1,181 @@
+"""``lcm_expand_query``: answer a question from the history below the summaries.
+
+1. If a ``query`` is given, ``lcm_grep`` (relevance) finds the summaries — and messages — it
+   points to; or the caller names ``summary_ids``.
+2. A delegation grant is made over the conversation's family (token cap, depth, TTL).
+3. The history below the summaries is read with ``lcm_expand`` under that grant.
+4. The answer: the excerpts that best match the question, each cited by its id, within
+   ``expand_query_max_tokens``. This deterministic retrieval answer is what lossless gives
+   with no model; it is labelled as such. (A model-driven sub-agent that walks the DAG with
+   only ``lcm_expand`` is the next step; until it exists, configured models get this answer
+   too, with the same label.)
+5. The grant is revoked whatever happens.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..tokens import estimate_tokens
+from .grep import GrepError
+
+if TYPE_CHECKING:
+    from ..engine import ConversationRef, Engine
+
+__all__ = ["ExpandQueryResult", "expand_query"]
+
+LABEL = (
+    "Retrieved excerpts (deterministic retrieval — no model wrote this answer; each line is "
+    "quoted from stored history and cited by id):"
+)
+_WORD = re.compile(r"[a-z0-9][a-z0-9_'-]+")
+_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+_STOP = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "and",
+        "or",
+        "but",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "it",
+        "this",
+        "that",
+        "what",
+        "which",
+        "who",
+        "when",
+        "where",
+        "why",
+        "how",
+        "did",
+        "does",
+        "do",
+        "we",
+        "you",
+        "i",
+        "they",
+        "he",
+        "she",
+        "about",
+        "from",
+    ]
+)
+
+
+@dataclass
+class ExpandQueryResult:
+    """An answer and where it came from."""
+
+    answer: str
+    citations: list[str] = field(default_factory=list)
+    mode: str = "deterministic"
+    searched: list[str] = field(default_factory=list)
+    grant_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "answer": self.answer,
+            "citations": self.citations,
+            "mode": self.mode,
+            "searched": self.searched,
+        }
+
+
+def _terms(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in _STOP]
+
+
+def expand_query(
+    engine: Engine,
+    prompt: str,
+    *,
+    conversation: ConversationRef,
+    query: str | None = None,
+    summary_ids: Sequence[str] | None = None,
+    max_tokens: int | None = None,
+) -> ExpandQueryResult:
+    """Answer *prompt* from the history of *conversation* (see the module docstring)."""
+    if not prompt.strip():
+        raise GrepError("the question is empty; ask something")
+    budget = max_tokens or engine.config.expand_query_max_tokens
+    ids = list(summary_ids or [])
+    candidates: list[tuple[str, str]] = []  # (id, text)
+    if query or not ids:
+        hits = engine.grep(query or prompt, conversation=conversation, sort="relevance", limit=20)
+        ids += [h.id for h in hits.hits if h.kind == "summary" and h.id not in ids]
+        for h in hits.hits:
+            if h.kind == "message":
+                candidates.append((h.id, engine.get_message(int(h.id[4:])).content))
+    grant = engine.create_grant(conversation, purpose="expand_query")
+    try:
+        if ids:
+            expanded = engine.expand(grant.grant_id, ids[:10], include_messages=True)
+            candidates += [(n.id, n.content) for n in expanded.nodes]
+    finally:
+        engine.revoke_grant(grant.grant_id)
+    return _answer(prompt + " " + (query or ""), candidates, budget, ids, grant.grant_id)
+
+
+def _answer(
+    question: str,
+    candidates: list[tuple[str, str]],
+    budget: int,
+    searched: list[str],
+    grant_id: str,
+) -> ExpandQueryResult:
+    wanted = set(_terms(question))
+    pieces: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for ident, text in candidates:
+        for piece in _SPLIT.split(text):
+            flat = " ".join(piece.split())
+            if len(flat) < 12 or flat.lower() in seen or flat.startswith("Expand for details"):
+                continue
+            seen.add(flat.lower())
+            pieces.append((ident, flat))
+    df: Counter[str] = Counter(t for _, p in pieces for t in set(_terms(p)))
+    n = max(len(pieces), 1)
+
+    def score(piece: str) -> float:
+        terms = set(_terms(piece))
+        hit = terms & wanted
+        return sum(math.log(1 + n / df[t]) for t in hit) / math.sqrt(len(terms) + 4)
+
+    ranked = sorted(((score(p), i, p) for i, p in pieces), key=lambda x: -x[0])
+    lines = [LABEL]
+    citations: list[str] = []
+    used = estimate_tokens(LABEL)
+    for value, ident, piece in ranked:
+        if value <= 0:
+            break
+        line = f"- {piece[:400]} [{ident}]"
+        cost = estimate_tokens(line)
+        if used + cost > budget:
+            continue
+        lines.append(line)
+        used += cost
+        if ident not in citations:
+            citations.append(ident)
+    if len(lines) == 1:
+        lines.append("- Nothing in the stored history matches this question.")
+    return ExpandQueryResult("\n".join(lines), citations, "deterministic", searched, grant_id)
