@@ -12,13 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from .base import Summarizer, SummarizerError, SummaryRequest, SummaryResult
-from .providers import describe_endpoint, sdk_error, sdk_field, sdk_int, standard_credentials
+from .base import SummarizerError, SummaryRequest, SummaryResult
+from .providers import sdk_error, sdk_field, sdk_int
+from .sdk import SdkSummarizer
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     import anthropic as anthropic_sdk
 
 __all__ = ["AnthropicSummarizer"]
@@ -27,18 +25,7 @@ __all__ = ["AnthropicSummarizer"]
 OUTPUT_FACTOR = 3
 
 
-def _import_sdk() -> ModuleType:
-    try:
-        import anthropic as sdk
-    except ImportError:
-        raise ConfigError(
-            "the anthropic summarizer needs the anthropic package:"
-            " pip install 'lossless[anthropic]'"
-        ) from None
-    return sdk
-
-
-class AnthropicSummarizer(Summarizer):
+class AnthropicSummarizer(SdkSummarizer):
     """Summaries from Anthropic's Messages API (or a server that speaks it).
 
     *api_key* and *base_url* default to ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL``; an
@@ -48,9 +35,6 @@ class AnthropicSummarizer(Summarizer):
     """
 
     name = "anthropic"
-    offline = False
-    deterministic = False
-    tool_calling = False
 
     def __init__(
         self,
@@ -63,27 +47,12 @@ class AnthropicSummarizer(Summarizer):
         key_source: str | None = None,
         send_temperature: bool | None = None,
     ) -> None:
-        if not model:
-            raise ConfigError("the anthropic summarizer needs a model name (model = ...)")
-        self._sdk = _import_sdk()
-        key, url, source = standard_credentials(
-            "anthropic", api_key=api_key, base_url=base_url, key_source=key_source
+        sdk, key, url = self._connect(
+            model, api_key=api_key, base_url=base_url, key_source=key_source
         )
-        self.model = model
-        self._model: str = model
-        self.base_url = url
-        self.key_source = source
         self.send_temperature = bool(send_temperature)
-        self.endpoint = describe_endpoint("anthropic", url)
-        self._key = key
-        self._client: anthropic_sdk.Anthropic = self._sdk.Anthropic(
+        self._client: anthropic_sdk.Anthropic = sdk.Anthropic(
             api_key=key, base_url=url, timeout=timeout, max_retries=max_retries
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"AnthropicSummarizer(model={self.model!r}, endpoint={self.endpoint!r},"
-            f" key from {self.key_source})"
         )
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ConfigError
-from .base import Summarizer, SummarizerError, SummaryRequest, SummaryResult
-from .providers import describe_endpoint, sdk_error, sdk_field, sdk_int, standard_credentials
+from .base import SummarizerError, SummaryRequest, SummaryResult
+from .providers import sdk_error, sdk_field, sdk_int
+from .sdk import SdkSummarizer
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     import openai as openai_sdk
 
 __all__ = ["OpenAISummarizer"]
@@ -28,17 +26,7 @@ __all__ = ["OpenAISummarizer"]
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
 
 
-def _import_sdk() -> ModuleType:
-    try:
-        import openai as sdk
-    except ImportError:
-        raise ConfigError(
-            "the openai summarizer needs the openai package: pip install 'lossless[openai]'"
-        ) from None
-    return sdk
-
-
-class OpenAISummarizer(Summarizer):
+class OpenAISummarizer(SdkSummarizer):
     """Summaries from an OpenAI-compatible Chat Completions endpoint.
 
     *api_key* and *base_url* default to ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``; an
@@ -50,9 +38,6 @@ class OpenAISummarizer(Summarizer):
     """
 
     name = "openai"
-    offline = False
-    deterministic = False
-    tool_calling = False
 
     def __init__(
         self,
@@ -66,31 +51,16 @@ class OpenAISummarizer(Summarizer):
         send_temperature: bool | None = None,
         max_tokens_field: MaxTokensField | None = None,
     ) -> None:
-        if not model:
-            raise ConfigError("the openai summarizer needs a model name (model = ...)")
-        self._sdk = _import_sdk()
-        key, url, source = standard_credentials(
-            "openai", api_key=api_key, base_url=base_url, key_source=key_source
+        sdk, key, url = self._connect(
+            model, api_key=api_key, base_url=base_url, key_source=key_source
         )
-        self.model = model
-        self._model: str = model
-        self.base_url = url
-        self.key_source = source
         self.send_temperature = True if send_temperature is None else send_temperature
-        self.endpoint = describe_endpoint("openai", url)
         if max_tokens_field is None:
             official = self.endpoint == "api.openai.com"
             max_tokens_field = "max_completion_tokens" if official else "max_tokens"
         self.max_tokens_field: MaxTokensField = max_tokens_field
-        self._key = key
-        self._client: openai_sdk.OpenAI = self._sdk.OpenAI(
+        self._client: openai_sdk.OpenAI = sdk.OpenAI(
             api_key=key, base_url=url, timeout=timeout, max_retries=max_retries
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"OpenAISummarizer(model={self.model!r}, endpoint={self.endpoint!r},"
-            f" key from {self.key_source})"
         )
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
