@@ -531,8 +531,15 @@ class SQLiteStore:
         """Index what large batches left out of the trigram index; returns rows indexed.
 
         Runs in transactions of *batch* rows so writers are not held up for long. Search
-        calls it before using the trigram index, imports call it when they finish.
+        calls it before using the trigram index, imports call it when they finish. When
+        nothing is behind it only reads: searching never takes the write lock for nothing.
         """
+        behind = self.fetchall(
+            "SELECT 1 FROM index_state WHERE name = 'messages_trigram'"
+            " AND upto < (SELECT coalesce(max(message_id), 0) FROM messages)"
+        )
+        if not behind:
+            return 0
         done = 0
         while True:
             with self.transaction() as conn:
