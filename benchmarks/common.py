@@ -101,9 +101,244 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
     }
 
 
+def load_average() -> float:
+    """The 1-minute load average (figures taken above ~1.0 on 2 cores share the machine)."""
+    return round(os.getloadavg()[0], 2)
+
+
+def revision() -> str:
+    """The git commit measured, with ``+dirty`` when src/ has uncommitted changes."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return (commit or "unknown") + ("+dirty" if dirty else "")
+
+
 def save(name: str, data: dict[str, Any]) -> Path:
     """Write *data* (with the machine facts) to ``benchmarks/out/<name>.json``."""
     OUT.mkdir(exist_ok=True)
     path = OUT / f"{name}.json"
     path.write_text(json.dumps({"machine": machine(), **data}, indent=2))
     return path
+
+
+# --- a searchable corpus: Zipf-distributed words, identifiers and some CJK ------------------
+
+# Real words, most frequent first; a long tail of made-up words follows them, so a query can
+# pick a word found in most messages, in a few percent of them, or in a few dozen.
+_HEAD = (
+    "the to and a of i it is in that you we for this on with be not have was but are so can"
+    " as if at do will just what all my now there an from or one about when how they then"
+    " test file error config deploy build server run fix change code tool call result check"
+    " need use should would could did see out up more like also here get new time first last"
+    " path python branch commit review schema migration request response timeout worker queue"
+    " cache retry index query token budget summary latency decision client sqlite database"
+    " endpoint function module package version release service logs user session context"
+    " message memory search storage table column row value key type field list string number"
+    " date week yesterday today tomorrow because instead before after again still already"
+    " failing passing fixed broken slow fast large small old new port host network disk cpu"
+    " thread process lock transaction write read update delete create import export parse"
+    " format render template layout style image upload download backup restore monitor alert"
+    " metric dashboard report invoice customer order payment price account password secret"
+)
+#: A word planted in every 40,000th message only (25 of 1M): fewer than a page of hits.
+RARE_WORD = "quixotic"
+_CJK_SENTENCES = (
+    "部署脚本在生产环境中失败了",
+    "数据库迁移需要回滚",
+    "请检查配置文件中的端口号",
+    "缓存命中率下降到百分之四十",
+    "测试用例全部通过",
+    "明天上午发布新版本",
+    "服务器日志显示超时错误",
+    "用户会话在三十分钟后过期",
+    "本番環境のデプロイが失敗しました",
+    "データベースの索引を再構築する",
+    "設定ファイルを確認してください",
+    "배포 스크립트가 실패했습니다",
+)
+
+
+def _tail_words(count: int, seed: int = 42) -> list[str]:
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"] + ["qu", "th", "sh", "ch"]
+    words: dict[str, None] = {}
+    while len(words) < count:
+        words["".join(rng.choice(syllables) for _ in range(rng.randint(2, 4)))] = None
+    return list(words)
+
+
+_VOCAB: list[str] = []
+_CUM: list[float] = []
+
+
+def vocabulary() -> list[str]:
+    """The corpus's words by rank (rank 1 first): real words, then 30,000 made-up ones."""
+    if not _VOCAB:
+        head = list(dict.fromkeys(_HEAD.split()))
+        _VOCAB.extend(head + [w for w in _tail_words(30_000) if w not in head])
+        total = 0.0
+        for rank in range(1, len(_VOCAB) + 1):
+            total += 1.0 / (rank + 2.7)  # Zipf–Mandelbrot, as word counts of real text
+            _CUM.append(total)
+    return _VOCAB
+
+
+def corpus_messages(count: int, *, seed: int = 1, start: int = 0) -> list[dict[str, str]]:
+    """Messages *start* … *start+count-1* of a deterministic corpus for search benchmarks.
+
+    15-60 words each (≈ 230 characters) drawn from :func:`vocabulary` with Zipf frequencies,
+    in sentences; every 50th message names a ticket (``OPS-12345``), every 500th holds a CJK
+    sentence and every 40,000th the word :data:`RARE_WORD`. Users and assistants alternate.
+    The same (seed, start, count) gives the same messages, so a large corpus can be made chunk
+    by chunk.
+    """
+    words = vocabulary()
+    rng = random.Random(seed * 1_000_003 + start)
+    out = []
+    for i in range(start, start + count):
+        drawn = rng.choices(words, cum_weights=_CUM, k=rng.randint(15, 60))
+        sentences = []
+        at = 0
+        while at < len(drawn):
+            end = at + rng.randint(6, 14)
+            sentence = " ".join(drawn[at:end])
+            sentences.append(sentence[0].upper() + sentence[1:] + ".")
+            at = end
+        if i % 50 == 7:
+            sentences.insert(rng.randrange(len(sentences)), f"See ticket OPS-{i // 50:05d}.")
+        if i % 500 == 123:
+            sentences.append(_CJK_SENTENCES[(i // 500) % len(_CJK_SENTENCES)])
+        if i % 40_000 == 20_011:
+            sentences.append(f"The {RARE_WORD} plan was shelved.")
+        out.append({"role": "user" if i % 2 == 0 else "assistant", "content": " ".join(sentences)})
+    return out
+
+
+# --- a compacted conversation of N messages, cached in benchmarks/out/stores ------------------
+
+STORES = OUT / "stores"
+#: Bump when the corpus or the way a store is built changes: cached stores are rebuilt.
+STORE_VERSION = 2
+SESSION = "bench"
+_INGEST_CHUNK = 5_000  # messages ingested (one transaction) before each compaction
+
+
+def agent_tail(turns: int = 10, *, seed: int = 3) -> list[dict[str, Any]]:
+    """The last turns of a generated coding-agent session (tool calls and results, thinking
+    blocks; 68 messages for 10 turns), as OpenClaw source messages."""
+    import tempfile
+
+    from lossless import Engine
+    from lossless.sample import write_session
+
+    with tempfile.TemporaryDirectory(prefix="lossless-tail-") as work:
+        path = write_session(Path(work) / "tail.jsonl", turns, seed=seed)
+        with Engine.open(Path(work) / "tail.db") as source:
+            source.bootstrap(path)
+            return [m.to_source() for m in source.messages("demo-session")]
+
+
+def instant_summary(request: Any) -> str:
+    """A scripted summarizer's answer of about the target size (4 characters per token)."""
+    target = int(request.target_tokens)
+    return ("summary " * (target // 2))[: target * 4]
+
+
+def compacted_store(size: int, *, summarizer: str = "scripted", rebuild: bool = False) -> Path:
+    """A store whose conversation ``bench`` holds *size* messages, compacted, built once.
+
+    The history is :func:`corpus_messages` ingested with ``Engine.ingest_batch`` 5,000 at a
+    time, each chunk followed by a full compaction (so the context compaction reads stays
+    small), then :func:`agent_tail` as the last messages and a last compaction: the active
+    context is a few summaries and a ~64-message fresh tail of tool calls and results. The
+    trigram index is caught up at the end, as after an import. *summarizer* is ``scripted``
+    (:func:`instant_summary`: summaries of the target size, at once) or ``extractive`` (the
+    offline default). The store is kept in ``benchmarks/out/stores/`` with a JSON file of how
+    it was built; later calls return it as it is.
+    """
+    import time
+
+    from lossless import Config, Engine
+    from lossless.summarize import ScriptedSummarizer
+    from lossless.summarize.extractive import ExtractiveSummarizer
+
+    STORES.mkdir(parents=True, exist_ok=True)
+    path = STORES / f"conversation-{size}-{summarizer}.db"
+    meta_path = path.with_suffix(".json")
+    if (
+        not rebuild
+        and path.exists()
+        and meta_path.exists()
+        and json.loads(meta_path.read_text()).get("version") == STORE_VERSION
+    ):
+        return path
+    for stale in (path, meta_path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        stale.unlink(missing_ok=True)
+    tail = agent_tail()
+    history = max(0, size - len(tail))
+    chosen = (
+        ScriptedSummarizer(default=instant_summary)
+        if summarizer == "scripted"
+        else ExtractiveSummarizer()
+    )
+    building = path.with_name(path.name + ".building")
+    building.unlink(missing_ok=True)
+    ingest_s = compact_s = 0.0
+    started = time.perf_counter()
+    with Engine.open(building, config=Config(), summarizer=chosen) as engine:
+        done = 0
+        while done < history:
+            count = min(_INGEST_CHUNK, history - done)
+            t0 = time.perf_counter()
+            engine.ingest_batch(SESSION, corpus_messages(count, start=done))
+            t1 = time.perf_counter()
+            engine.compact(SESSION)
+            ingest_s += t1 - t0
+            compact_s += time.perf_counter() - t1
+            done += count
+            if done % 100_000 == 0:
+                elapsed = time.perf_counter() - started
+                print(f"  building {size:,}: {done:,} messages ({elapsed:.0f} s)", flush=True)
+        t0 = time.perf_counter()
+        engine.ingest_batch(SESSION, tail)
+        t1 = time.perf_counter()
+        engine.compact(SESSION)
+        t2 = time.perf_counter()
+        engine.store.catch_up_indexes()
+        catch_up_s = time.perf_counter() - t2
+        ingest_s += t1 - t0
+        compact_s += t2 - t1
+        conv = engine.conversation(SESSION)
+        items = engine.context(conv.conversation_id)
+        meta = {
+            "version": STORE_VERSION,
+            "messages": engine.store.message_count(conv.conversation_id),
+            "summarizer": summarizer,
+            "summaries_by_depth": engine.store.summary_counts(conv.conversation_id),
+            "context_items": len(items),
+            "context_summaries": sum(1 for i in items if i.summary_id is not None),
+            "context_tokens": sum(i.tokens for i in items),
+            "ingest_s": round(ingest_s, 1),
+            "compact_s": round(compact_s, 1),
+            "trigram_catch_up_s": round(catch_up_s, 1),
+            "build_s": round(time.perf_counter() - started, 1),
+        }
+    building.rename(path)
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return path
+
+
+def store_info(path: Path) -> dict[str, Any]:
+    """How a store made by :func:`compacted_store` was built."""
+    info: dict[str, Any] = json.loads(path.with_suffix(".json").read_text())
+    return info

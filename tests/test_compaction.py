@@ -1327,3 +1327,34 @@ def test_a_long_session_stays_within_a_small_budget(tmp_path: Path) -> None:
         assert report.peak_context_tokens <= 8_000
         assert doctor.check(engine.store) == []
         assert len(report.compaction_turns) < 200  # not a compaction every turn
+
+
+def test_a_pass_raced_by_another_process_is_tried_again_on_the_fresh_context(
+    tmp_path: Path,
+) -> None:
+
+    config = Config().replace(
+        fresh_tail_count=2, leaf_chunk_tokens=150, leaf_target_tokens=20, leaf_min_fanout=2
+    )
+    path = tmp_path / "race.db"
+    other = Engine.open(path, config=config, summarizer=ScriptedSummarizer())
+    raced: list[bool] = []
+
+    def summarize(request: SummaryRequest) -> str:
+        if not raced:  # meanwhile another process compacts the same conversation
+            raced.append(True)
+            other.compact("s")
+        return f"summary of {len(request.sources)}"
+
+    engine = Engine.open(path, config=config, summarizer=ScriptedSummarizer(default=summarize))
+    for i in range(12):
+        engine.ingest("s", {"role": "user", "content": f"turn {i} " + "words " * 30})
+    report = engine.compact("s")  # its first write is refused: the context moved under it
+    assert raced and report.errors == []
+    assert doctor.check(engine.store) == []
+    covered = engine.store.fetchall(
+        "SELECT message_id, count(*) FROM summary_messages GROUP BY message_id HAVING count(*) > 1"
+    )
+    assert covered == []  # redone on the fresh context: nothing summarized twice
+    other.close()
+    engine.close()

@@ -91,3 +91,25 @@ def test_dangling_foreign_keys_are_reported(engine: Engine, db_path: Path) -> No
             (ids[0],),
         )
     assert any(p.check == "foreign keys" for p in doctor.check(engine.store))
+
+
+def test_doctor_lists_files_no_stored_message_refers_to(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from lossless import Config, Engine
+    from lossless.doctor import stray_files
+
+    db = tmp_path / "files.db"
+    with Engine.open(db, config=Config().replace(large_file_token_threshold=200)) as engine:
+        table = "\n".join(f"row {i}: value={i * 7}" for i in range(400))
+        engine.ingest("s", {"role": "tool", "tool_call_id": "c1", "content": table})
+        files_dir = engine.files_dir
+        stored = engine.store.large_files()
+        assert stored and stray_files(engine.store, files_dir) == []
+        # an ingest killed after writing its file but before committing leaves this behind
+        stray = files_dir / str(stored[0].conversation_id) / "file_00000000deadbeef.txt"
+        stray.write_text("left over")
+        found = stray_files(engine.store, files_dir)
+        assert [p.ids for p in found] == [str(stray.relative_to(files_dir.resolve()))]
+    out = run_cli("--db", str(db), "doctor")
+    assert out.code == 1 and "stray files" in out.out and "file_00000000deadbeef" in out.out
+    stray.unlink()
+    assert run_cli("--db", str(db), "doctor").code == 0

@@ -881,7 +881,7 @@ def test_profiles_custom_provider_and_guards_load_from_the_file(
         ('[profiles.work]\nprovider = "gemini"', r"'profiles\.work\.provider'.*openai, anthropic"),
         ('[profiles.work]\nprovider = "openai"\nkey = "x"', r"'profiles\.work\.key'.*api_key_env"),
         (
-            '[profiles.work]\nprovider = "openai"\napi_key = 42',
+            '[profiles.work]\nprovider = "openai"\napi_key = 31415926535',
             r"'profiles\.work\.api_key' has the value '\*\*\*'",
         ),
         ('[custom_provider]\nprovider = "x"', r"'custom_provider\.provider'"),
@@ -895,7 +895,9 @@ def test_bad_provider_settings_name_the_key(tmp_path: Path, text: str, needle: s
     path.write_text(text + "\n")
     with pytest.raises(ConfigError, match=needle) as info:
         load_config(path, env={})
-    assert "42" not in str(info.value)
+    # A key given with the wrong type is still never echoed back (the number is
+    # long enough not to turn up by chance in the temporary path of the file).
+    assert "31415926535" not in str(info.value)
 
 
 def test_the_new_defaults_leave_the_old_ones_alone() -> None:
@@ -1042,3 +1044,148 @@ def test_an_engine_with_a_bad_key_stops_calling_once_the_breaker_opens(
     assert "circuit breaker" in caplog.text
     assert KEY not in caplog.text
     assert KEY.encode() not in (tmp_path / "x.db").read_bytes()
+
+
+# --- tool calling: the expand_query sub-agent over each wire format -----------------------------
+
+FACT = "We chose port 9043 for staging because 8043 clashed with the proxy."
+
+
+def openai_tool_call(call_id: str, name: str, arguments: str) -> Any:
+    """A Chat Completions response whose message is a function call."""
+    response = chat_completion("")
+    choice = response["choices"][0]
+    choice["message"]["content"] = None
+    choice["message"]["tool_calls"] = [
+        {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    ]
+    choice["finish_reason"] = "tool_calls"
+    return response
+
+
+def anthropic_tool_use(call_id: str, name: str, arguments: dict[str, Any]) -> Any:
+    """A Messages response with a thinking block, a text block and a tool_use block."""
+    response = anthropic_message("Let me read below that summary.")
+    response["content"] = [
+        {"type": "thinking", "thinking": "The port is below the summary.", "signature": "sig-7"},
+        *response["content"],
+        {"type": "tool_use", "id": call_id, "name": name, "input": arguments},
+    ]
+    response["stop_reason"] = "tool_use"
+    return response
+
+
+def compacted_engine(path: Path) -> tuple[Engine, str]:
+    """A compacted conversation whose staging-port fact lies only below its summaries."""
+    engine = Engine.open(path, config=Config().replace(**SMALL), summarizer=ScriptedSummarizer())
+    ingest_turns(engine, 6)
+    engine.ingest("s", {"role": "assistant", "content": FACT}, created_at=T0 + timedelta(hours=1))
+    ingest_turns(engine, 6)
+    engine.compact("s")
+    top = next(i.summary_id for i in engine.context("s") if i.summary_id)
+    assert top is not None and FACT not in engine.summary(top).content
+    return engine, top
+
+
+def cite_from(tool_text: str) -> str:
+    block = next(b for b in tool_text.split("\n\n") if FACT in b)
+    return block[1 : block.index("]")]
+
+
+@WIRES
+def test_the_sub_agent_calls_lcm_expand_over_the_wire_and_cites_what_it_read(
+    server: HTTPServer, wire: Wire, tmp_path: Path
+) -> None:
+    engine, top = compacted_engine(tmp_path / "agent.db")
+    expand_args = {"summary_ids": [top], "include_messages": True}
+
+    def model(req: Request) -> Response:
+        body = json.loads(req.get_data())
+        if wire is OPENAI:
+            tool = [m for m in body["messages"] if m["role"] == "tool"]
+            if not tool:
+                answer = openai_tool_call("call_9", "lcm_expand", json.dumps(expand_args))
+            else:
+                answer = chat_completion(f"Port 9043 [{cite_from(tool[0]['content'])}].")
+        else:
+            results = [
+                block
+                for m in body["messages"]
+                if isinstance(m["content"], list)
+                for block in m["content"]
+                if block.get("type") == "tool_result"
+            ]
+            if not results:
+                answer = anthropic_tool_use("toolu_9", "lcm_expand", expand_args)
+            else:
+                answer = anthropic_message(f"Port 9043 [{cite_from(results[0]['content'])}].")
+        return Response(json.dumps(answer), content_type="application/json")
+
+    server.expect_request(wire.path, method="POST").respond_with_handler(model)
+    engine.summarizer = wire.make(server)
+    result = engine.expand_query("which port did we choose for staging?", conversation="s")
+
+    fact_id = engine.grep("9043", conversation="s", scope="messages").hits[0].id
+    assert result.mode == "model" and result.steps == 2
+    assert result.answer == f"Port 9043 [{fact_id}]."
+    assert result.citations == [fact_id]
+    first, second = bodies(server)
+    if wire is OPENAI:
+        assert [t["function"]["name"] for t in first["tools"]] == ["lcm_expand"]
+        assert first["tools"][0]["function"]["parameters"]["required"] == ["summary_ids"]
+        assert first["tool_choice"] == "auto"
+        assert second["messages"][2]["tool_calls"][0]["id"] == "call_9"
+        assert second["messages"][3]["role"] == "tool"
+        assert second["messages"][3]["tool_call_id"] == "call_9"
+        assert FACT in second["messages"][3]["content"]
+    else:
+        assert [t["name"] for t in first["tools"]] == ["lcm_expand"]
+        assert first["tool_choice"] == {"type": "auto"}
+        sent_back = second["messages"][1]
+        assert sent_back["role"] == "assistant"
+        # the thinking block goes back exactly as it came (with its signature)
+        assert sent_back["content"][0] == {
+            "type": "thinking",
+            "thinking": "The port is below the summary.",
+            "signature": "sig-7",
+        }
+        (result_block,) = second["messages"][2]["content"]
+        assert result_block["tool_use_id"] == "toolu_9" and result_block["is_error"] is False
+        assert FACT in result_block["content"]
+    live = engine.store.fetchall("SELECT count(*) FROM grants WHERE revoked_at IS NULL")[0][0]
+    assert live == 0
+
+
+def test_unreadable_tool_arguments_go_back_to_the_model_as_an_error(
+    server: HTTPServer, tmp_path: Path
+) -> None:
+    engine, _ = compacted_engine(tmp_path / "agent.db")
+    answers = iter(
+        [
+            openai_tool_call("call_1", "lcm_expand", '{"summary_ids": ["sum_'),
+            chat_completion("I could not expand anything."),
+        ]
+    )
+    server.expect_request(OPENAI.path).respond_with_handler(
+        lambda _req: Response(json.dumps(next(answers)), content_type="application/json")
+    )
+    engine.summarizer = OPENAI.make(server)
+    result = engine.expand_query("which port?", conversation="s")
+    assert result.answer == "I could not expand anything."
+    tool_message = bodies(server)[1]["messages"][3]
+    assert tool_message["content"].startswith("error: the arguments are not a JSON object")
+    assert len(result.refused) == 1
+
+
+def test_a_provider_error_during_the_sub_agent_falls_back_to_the_retrieval_answer(
+    server: HTTPServer, tmp_path: Path
+) -> None:
+    engine, _ = compacted_engine(tmp_path / "agent.db")
+    server.expect_request(ANTHROPIC.path).respond_with_json(
+        anthropic_error(500, "Internal server error"), status=500
+    )
+    engine.summarizer = guard(ANTHROPIC.make(server), GuardsConfig(timeout_seconds=5))
+    result = engine.expand_query("which port did we choose for staging?", conversation="s")
+    assert result.mode == "deterministic"
+    assert result.note is not None and "HTTP 500" in result.note
+    assert any("9043" in line for line in result.answer.splitlines())

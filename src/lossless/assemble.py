@@ -28,6 +28,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from .compaction import fresh_tail_start
 from .model import ContextItem, StoredMessage, Summary
+from .resume import boundary
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -55,6 +56,7 @@ class AssembledContext:
     raw_messages: int = 0
     dropped_items: int = 0
     dropped_orphans: list[str] = field(default_factory=list)
+    resume_tokens: int = 0  # the resume summary's, when one was injected
 
     @property
     def over_budget(self) -> bool:
@@ -295,7 +297,13 @@ def assemble(
     items = engine.store.context(conversation_id)
     cfg = engine.config
     tail = fresh_tail_start(items, cfg.fresh_tail_count, cfg.fresh_tail_max_tokens)
-    used = sum(i.tokens for i in items[tail:])
+    resume = None
+    if cfg.resume.inject:
+        upto = boundary(engine.store, conversation_id, items)
+        if upto is not None:
+            resume = engine.resume_text(conversation_id, upto)
+    resume_tokens = engine.token_counter.count(resume) if resume else 0
+    used = sum(i.tokens for i in items[tail:]) + resume_tokens
     first = tail
     while first > 0 and used + items[first - 1].tokens <= token_budget:
         first -= 1
@@ -304,11 +312,14 @@ def assemble(
     message_ids = [i.message_id for i in chosen if i.message_id is not None]
     summary_ids = [i.summary_id for i in chosen if i.summary_id is not None]
     messages = {m.message_id: m for m in engine.store.get_messages_by_id(message_ids)}
+    parents = engine.store.parents_of(summary_ids)
     summaries = {
-        s.summary_id: (s, engine.store.summary_sources(s.summary_id)[0])
-        for s in engine.store.get_summaries(summary_ids)
+        s.summary_id: (s, parents[s.summary_id]) for s in engine.store.get_summaries(summary_ids)
     }
     turns = _turns(chosen, messages, summaries, format)
+    if resume:  # right after the summaries, before the fresh tail
+        at = 1 + max((n for n, i in enumerate(chosen) if i.summary_id is not None), default=-1)
+        turns.insert(at, ("user", [_Block("text", text=resume)]))
     dropped = _sanitize(turns)
     out = _RENDER[format](turns)
     return AssembledContext(
@@ -320,4 +331,5 @@ def assemble(
         raw_messages=len(message_ids),
         dropped_items=first,
         dropped_orphans=dropped,
+        resume_tokens=resume_tokens,
     )

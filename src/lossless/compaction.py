@@ -20,20 +20,33 @@ per chunk of new material (never for history already summarized).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from .model import ContextItem, Summary
-from .summarize.base import Level, SourceItem, Summarizer, SummaryRequest
-from .summarize.escalation import escalate
+from .errors import ConflictError
+from .model import ContextItem, StoredMessage, Summary
+from .summarize.base import (
+    Level,
+    SourceItem,
+    Summarizer,
+    SummarizerTimeout,
+    SummaryRequest,
+    SummaryResult,
+)
+from .summarize.escalation import Outcome, escalate
 from .summarize.prompts import render_sources, system_prompt, user_prompt
 from .timestamps import format_ts, now
 
 if TYPE_CHECKING:
+    from .config import Config
     from .engine import Engine
 
 __all__ = ["CompactionReport", "Compactor", "PassResult", "fresh_tail_start"]
+
+#: Times a pass is tried when another process changes the context under it.
+CONFLICT_RETRIES = 5
 
 #: A pass aims for at most this share of its input (the configured target caps it too).
 CHUNK_TARGET_SHARE = 0.75
@@ -149,16 +162,74 @@ def fresh_tail_start(
     return start
 
 
+def message_sources(messages: Sequence[StoredMessage]) -> tuple[SourceItem, ...]:
+    """Messages as the source items of a leaf summary."""
+    return tuple(
+        SourceItem(
+            ref=f"msg#{m.message_id}",
+            role=m.role,
+            text=m.content,
+            earliest_at=m.created_at,
+            latest_at=m.created_at,
+            tokens=m.token_count,
+        )
+        for m in messages
+    )
+
+
+def summary_sources(summaries: Sequence[Summary]) -> tuple[SourceItem, ...]:
+    """Summaries as the source items of a condensed summary."""
+    return tuple(
+        SourceItem(
+            ref=s.summary_id,
+            role="summary",
+            text=s.content,
+            earliest_at=s.earliest_at or s.created_at,
+            latest_at=s.latest_at or s.created_at,
+            tokens=s.token_count,
+        )
+        for s in summaries
+    )
+
+
+class _Deadline(Summarizer):
+    """A summarizer that refuses to start a call after *deadline* (monotonic seconds)."""
+
+    def __init__(self, inner: Summarizer, deadline: float) -> None:
+        self.inner = inner
+        self.deadline = deadline
+        self.name = inner.name  # type: ignore[misc]
+        self.model = inner.model
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        if time.monotonic() >= self.deadline:
+            raise SummarizerTimeout(
+                "the compaction run reached its time limit (guards.run_seconds); the rest of"
+                " this run falls back without calling the model"
+            )
+        return self.inner.summarize(request)
+
+
 class Compactor:
     """Runs passes for one engine with one summarizer (the caller holds the conversation lock)."""
 
     def __init__(
-        self, engine: Engine, summarizer: Summarizer, *, budget: int | None = None
+        self,
+        engine: Engine,
+        summarizer: Summarizer,
+        *,
+        budget: int | None = None,
+        config: Config | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.engine = engine
         self.store = engine.store
-        self.config = engine.config
-        self.summarizer = summarizer
+        self.config = config or engine.config
+        run = self.config.guards.run_seconds
+        if deadline is None and run is not None:
+            deadline = time.monotonic() + run
+        # Past the run's deadline no model is called: escalation falls back at once.
+        self.summarizer = summarizer if deadline is None else _Deadline(summarizer, deadline)
         # With a known budget the tail may take at most its share of it (the spec's defaults
         # were made for very large windows; 64 messages can be a third of a small one).
         caps = [c for c in (self.config.fresh_tail_max_tokens,) if c is not None]
@@ -311,22 +382,26 @@ class Compactor:
 
     def leaf_pass(self, conversation_id: int) -> PassResult | None:
         """Run one leaf pass; ``None`` when nothing is eligible or nothing would be saved."""
+        return self._retrying(lambda: self._leaf_pass(conversation_id))
+
+    def _retrying(self, run: Callable[[], PassResult | None]) -> PassResult | None:
+        """Run a pass again when another process changed the context under it (its write is
+        refused whole, so trying again on the fresh context is safe)."""
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                return run()
+            except ConflictError:
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
+        return None  # pragma: no cover - the loop returns or raises
+
+    def _leaf_pass(self, conversation_id: int) -> PassResult | None:
         items = self.store.context(conversation_id)
         chunk = self.leaf_chunk(items)
         if not chunk:
             return None
         messages = self.store.get_messages_by_id([it.message_id for it in chunk if it.message_id])
-        sources = tuple(
-            SourceItem(
-                ref=f"msg#{m.message_id}",
-                role=m.role,
-                text=m.content,
-                earliest_at=m.created_at,
-                latest_at=m.created_at,
-                tokens=m.token_count,
-            )
-            for m in messages
-        )
+        sources = message_sources(messages)
         previous = self._previous_context(items, chunk[0].ordinal, depth=0)
         files = self.store.large_files(message_ids=[m.message_id for m in messages])
         file_ids = tuple(dict.fromkeys(f.file_id for f in files))
@@ -346,22 +421,19 @@ class Compactor:
         With *hard*, a run of summaries of mixed depths may be merged when no same-depth run
         qualifies.
         """
+        return self._retrying(
+            lambda: self._condensed_pass(conversation_id, max_depth=max_depth, hard=hard)
+        )
+
+    def _condensed_pass(
+        self, conversation_id: int, *, max_depth: int | None, hard: bool
+    ) -> PassResult | None:
         items = self.store.context(conversation_id)
         chunk = self.condensed_chunk(items, max_depth=max_depth, hard=hard)
         if not chunk:
             return None
         parents = self.store.get_summaries([it.summary_id for it in chunk if it.summary_id])
-        sources = tuple(
-            SourceItem(
-                ref=s.summary_id,
-                role="summary",
-                text=s.content,
-                earliest_at=s.earliest_at or s.created_at,
-                latest_at=s.latest_at or s.created_at,
-                tokens=s.token_count,
-            )
-            for s in parents
-        )
+        sources = summary_sources(parents)
         depth = max(p.depth for p in parents) + 1
         previous = self._previous_context(items, chunk[0].ordinal, depth=depth)
         descendants = sum(1 + p.descendant_count for p in parents)
@@ -397,6 +469,43 @@ class Compactor:
         descendants: int,
         file_ids: tuple[str, ...] = (),
     ) -> PassResult | None:
+        summary, outcome, calls = self.summarize(
+            conversation_id,
+            kind,
+            depth,
+            sources,
+            previous,
+            descendants=descendants,
+            file_ids=file_ids,
+        )
+        input_tokens = sum(s.tokens for s in sources)
+        if outcome.tokens >= input_tokens:
+            return None
+        self.store.write_summary(summary, chunk)
+        return PassResult(
+            kind=kind,
+            summary_id=summary.summary_id,
+            depth=depth,
+            sources=len(chunk),
+            tokens_before=input_tokens,
+            tokens_after=outcome.tokens,
+            level=outcome.level,
+            calls=calls,
+        )
+
+    def summarize(
+        self,
+        conversation_id: int,
+        kind: Literal["leaf", "condensed"],
+        depth: int,
+        sources: tuple[SourceItem, ...],
+        previous: str | None,
+        *,
+        descendants: int,
+        file_ids: tuple[str, ...] = (),
+    ) -> tuple[Summary, Outcome, int]:
+        """Summarize *sources* (with escalation) into a new, unwritten summary; returns it,
+        the escalation outcome and the number of summarizer calls."""
         cfg = self.config
         condensed = kind == "condensed"
         input_tokens = sum(s.tokens for s in sources)
@@ -438,8 +547,6 @@ class Compactor:
             fallback_max_tokens=cfg.fallback_max_tokens,
             counter=self.engine.token_counter,
         )
-        if outcome.tokens >= input_tokens:
-            return None
         created = format_ts(now())
         # Content and time, plus what it summarizes: a message or summary is summarized only
         # once, so ids stay unique when the clock has not moved and the text repeats.
@@ -463,17 +570,7 @@ class Compactor:
             file_ids=file_ids,
             model=outcome.model if outcome.level != "fallback" else "fallback",
         )
-        self.store.write_summary(summary, chunk)
-        return PassResult(
-            kind=kind,
-            summary_id=summary.summary_id,
-            depth=depth,
-            sources=len(chunk),
-            tokens_before=input_tokens,
-            tokens_after=outcome.tokens,
-            level=outcome.level,
-            calls=calls,
-        )
+        return summary, outcome, calls
 
     # --- modes -----------------------------------------------------------------------------
 

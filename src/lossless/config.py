@@ -18,6 +18,8 @@ only: their names are the user's, so they have no environment variables. Secret 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import os
 import re
 import tomllib
@@ -38,6 +40,8 @@ __all__ = [
     "CustomProviderConfig",
     "GuardsConfig",
     "ProviderProfile",
+    "RedactConfig",
+    "ResumeConfig",
     "SessionsConfig",
     "default_config_path",
     "default_data_dir",
@@ -49,6 +53,8 @@ ENV_PREFIX = "LOSSLESS_"
 #: Providers a profile or the custom provider entry can name (the SDK that speaks to it).
 PROVIDERS = ("openai", "anthropic")
 REDACTED = "***"
+#: The longest a delegation grant may live (a year): its expiry must stay a valid date.
+MAX_GRANT_TTL = 365 * 86_400
 _PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -78,6 +84,51 @@ class SessionsConfig:
     )
     summarize_interval: int = field(
         default=20, metadata=_opt(minimum=1, help="messages between automatic summaries")
+    )
+    chunk_tokens: int | None = field(
+        default=None,
+        metadata=_opt(
+            minimum=100,
+            help="new-message tokens per summarizer call (larger batches are chained in"
+            " chunks); default: leaf_chunk_tokens",
+        ),
+    )
+    target_tokens: int = field(
+        default=1_200, metadata=_opt(minimum=50, help="target size of a session summary's overview")
+    )
+
+
+@dataclass(frozen=True)
+class RedactConfig:
+    """Secrets replaced on ingest, before anything is stored, indexed or summarized."""
+
+    enabled: bool = field(
+        default=False, metadata=_opt(help="replace secrets in messages before they are stored")
+    )
+    builtin: bool = field(
+        default=True, metadata=_opt(help="use the built-in patterns (API keys, tokens, ...)")
+    )
+    patterns: tuple[str, ...] = field(
+        default=(), metadata=_opt(help="more regular expressions whose matches are secrets")
+    )
+    keep_originals: bool = field(
+        default=False,
+        metadata=_opt(
+            help="keep each redacted original, encrypted with the key in LOSSLESS_REDACT_KEY"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ResumeConfig:
+    """The resume summary injected after a compaction (spec: chat-context-persistence)."""
+
+    inject: bool = field(
+        default=True,
+        metadata=_opt(help="put the resume summary after the summaries in assembled context"),
+    )
+    max_tokens: int = field(
+        default=800, metadata=_opt(minimum=100, help="token bound of the resume summary")
     )
 
 
@@ -184,6 +235,14 @@ class GuardsConfig:
         default=False,
         metadata=_opt(help="guard the offline summarizers (extractive, scripted) too"),
     )
+    run_seconds: float | None = field(
+        default=120.0,
+        metadata=_opt(
+            minimum=0.1,
+            help="wall-clock limit of one compaction run (a turn's): later passes fall back"
+            " without calling the model",
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -278,13 +337,20 @@ class Config:
     expand_query_max_tokens: int = field(
         default=2_000, metadata=_opt(minimum=50, help="token cap of an expand_query answer")
     )
+    expand_query_max_steps: int = field(
+        default=6,
+        metadata=_opt(minimum=1, help="model calls an expand_query sub-agent may make"),
+    )
     grant_ttl_seconds: int = field(
-        default=300, metadata=_opt(minimum=1, help="lifetime of a delegation grant")
+        default=300,
+        metadata=_opt(minimum=1, maximum=MAX_GRANT_TTL, help="lifetime of a delegation grant"),
     )
     grant_max_depth: int = field(
         default=3, metadata=_opt(minimum=0, help="default depth a delegation grant may expand")
     )
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
+    redact: RedactConfig = field(default_factory=RedactConfig)
     profiles: dict[str, ProviderProfile] = field(default_factory=dict)
     custom_provider: CustomProviderConfig = field(default_factory=CustomProviderConfig)
     guards: GuardsConfig = field(default_factory=GuardsConfig)
@@ -335,7 +401,7 @@ def load_config(
         try:
             with file_path.open("rb") as handle:
                 values = tomllib.load(handle)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {file_path} is not valid TOML: {exc}") from exc
         _check_keys(Config, values, "", source=str(file_path))
     _merge_env(Config, values, environ, "")
@@ -436,6 +502,8 @@ class _EnvText(str):
 
 def _describe(tp: Any, meta: Mapping[str, Any]) -> str:
     base, optional = _unwrap_optional(tp)
+    if typing.get_origin(base) is tuple:
+        return "a list of strings (in a variable: a JSON array)"
     if meta.get("choices"):
         desc = "one of " + ", ".join(meta["choices"])
     elif base is bool:
@@ -473,6 +541,16 @@ def _coerce(value: Any, tp: Any, meta: Mapping[str, Any], key: str) -> Any:
             f"config key '{key}' has the value {given!r}{where}; accepted: {_describe(tp, meta)}"
         )
 
+    if typing.get_origin(base) is tuple:  # a list of strings
+        if isinstance(value, _EnvText):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise bad() from None
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise bad()
+        return tuple(value)
+
     if isinstance(value, _EnvText):
         text = value.strip()
         if optional and text.lower() in ("", "none", "null"):
@@ -506,10 +584,17 @@ def _coerce(value: Any, tp: Any, meta: Mapping[str, Any], key: str) -> Any:
     elif base is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad()
+        if not -(2**63) <= value < 2**63:  # what the store (SQLite) can hold
+            raise bad()
     elif base is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise bad()
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise bad() from None
+        if not math.isfinite(value):  # NaN passes every bound check
+            raise bad()
     elif base is str:
         if not isinstance(value, str):
             raise bad()

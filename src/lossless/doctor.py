@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .store.sqlite import SQLiteStore
+from .summarize.escalation import TRUNCATION_MARKER
 
-__all__ = ["Problem", "check"]
+__all__ = ["Problem", "check", "stray_files"]
 
 _LIMIT = 1000  # rows reported per check; a damaged store can have millions
 
@@ -34,6 +36,7 @@ WITH RECURSIVE reach(summary_id) AS (
 )
 SELECT m.conversation_id, m.message_id FROM messages m
 WHERE NOT EXISTS (SELECT 1 FROM context_items ci WHERE ci.message_id = m.message_id)
+  AND NOT EXISTS (SELECT 1 FROM context_removals cr WHERE cr.message_id = m.message_id)
   AND NOT EXISTS (
     SELECT 1 FROM summary_messages sm JOIN reach r ON r.summary_id = sm.summary_id
     WHERE sm.message_id = m.message_id)
@@ -41,8 +44,10 @@ ORDER BY m.message_id LIMIT ?
 """
 
 
-def check(store: SQLiteStore) -> list[Problem]:
-    """Run every check; an empty list means the store is consistent."""
+def check(store: SQLiteStore, *, degraded: bool = False) -> list[Problem]:
+    """Run every integrity check; an empty list means the store is consistent. With
+    *degraded*, also list the summaries ``doctor --apply`` would re-summarize (written by the
+    deterministic fallback, or cut to size): not damage, but worse than they could be."""
     problems: list[Problem] = []
     add = problems.append
 
@@ -159,6 +164,43 @@ def check(store: SQLiteStore) -> list[Problem]:
             )
         )
 
+    for ident, where in store.fetchall(
+        "SELECT ci.summary_id, 'the context of conversation ' || ci.conversation_id"
+        " FROM context_items ci JOIN summaries s ON s.summary_id = ci.summary_id"
+        " WHERE s.retired_at IS NOT NULL"
+        " UNION ALL"
+        " SELECT sp.parent_summary_id, 'live summary ' || sp.summary_id FROM summary_parents sp"
+        " JOIN summaries c ON c.summary_id = sp.summary_id"
+        " JOIN summaries p ON p.summary_id = sp.parent_summary_id"
+        " WHERE c.retired_at IS NULL AND p.retired_at IS NOT NULL"
+        " LIMIT ?",
+        (_LIMIT,),
+    ):
+        add(
+            Problem(
+                "retired summaries",
+                ident,
+                f"retired (rewritten or dissolved) but still used by {where}",
+                "point the user at the summary's successor (superseded_by), or dissolve it",
+            )
+        )
+
+    found = store.degraded_summaries(None, TRUNCATION_MARKER) if degraded else []
+    for summary, why in found[:_LIMIT]:
+        detail = (
+            "written by the deterministic fallback (the summarizer failed)"
+            if why == "fallback"
+            else "cut to size (ends with the truncation marker)"
+        )
+        add(
+            Problem(
+                "degraded summaries",
+                summary.summary_id,
+                f"depth {summary.depth} summary of conversation {summary.conversation_id} {detail}",
+                "`lossless doctor --apply` re-summarizes it with the configured summarizer",
+            )
+        )
+
     for index, ident, detail in store.fts_problems():
         add(
             Problem(
@@ -168,4 +210,29 @@ def check(store: SQLiteStore) -> list[Problem]:
                 "rebuild the indexes: `lossless doctor --rebuild-fts`",
             )
         )
+    return problems
+
+
+def stray_files(store: SQLiteStore, files_dir: Path) -> list[Problem]:
+    """Files under *files_dir* that no ``large_files`` row names: written by an ingest that
+    was interrupted before its transaction committed (the file is written first). They hold
+    nothing the store refers to."""
+    if not files_dir.is_dir():
+        return []
+    known = {str(r[0]) for r in store.fetchall("SELECT storage_path FROM large_files")}
+    root = files_dir.resolve()
+    problems = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        relative = str(path.relative_to(root))
+        if relative not in known:
+            problems.append(
+                Problem(
+                    "stray files",
+                    relative,
+                    "a file no stored message refers to (left by an interrupted ingest)",
+                    f"delete {path}; the ingest that wrote it stored nothing and can be run again",
+                )
+            )
+            if len(problems) >= _LIMIT:
+                break
     return problems

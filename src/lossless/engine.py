@@ -7,12 +7,14 @@ Work on different conversations never waits on each other's locks.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -21,21 +23,38 @@ from typing import Any
 
 from .assemble import AssembledContext
 from .assemble import assemble as assemble_context
+from .backup import BackupReport
+from .backup import backup as backup_store
 from .compaction import CompactionReport, Compactor
 from .config import Config, default_data_dir, load_config
-from .errors import ImportProblem, NotFoundError
+from .errors import ConflictError, ImportProblem, NotFoundError
 from .ingest.files import LargeFile, externalize, read_file
 from .ingest.reconcile import Progress, ReconcileReport, reconcile_file
-from .ingest.shapes import NormalizedMessage, keep_text_in_parts, normalize
+from .ingest.shapes import NormalizedMessage, keep_text_in_parts, normalize, safe_id
+from .maintenance import BackfillReport, RewriteEntry, RewriteReport
+from .maintenance import backfill as backfill_transcript
+from .maintenance import degraded as degraded_summaries
+from .maintenance import dissolve as dissolve_summary
+from .maintenance import rewrite as rewrite_summaries
 from .model import (
     ContextItem,
     Conversation,
     ConversationStats,
     IngestResult,
+    SessionSummary,
     StoredMessage,
+    StoredPart,
     Summary,
 )
+from .redact import Redactor, Sealer
+from .redact import snapshot as redaction_snapshot
+from .resume import ResumeSummary, build_resume
+from .resume import boundary as resume_boundary
 from .retrieval import grants
+from .retrieval.context_query import ContextQueryResult
+from .retrieval.context_query import Kind as QueryKind
+from .retrieval.context_query import Order as QueryOrder
+from .retrieval.context_query import chat_context_query as query_context
 from .retrieval.describe import Description
 from .retrieval.describe import describe as describe_id
 from .retrieval.expand import ExpandResult
@@ -45,15 +64,29 @@ from .retrieval.expand_query import expand_query as expand_query_answer
 from .retrieval.grants import Grant
 from .retrieval.grep import GrepResult, Mode, Scope, Sort
 from .retrieval.grep import grep as grep_store
+from .sessions import summarize_session as summarize_session_versions
 from .store import SQLiteStore, open_store
 from .summarize import Summarizer
 from .summarize.guards import guard_state
 from .summarize.providers import build_summarizer
 from .tokens import HeuristicTokenCounter, TokenCounter
+from .transplant import TransplantPlan
+from .transplant import apply as transplant_apply
+from .transplant import plan as transplant_plan
 
-__all__ = ["ConversationRef", "Engine", "TurnResult", "default_db_path"]
+__all__ = [
+    "ConversationRef",
+    "Engine",
+    "TurnResult",
+    "database_target",
+    "default_db_path",
+    "files_dir_for",
+]
 
 logger = logging.getLogger(__name__)
+
+#: Resume summaries kept in memory (one per conversation and compaction boundary).
+RESUME_CACHE_SIZE = 256
 
 #: A conversation by id (int), by external session id (str), or the row itself.
 ConversationRef = int | str | Conversation
@@ -62,6 +95,20 @@ ConversationRef = int | str | Conversation
 def default_db_path() -> Path:
     """``lossless.db`` in the platform's user data directory."""
     return default_data_dir() / "lossless.db"
+
+
+def database_target(target: str | os.PathLike[str] | None, config: Config) -> str | Path:
+    """The store to open: *target*, else ``config.db``, else ``LOSSLESS_DB``, else the
+    default file in the user data directory."""
+    chosen = target if target is not None else config.db or os.environ.get("LOSSLESS_DB")
+    return os.fspath(chosen) if chosen else default_db_path()
+
+
+def files_dir_for(config: Config, database: Path) -> Path:
+    """Where large files are kept: ``data_dir/files``, else ``<database>-files`` beside it."""
+    if config.data_dir:
+        return Path(config.data_dir).expanduser() / "files"
+    return database.with_name(database.name + "-files")
 
 
 class _ConversationLocks:
@@ -111,8 +158,20 @@ class Engine:
         self._pending: dict[int, Future[CompactionReport]] = {}
         self._pending_guard = threading.Lock()
         self._locks = _ConversationLocks()
+        # Session summaries: one run per conversation at a time (never the ingest lock: a
+        # model call must not hold up ingest), and the queued background runs.
+        self._session_locks = _ConversationLocks()
+        self._pending_sessions: dict[int, Future[SessionSummary]] = {}
+        self._sessions_again: set[int] = set()
         # session id → conversation; ids never change, so the hot path skips the lookup.
         self._by_session: dict[str, Conversation] = {}
+        redact = self.config.redact
+        self._redactor = (
+            Redactor(redact.patterns, builtin=redact.builtin) if redact.enabled else None
+        )
+        self._sealer = Sealer() if redact.enabled and redact.keep_originals else None
+        self._resume_cache: dict[tuple[int, int], str] = {}
+        self._resume_guard = threading.Lock()
 
     @classmethod
     def open(
@@ -129,12 +188,12 @@ class Engine:
         user data directory. The database is created (owner-only) and migrated as needed.
         """
         cfg = config or load_config()
-        chosen = target if target is not None else cfg.db or os.environ.get("LOSSLESS_DB")
-        store = open_store(chosen if chosen else default_db_path())
+        store = open_store(database_target(target, cfg))
         return cls(store, cfg, token_counter=token_counter, summarizer=summarizer)
 
     def close(self) -> None:
-        """Finish background compaction, then close the store's connections."""
+        """Finish background work (compaction, session summaries), then close the store's
+        connections."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -164,6 +223,7 @@ class Engine:
             raise TypeError(f"a conversation is an int id or a str session id, not {ref!r}")
         if isinstance(ref, int):
             return self.store.get_conversation(ref)
+        ref = safe_id(ref)  # lone surrogates spelled out, as in every stored id
         cached = self._by_session.get(ref)
         if cached is not None:
             return cached
@@ -182,10 +242,47 @@ class Engine:
         """Every conversation with its counts."""
         return self.store.list_conversations()
 
+    def update_conversation(
+        self,
+        conversation: ConversationRef,
+        *,
+        title: str | None = None,
+        session_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        status: str | None = None,
+    ) -> Conversation:
+        """Set a conversation's title, family key, status (``active``/``archived``) or
+        metadata (merged into what is there); returns the updated row."""
+        conv = self.conversation(conversation)
+        self.store.update_conversation(
+            conv.conversation_id,
+            title=title,
+            session_key=session_key,
+            metadata=metadata,
+            status=status,
+        )
+        self._by_session.pop(conv.session_id, None)  # the cached row is stale now
+        return self.store.get_conversation(conv.conversation_id)
+
+    def archive(self, conversation: ConversationRef) -> Conversation:
+        """Mark a conversation archived (nothing is deleted; it stays searchable)."""
+        return self.update_conversation(conversation, status="archived")
+
+    def pop_context(self, conversation: ConversationRef) -> StoredMessage | None:
+        """Take the newest message out of the active context (an agent framework's "pop");
+        it stays stored and searchable. ``None`` when the context is empty or ends in a
+        summary."""
+        conv = self.conversation(conversation)
+        with self.lock(conv.conversation_id):
+            return self.store.pop_context_message(conv.conversation_id)
+
     @contextmanager
-    def lock(self, conversation_id: int) -> Iterator[None]:
-        """Hold the conversation's lock: serializes mutations of one conversation."""
-        with self._locks.get(conversation_id):
+    def lock(self, *conversation_ids: int) -> Iterator[None]:
+        """Hold the conversations' locks (taken in id order, so two callers never deadlock):
+        serializes mutations of a conversation."""
+        with ExitStack() as stack:
+            for conversation_id in sorted(set(conversation_ids)):
+                stack.enter_context(self._locks.get(conversation_id))
             yield
 
     # --- ingestion -------------------------------------------------------------------------
@@ -199,8 +296,9 @@ class Engine:
         created_at: datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> NormalizedMessage:
-        """Normalize one message with this engine's token counter."""
-        return normalize(
+        """Normalize one message with this engine's token counter (and redact its secrets
+        when ``redact.enabled``)."""
+        norm = normalize(
             message,
             format=format,
             external_id=external_id,
@@ -208,6 +306,47 @@ class Engine:
             metadata=metadata,
             counter=self.token_counter,
         )
+        if self._redactor is not None:
+            original = redaction_snapshot(norm) if self._sealer is not None else None
+            norm.redactions = self._redactor.message(norm)
+            if norm.redactions:
+                norm.token_count = self.token_counter.count(norm.content)
+                if self._sealer is not None and original is not None:
+                    norm.sealed = self._sealer.seal(original)
+        return norm
+
+    def reveal(self, message_id: int, *, key: str | None = None) -> Any:
+        """The original of a redacted message, in its source shape, decrypted with *key*
+        (default: ``LOSSLESS_REDACT_KEY``); :class:`NotFoundError` when none was kept."""
+        stored = self.get_message(message_id)
+        sealed = self.store.sealed_original(message_id)
+        if sealed is None:
+            raise NotFoundError(
+                f"no original was kept for msg#{message_id}: it had no secrets, or"
+                " redact.keep_originals was off when it was stored"
+            )
+        data = Sealer(key).open(sealed)
+        parts = tuple(
+            StoredPart(
+                part_id=0,
+                message_id=message_id,
+                ordinal=n,
+                slot=p["slot"],
+                type=p["type"],
+                text=p["text"],
+                tool_call_id=p["tool_call_id"],
+                tool_name=p["tool_name"],
+                tool_input=p["tool_input"],
+                tool_output=p["tool_output"],
+                is_error=bool(p["is_error"]),
+                raw=p["text"] if p["raw_is_text"] else p["raw"],
+            )
+            for n, p in enumerate(data["parts"])
+        )
+        original = dataclasses.replace(
+            stored, content=data["content"], envelope=data["envelope"], parts=parts
+        )
+        return original.to_source()
 
     def ingest(
         self,
@@ -263,9 +402,7 @@ class Engine:
     @property
     def files_dir(self) -> Path:
         """Where large files are kept: ``data_dir/files``, else ``<database>-files`` beside it."""
-        if self.config.data_dir:
-            return Path(self.config.data_dir).expanduser() / "files"
-        return self.store.path.with_name(self.store.path.name + "-files")
+        return files_dir_for(self.config, self.store.path)
 
     def externalize(self, conversation_id: int, norm: NormalizedMessage) -> None:
         """Keep the large files of *norm* outside its plain text (its parts stay exact)."""
@@ -304,6 +441,8 @@ class Engine:
             self.externalize(conv.conversation_id, norm)
         with self.lock(conv.conversation_id):
             ids, skipped = self.store.append_messages(conv, norms)
+        if ids and self.config.sessions.auto_summarize:
+            self._auto_summarize(conv.conversation_id, len(ids), ids[-1])
         return IngestResult(conv.conversation_id, tuple(ids), skipped)
 
     # --- compaction ------------------------------------------------------------------------
@@ -315,6 +454,7 @@ class Engine:
         mode: str = "full",
         until: int | None = None,
         budget: int | None = None,
+        deadline: float | None = None,
     ) -> CompactionReport:
         """Compact a conversation's active context.
 
@@ -322,17 +462,33 @@ class Engine:
         then condensation. ``mode="incremental"``: what :meth:`after_turn` does. ``until=N``:
         sweeps until the context is at or under N tokens (at most ``max_rounds``). With the
         model's *budget*, the fresh tail is capped at ``fresh_tail_budget_share`` of it.
+        After ``guards.run_seconds`` (or at *deadline*, ``time.monotonic()`` seconds) no model
+        is called: the remaining passes fall back, so a slow provider cannot hold it longer.
         """
         conv = self.conversation(conversation)
-        compactor = Compactor(self, self.summarizer, budget=budget)
+        compactor = Compactor(self, self.summarizer, budget=budget, deadline=deadline)
         with self.lock(conv.conversation_id):
             if until is not None:
-                return compactor.until_under(conv.conversation_id, until)
-            if mode == "incremental":
-                return compactor.incremental(conv.conversation_id)
-            if mode != "full":
+                report = compactor.until_under(conv.conversation_id, until)
+            elif mode == "incremental":
+                report = compactor.incremental(conv.conversation_id)
+            elif mode == "full":
+                report = compactor.full_sweep(conv.conversation_id)
+            else:
                 raise ValueError(f"unknown compaction mode {mode!r}; use full or incremental")
-            return compactor.full_sweep(conv.conversation_id)
+            if report.passes and self.config.resume.inject:
+                self._warm_resume(conv.conversation_id)
+            return report
+
+    def _warm_resume(self, conversation_id: int) -> None:
+        """Build the resume summary of the new boundary now, with the compaction (often in
+        the background), so that assembling the next turn finds it made."""
+        try:
+            upto = resume_boundary(self.store, conversation_id, self.store.context(conversation_id))
+            if upto is not None:
+                self.resume_text(conversation_id, upto)
+        except Exception:  # a resume summary is a convenience; compaction already succeeded
+            logger.exception("resume summary of conversation %s failed", conversation_id)
 
     def after_turn(
         self,
@@ -363,7 +519,11 @@ class Engine:
         return TurnResult(ingest, report)
 
     def _turn_compaction(self, conversation_id: int, token_budget: int | None) -> CompactionReport:
-        report = self.compact(conversation_id, mode="incremental", budget=token_budget)
+        run = self.config.guards.run_seconds
+        deadline = None if run is None else time.monotonic() + run  # one for the whole turn
+        report = self.compact(
+            conversation_id, mode="incremental", budget=token_budget, deadline=deadline
+        )
         if token_budget is not None:
             threshold = int(token_budget * self.config.context_threshold)
             # Crossing the threshold compacts down to the (lower) target, so the next turns
@@ -372,7 +532,9 @@ class Engine:
                 token_budget * min(self.config.compaction_target, self.config.context_threshold)
             )
             if report.tokens_after > threshold:
-                over = self.compact(conversation_id, until=target, budget=token_budget)
+                over = self.compact(
+                    conversation_id, until=target, budget=token_budget, deadline=deadline
+                )
                 report.passes.extend(over.passes)
                 report.rounds = over.rounds
                 report.target = target
@@ -433,7 +595,8 @@ class Engine:
         (always, even over budget); tool calls and results are never left without each other.
         """
         conv = self.conversation(conversation)
-        return assemble_context(self, conv.conversation_id, token_budget, format=format)
+        with self.store.read():  # one snapshot: the context and its rows agree
+            return assemble_context(self, conv.conversation_id, token_budget, format=format)
 
     def grep(
         self,
@@ -557,6 +720,226 @@ class Engine:
             summary_ids=summary_ids,
             max_tokens=max_tokens,
         )
+
+    def summarize_session(
+        self, conversation: ConversationRef, *, full: bool = False
+    ) -> SessionSummary:
+        """Bring the conversation's session summary up to date; returns its latest version.
+
+        Incremental: only the messages after the latest version are read (none: that version
+        is returned unchanged, without a summarizer call). ``full=True`` summarizes every
+        message again. A run that summarizes stores a new version; none is ever overwritten.
+        See :mod:`lossless.sessions`.
+        """
+        conv = self.conversation(conversation)
+        with self._session_locks.get(conv.conversation_id):
+            return summarize_session_versions(self, conv, full=full)
+
+    def session_summaries(self, conversation: ConversationRef) -> list[SessionSummary]:
+        """Every version of the conversation's session summary, oldest first."""
+        return self.store.session_summaries(self.conversation(conversation).conversation_id)
+
+    def wait_for_session_summaries(self, timeout: float | None = None) -> list[SessionSummary]:
+        """Wait (at most *timeout* seconds in all) for queued automatic session summaries.
+
+        Returns the versions of the runs that finished; runs still going stay queued. Failed
+        runs were logged by the worker and are dropped.
+        """
+        with self._pending_guard:
+            futures = dict(self._pending_sessions)
+        wait(list(futures.values()), timeout=timeout)
+        done = []
+        with self._pending_guard:
+            for conv_id, future in futures.items():
+                if not future.done():
+                    continue
+                if self._pending_sessions.get(conv_id) is future:
+                    del self._pending_sessions[conv_id]
+                if future.exception() is None:
+                    done.append(future.result())
+        return done
+
+    def _auto_summarize(self, conversation_id: int, added: int, last_id: int) -> None:
+        """After *added* messages were stored: queue a session summary when the conversation's
+        message count crossed a multiple of ``sessions.summarize_interval``. Never raises:
+        the messages are stored, and a later run covers them."""
+        try:
+            count = self.store.message_seq(last_id)  # seqs have no gaps: the count
+            interval = self.config.sessions.summarize_interval
+            if count // interval > (count - added) // interval:
+                self._queue_session_summary(conversation_id)
+        except Exception:  # ingest succeeded; the summary must not turn it into a failure
+            logger.exception("could not queue the session summary of %s", conversation_id)
+
+    def _queue_session_summary(self, conversation_id: int) -> None:
+        with self._pending_guard:
+            running = self._pending_sessions.get(conversation_id)
+            if running is not None and not running.done():
+                self._sessions_again.add(conversation_id)  # it runs once more when done
+                return
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=2, thread_name_prefix="lossless-background"
+                )
+            self._pending_sessions[conversation_id] = self._executor.submit(
+                self._background_session_summary, conversation_id
+            )
+
+    def _background_session_summary(self, conversation_id: int) -> SessionSummary:
+        while True:
+            try:
+                summary = self.summarize_session(conversation_id)
+            except Exception:  # a worker's top level: log; the next crossing tries again
+                logger.exception("session summary of conversation %s failed", conversation_id)
+                raise
+            with self._pending_guard:
+                if conversation_id not in self._sessions_again:
+                    return summary
+                self._sessions_again.discard(conversation_id)
+
+    def transplant(
+        self, source: ConversationRef, target: ConversationRef, *, apply: bool = False
+    ) -> TransplantPlan:
+        """Copy *source*'s context summaries, the DAG beneath them and the messages they
+        cover into *target*, prepended to its context (see :mod:`lossless.transplant`).
+
+        A dry run unless *apply*; the plan says what it copies (``problem`` says why it would
+        be refused). With *apply*, a refused transplant raises
+        :class:`~lossless.transplant.TransplantError` and changes nothing.
+        """
+        src, tgt = self.conversation(source), self.conversation(target)
+        with self.lock(src.conversation_id, tgt.conversation_id):
+            planned = transplant_plan(self.store, src, tgt)
+            if apply:
+                transplant_apply(self.store, planned)
+        return planned
+
+    def rewrite(
+        self,
+        summary_ids: Sequence[str] = (),
+        *,
+        depth: int | None = None,
+        everything: bool = False,
+        conversation: ConversationRef | None = None,
+        apply: bool = False,
+    ) -> RewriteReport:
+        """Re-summarize summaries with the configured summarizer: those named, those of
+        *depth*, or *everything* (within *conversation* when given). A dry run unless
+        *apply*; see :mod:`lossless.maintenance`."""
+        conv = self.conversation(conversation).conversation_id if conversation else None
+        if summary_ids:
+            chosen = self.store.get_summaries(list(dict.fromkeys(summary_ids)))
+            for summary in chosen:
+                if summary.retired_reason:
+                    successor = f"; its successor is {summary.superseded_by}" * bool(
+                        summary.superseded_by
+                    )
+                    raise ConflictError(
+                        f"{summary.summary_id} was {summary.retired_reason} already{successor}"
+                    )
+        elif depth is not None or everything:
+            chosen = self.store.live_summaries(conv, depth=depth)
+        else:
+            raise ValueError("name summaries, a depth, or everything")
+        entries = [RewriteEntry(s, "asked") for s in chosen]
+        return rewrite_summaries(self, entries, apply=apply)
+
+    def repair(
+        self, *, conversation: ConversationRef | None = None, apply: bool = False
+    ) -> RewriteReport:
+        """Re-summarize the summaries the deterministic fallback wrote or that were cut to
+        size, shallowest first (``lossless doctor --apply``). A dry run unless *apply*."""
+        conv = self.conversation(conversation).conversation_id if conversation else None
+        return rewrite_summaries(self, degraded_summaries(self, conv), apply=apply)
+
+    def dissolve(self, summary_id: str) -> list[ContextItem]:
+        """Undo a condensation: put a context summary's sources back in its place; the
+        summary is kept, retired as ``dissolved``. Returns the items put back."""
+        return dissolve_summary(self, summary_id)
+
+    def backfill(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        into: ConversationRef | None = None,
+        single_root: bool = False,
+        apply: bool = False,
+    ) -> BackfillReport:
+        """Import an old transcript as its own conversation, compact it (to one root summary
+        with *single_root*) and, with *into*, transplant it there. A dry run unless *apply*."""
+        target = self.conversation(into).conversation_id if into is not None else None
+        return backfill_transcript(self, path, into=target, single_root=single_root, apply=apply)
+
+    def chat_context_query(
+        self,
+        *,
+        conversation: ConversationRef | None = None,
+        family: bool = True,
+        kind: QueryKind = "both",
+        role: str | None = None,
+        tool_name: str | None = None,
+        execution_id: str | None = None,
+        status: str | None = None,
+        since: str | None = None,
+        before: str | None = None,
+        text: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        order: QueryOrder = "newest",
+    ) -> ContextQueryResult:
+        """``chat_context_query``: the stored chat frames and the tool-execution log, filtered
+        and paged (see :mod:`lossless.retrieval.context_query`). With *conversation*, its
+        family (only itself with ``family=False``); without, the whole store."""
+        ids = None
+        if conversation is not None:
+            conv = self.conversation(conversation)
+            ids = self.store.family_ids(conv) if family else [conv.conversation_id]
+        return query_context(
+            self.store,
+            conversation_ids=ids,
+            kind=kind,
+            role=role,
+            tool_name=tool_name,
+            execution_id=execution_id,
+            status=status,
+            since=since,
+            before=before,
+            text=text,
+            limit=limit,
+            offset=offset,
+            order=order,
+        )
+
+    def resume(self, conversation: ConversationRef, *, latest: bool = False) -> ResumeSummary:
+        """The resume summary (see :mod:`lossless.resume`): as injected into the assembled
+        context — the messages up to the compaction boundary — or, with *latest*, of every
+        stored message. ``upto_seq`` is ``None`` when nothing was compacted yet."""
+        conv = self.conversation(conversation).conversation_id
+        upto = None if latest else resume_boundary(self.store, conv, self.store.context(conv))
+        if upto is None and not latest:
+            return ResumeSummary(conv, None)
+        return build_resume(self.store, conv, upto, self.config.resume.max_tokens)
+
+    def resume_text(self, conversation_id: int, upto_seq: int) -> str:
+        """The resume summary's text up to *upto_seq*, cached: it only changes when a
+        compaction moves the boundary, and assembly asks for it every turn."""
+        key = (conversation_id, upto_seq)
+        with self._resume_guard:
+            text = self._resume_cache.get(key)
+        if text is None:
+            text = build_resume(
+                self.store, conversation_id, upto_seq, self.config.resume.max_tokens
+            ).text
+            with self._resume_guard:
+                self._resume_cache[key] = text
+                while len(self._resume_cache) > RESUME_CACHE_SIZE:
+                    self._resume_cache.pop(next(iter(self._resume_cache)))
+        return text
+
+    def backup(self, dest: str | os.PathLike[str]) -> BackupReport:
+        """An online copy of the store (and its large files) at *dest*, checked with
+        ``doctor``; writers keep going meanwhile. See :mod:`lossless.backup`."""
+        return backup_store(self.store, self.files_dir, dest)
 
     def context(self, conversation: ConversationRef) -> list[ContextItem]:
         """The conversation's active context items, in order."""

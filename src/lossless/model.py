@@ -20,6 +20,7 @@ __all__ = [
     "Message",
     "Part",
     "Role",
+    "SessionSummary",
     "StoredMessage",
     "StoredPart",
     "Summary",
@@ -245,6 +246,10 @@ class Summary:
     descendant_count: int
     file_ids: tuple[str, ...]
     model: str | None
+    #: ``rewritten`` or ``dissolved`` once maintenance retired it (it left the context).
+    retired_reason: str | None = None
+    #: The summary that replaced a rewritten one.
+    superseded_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -261,4 +266,65 @@ class Summary:
             "descendant_count": self.descendant_count,
             "file_ids": list(self.file_ids),
             "model": self.model,
+            "retired_reason": self.retired_reason,
+            "superseded_by": self.superseded_by,
         }
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """One version of a conversation's whole-session summary (``session_summaries``).
+
+    Versions 1, 2, ... are never overwritten. Each covers the conversation's messages up to
+    ``last_message_id`` (``message_count`` of them); an incremental version was made from the
+    previous one and the ``messages_processed`` messages after it.
+    """
+
+    session_summary_id: str  # ss_ + 16 hex
+    conversation_id: int
+    version: int
+    summary: str  # the overview
+    topics: tuple[str, ...]
+    decisions: tuple[str, ...]
+    code_references: tuple[str, ...]
+    key_points: tuple[str, ...]
+    first_message_id: int | None
+    last_message_id: int | None
+    message_count: int
+    messages_processed: int
+    is_incremental: bool
+    model: str | None
+    created_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "session_summary_id": self.session_summary_id,
+            "conversation_id": self.conversation_id,
+            "version": self.version,
+            "summary": self.summary,
+            "topics": list(self.topics),
+            "decisions": list(self.decisions),
+            "code_references": list(self.code_references),
+            "key_points": list(self.key_points),
+            "first_message_id": self.first_message_id,
+            "last_message_id": self.last_message_id,
+            "message_count": self.message_count,
+            "messages_processed": self.messages_processed,
+            "is_incremental": self.is_incremental,
+            "model": self.model,
+            "created_at": self.created_at,
+        }
+
+    def render(self) -> str:
+        """The summary as headed plain text: the overview, then each non-empty list."""
+        parts = [self.summary.strip()]
+        for title, items in (
+            ("Topics", self.topics),
+            ("Decisions", self.decisions),
+            ("Code references", self.code_references),
+            ("Key points", self.key_points),
+        ):
+            if items:
+                parts.append(f"{title}:\n" + "\n".join(f"- {item}" for item in items))
+        return "\n\n".join(p for p in parts if p)

@@ -35,7 +35,7 @@ def parse_ts(value: object) -> datetime | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+        return _storable(value if value.tzinfo else value.replace(tzinfo=UTC))
     if isinstance(value, int):
         # Integer arithmetic keeps milliseconds exact at any date (a float drifts after ~2242).
         try:
@@ -60,5 +60,14 @@ def parse_ts(value: object) -> datetime | None:
             parsed = datetime.fromisoformat(text)
         except ValueError:
             return None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        return _storable(parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC))
     return None
+
+
+def _storable(value: datetime) -> datetime | None:
+    """*value* if it has a UTC form (0001-01-01T00:00+01:00 has none); else ``None``."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        return None
+    return value

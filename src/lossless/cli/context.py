@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from ..assemble import FORMATS
 from .conversations import resolve
-from .output import State, emit_json, json_option, pass_state, stdout
+from .output import State, emit_json, json_option, pass_state, stderr, stdout
 
 
 @click.command("context")
@@ -62,3 +62,31 @@ def context_command(state: State, conversation: str, budget: int, fmt: str, as_j
         body = message.get("content", message)
         text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
         stdout.print(f"[bold]{escape(str(who))}[/]: {escape(text[:300])}", highlight=False)
+
+
+@click.command("resume")
+@click.argument("conversation")
+@click.option("--latest", is_flag=True, help="Cover every stored message, not only compacted ones.")
+@json_option
+@pass_state
+def resume_command(state: State, conversation: str, latest: bool, as_json: bool) -> None:
+    """Print CONVERSATION's resume summary: goal, current task, files, key tool executions.
+
+    Made from the stored data without a model, ending with the honesty gate. By default it
+    covers the messages up to the compaction boundary — exactly what assembly injects after
+    the summaries; --latest covers everything stored.
+    """
+    engine = state.engine()
+    conv = resolve(engine, conversation)
+    summary = engine.resume(conv.conversation_id, latest=latest)
+    if as_json:
+        emit_json(summary.to_dict())
+        return
+    if summary.upto_seq is None:
+        stderr.print(
+            f"conversation {conv.conversation_id} has not been compacted yet, so nothing is"
+            " injected; --latest shows the summary of everything stored",
+            highlight=False,
+        )
+        raise click.exceptions.Exit(1)
+    stdout.print(escape(summary.text), highlight=False)

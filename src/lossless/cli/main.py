@@ -5,10 +5,24 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.markup import escape
 
 from .. import __version__
 from ..errors import LosslessError
-from . import compaction, context, conversations, demo, retrieval, store, transcripts
+from . import (
+    compaction,
+    context,
+    conversations,
+    demo,
+    maintenance,
+    retrieval,
+    sessions,
+    store,
+    transcripts,
+    tui,
+)
+from . import hooks as hook_commands
+from . import mcp as mcp_commands
 from .output import State, stderr
 
 
@@ -43,17 +57,33 @@ for command in (
     transcripts.import_command,
     conversations.conversations_command,
     conversations.show_command,
+    sessions.sessions_command,
+    sessions.summarize_command,
     store.stats_command,
     store.doctor_command,
     store.config_command,
+    store.backup_command,
+    store.restore_command,
+    store.reveal_command,
     demo.demo_command,
     compaction.compact_command,
     compaction.replay_command,
     context.context_command,
+    context.resume_command,
     retrieval.grep_command,
     retrieval.describe_command,
     retrieval.expand_command,
     retrieval.ask_command,
+    retrieval.query_command,
+    mcp_commands.mcp_command,
+    mcp_commands.grant_command,
+    maintenance.transplant_command,
+    maintenance.rewrite_command,
+    maintenance.dissolve_command,
+    maintenance.backfill_command,
+    tui.tui_command,
+    hook_commands.hook_group,
+    hook_commands.hooks_group,
 ):
     cli.add_command(command)
 
@@ -61,7 +91,10 @@ for command in (
 def main() -> None:
     """Console-script entry point: run the CLI, turning lossless errors into exit codes."""
     try:
-        cli.main(standalone_mode=False)
+        # Without standalone mode click returns a ctx.exit()/Exit code instead of exiting.
+        code = cli.main(standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool) and code:
+            sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
@@ -71,7 +104,7 @@ def main() -> None:
         stderr.print("aborted")
         sys.exit(130)
     except LosslessError as exc:
-        stderr.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)

@@ -6,7 +6,7 @@ import click
 from rich.markup import escape
 
 from .conversations import resolve
-from .output import State, emit_json, json_option, pass_state, stdout
+from .output import State, emit_json, json_option, pass_state, stderr, stdout
 
 
 @click.command("grep")
@@ -203,8 +203,10 @@ def ask_command(
 ) -> None:
     """Answer QUESTION from CONVERSATION's stored history (lcm_expand_query).
 
-    Finds the relevant summaries, reads the history below them under a delegation grant
-    (revoked when done), and answers with cited excerpts (labelled as deterministic retrieval).
+    Finds the relevant summaries and reads the history below them under a delegation grant
+    (revoked when done). With a configured model that can call tools (openai, anthropic) a
+    sub-agent writes the answer, citing ids; otherwise the answer is the best cited excerpts,
+    labelled as deterministic retrieval.
     """
     engine = state.engine()
     conv = resolve(engine, conversation)
@@ -213,3 +215,106 @@ def ask_command(
         emit_json(result.to_dict())
         return
     stdout.print(escape(result.answer), highlight=False)
+    if result.mode == "model":
+        stdout.print(
+            f"answered by {result.model} in {result.steps} step(s); cited:"
+            f" {', '.join(result.citations) or 'nothing'}",
+            style="dim",
+            highlight=False,
+        )
+    if result.note:
+        stderr.print(f"note: {escape(result.note)}", highlight=False)
+
+
+@click.command("query")
+@click.argument("text", required=False)
+@click.option("--conversation", "-c", help="This conversation's family (id or session id).")
+@click.option("--only", is_flag=True, help="With --conversation: that conversation alone.")
+@click.option(
+    "--kind",
+    type=click.Choice(["frames", "executions", "both"]),
+    default="both",
+    show_default=True,
+    help="Chat frames (messages), tool executions, or both.",
+)
+@click.option("--role", type=click.Choice(["user", "assistant", "tool", "system"]))
+@click.option("--tool", "tool_name", help="Executions of this tool (and their messages).")
+@click.option("--execution", "execution_id", help="One execution by its tool call id.")
+@click.option("--status", type=click.Choice(["pending", "ok", "error"]))
+@click.option("--since", help="Only from this time on (ISO-8601).")
+@click.option("--before", help="Only before this time (ISO-8601).")
+@click.option("--limit", type=click.IntRange(1, 200), default=20, show_default=True)
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many (paging).")
+@click.option("--oldest", is_flag=True, help="Oldest first (default: newest first).")
+@json_option
+@pass_state
+def query_command(
+    state: State,
+    text: str | None,
+    conversation: str | None,
+    only: bool,
+    kind: str,
+    role: str | None,
+    tool_name: str | None,
+    execution_id: str | None,
+    status: str | None,
+    since: str | None,
+    before: str | None,
+    limit: int,
+    offset: int,
+    oldest: bool,
+    as_json: bool,
+) -> None:
+    """Query the chat frames and the tool-execution log (chat_context_query).
+
+    Filters combine: TEXT (full text, words must all match), --role for messages, --tool /
+    --execution / --status for tool executions (and the messages that made or answered
+    them), --since/--before, --conversation. Results cite msg# ids and tool call ids; page
+    with --limit and --offset.
+    """
+    engine = state.engine()
+    ref = resolve(engine, conversation).conversation_id if conversation else None
+    result = engine.chat_context_query(
+        conversation=ref,
+        family=not only,
+        kind=kind,  # type: ignore[arg-type]
+        role=role,
+        tool_name=tool_name,
+        execution_id=execution_id,
+        status=status,
+        since=since,
+        before=before,
+        text=text,
+        limit=limit,
+        offset=offset,
+        order="oldest" if oldest else "newest",
+    )
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    for e in result.executions:
+        took = f" {e.duration_ms} ms" if e.duration_ms is not None else ""
+        stdout.print(
+            f"[bold]{escape(e.execution_id)}[/] {escape(e.tool_name or '?')} {e.status}{took}"
+            f" conv {e.conversation_id} {e.started_at or e.finished_at or ''}"
+            f" call {e.call_message or '-'} result {e.result_message or '-'}",
+            highlight=False,
+        )
+        if e.input:
+            stdout.print(f"  input  {escape(e.input)}", highlight=False)
+        if e.output:
+            stdout.print(f"  output {escape(e.output)}", highlight=False)
+    for f in result.frames:
+        stdout.print(
+            f"[bold]{f.id}[/] {f.role} conv {f.conversation_id} {f.created_at}"
+            f"\n  {escape(f.snippet)}",
+            highlight=False,
+        )
+    shown = len(result.executions) + len(result.frames)
+    tail = f"; more with --offset {result.next_offset}" if result.next_offset is not None else ""
+    stdout.print(
+        f"{len(result.executions)} execution(s), {len(result.frames)} message(s){tail}"
+        if shown
+        else "nothing matches",
+        highlight=False,
+    )

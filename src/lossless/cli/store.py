@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from rich.markup import escape
 
 from .. import doctor
-from .output import EXIT_ERROR, State, emit_json, json_option, pass_state, stdout
+from ..backup import restore as restore_store
+from ..engine import database_target, files_dir_for
+from ..redact import new_key as make_key
+from .output import EXIT_ERROR, State, emit_json, json_option, pass_state, stderr, stdout
 
 
 @click.command("stats")
@@ -61,22 +65,45 @@ def stats_command(state: State, as_json: bool) -> None:
 @click.option(
     "--rebuild-fts", is_flag=True, help="Rebuild the full-text indexes from the stored text."
 )
+@click.option(
+    "--apply",
+    "do_apply",
+    is_flag=True,
+    help="Re-summarize fallback and truncated summaries with the configured summarizer.",
+)
 @json_option
 @pass_state
-def doctor_command(state: State, rebuild_fts: bool, as_json: bool) -> None:
+def doctor_command(state: State, rebuild_fts: bool, do_apply: bool, as_json: bool) -> None:
     """Check the store's integrity (read-only unless a fix is asked for).
 
     Checks foreign keys, context ordinals, that every context item points at a row of its
     own conversation, that every message is reachable from the context, that summaries have
-    sources, DAG depths, and that the full-text indexes match their text. Exit code 1 when
-    anything is wrong.
+    sources, DAG depths, that retired summaries are no longer used, and that the full-text
+    indexes match their text; and lists the summaries the deterministic fallback wrote or
+    that were cut to size. --apply re-summarizes those, shallowest first, in one transaction
+    (the old ones are kept, retired). Exit code 1 when anything is wrong.
     """
     engine = state.engine()
     if rebuild_fts:
         engine.store.rebuild_fts()
-    problems = doctor.check(engine.store)
+    repaired = None
+    if do_apply:
+        repaired = engine.repair(apply=True)
+        if not as_json:
+            for e in repaired.entries:
+                outcome = f"→ {e.new_id} ({e.new_tokens} tokens)" if e.new_id else e.skipped
+                stdout.print(
+                    f"re-summarized {e.summary.summary_id} ({e.reason}, d{e.summary.depth})"
+                    f" {outcome}",
+                    highlight=False,
+                )
+    problems = doctor.check(engine.store, degraded=True)
+    problems += doctor.stray_files(engine.store, engine.files_dir)
     if as_json:
-        emit_json({"ok": not problems, "problems": [p.to_dict() for p in problems]})
+        data: dict[str, object] = {"ok": not problems, "problems": [p.to_dict() for p in problems]}
+        if repaired is not None:
+            data["repaired"] = repaired.to_dict()
+        emit_json(data)
     elif not problems:
         stdout.print("ok: no problems found")
     else:
@@ -106,3 +133,83 @@ def config_command(state: State, as_json: bool) -> None:
                 stdout.print(f"{key}.{sub} = {v!r}", highlight=False)
         else:
             stdout.print(f"{key} = {value!r}", highlight=False)
+
+
+@click.command("backup")
+@click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
+@json_option
+@pass_state
+def backup_command(state: State, dest: Path, as_json: bool) -> None:
+    """Copy the store to DEST while it is in use, and check the copy.
+
+    The database is copied with SQLite's backup API (one consistent moment; writers keep
+    going), its large files to DEST-files, and the copy is checked with doctor. DEST must
+    not exist. Exit code 1 if the copy has problems.
+    """
+    report = state.engine().backup(dest)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        stdout.print(
+            f"backed up to {report.database} ({report.bytes:,} bytes: {report.messages:,}"
+            f" messages, {report.summaries:,} summaries)"
+            + (f", large files in {report.files}" if report.files else ""),
+            highlight=False,
+        )
+        for problem in report.problems:
+            stderr.print(f"problem in the copy: {escape(problem)}", highlight=False)
+    if report.problems:
+        sys.exit(EXIT_ERROR)
+
+
+@click.command("restore")
+@click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@pass_state
+def restore_command(state: State, source: Path, yes: bool, as_json: bool) -> None:
+    """Replace the store with the backup SOURCE, after checking it with doctor.
+
+    A backup with any problem is refused and nothing changes. The current database (and its
+    large files) is kept aside as NAME.before-restore-TIME. Stop the agents writing to the
+    store first.
+    """
+    target = Path(database_target(state.db, state.config))
+    if not yes and not as_json:
+        click.confirm(
+            f"Replace {target} with {source}? (the current one is kept aside)", abort=True
+        )
+    report = restore_store(source, target, files_dir_for(state.config, target))
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    stdout.print(
+        f"restored {report.database} from {source} ({report.messages:,} messages,"
+        f" {report.summaries:,} summaries; doctor: ok)",
+        highlight=False,
+    )
+    if report.kept_aside:
+        stdout.print(f"the previous database is kept as {report.kept_aside}", highlight=False)
+
+
+@click.command("reveal")
+@click.argument("message", required=False, metavar="MSG_ID")
+@click.option("--new-key", is_flag=True, help="Print a fresh key for LOSSLESS_REDACT_KEY.")
+@pass_state
+def reveal_command(state: State, message: str | None, new_key: bool) -> None:
+    """Print the original of a redacted message (msg#N or N), decrypted with the key in
+    LOSSLESS_REDACT_KEY.
+
+    Only messages stored with redact.keep_originals on have one. --new-key prints a key to
+    put in LOSSLESS_REDACT_KEY before turning keep_originals on; keep it safe: without it the
+    originals cannot be read.
+    """
+    if new_key:
+        click.echo(make_key())
+        return
+    if message is None:
+        raise click.UsageError("give a message id (msg#42 or 42), or --new-key")
+    ident = message.removeprefix("msg#")
+    if not ident.isdigit():
+        raise click.UsageError(f"{message!r} is not a message id; ids look like msg#42")
+    emit_json(state.engine().reveal(int(ident)))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ImportProblem, LosslessError
 from ..model import Conversation
 from ..store.sqlite import Checkpoint
-from .shapes import NormalizedMessage
+from .shapes import NormalizedMessage, safe_id
 from .transcripts import (
     Entry,
     FileIdentity,
@@ -178,7 +178,7 @@ def _reconcile_lane(
     store = engine.store
     conv = store.get_or_create_conversation(identity.session_id, session_key=identity.session_key)
     with engine.lock(conv.conversation_id):
-        resolved = str(file.resolve())
+        resolved = safe_id(str(file.resolve()))  # a file name need not be UTF-8
         size = file.stat().st_size
         hh = head_hash(file)
         cp = store.get_checkpoint(conv.conversation_id)
@@ -204,7 +204,8 @@ def _reconcile_lane(
         scan = _scan(file, fmt, lane, start, line_no, is_array, size, progress)
         report.skipped = scan.skipped
         report.problems = scan.problems
-        path_entries, junction, off_branch, detached = _active_path(scan.entries, tree)
+        broken = [p.line for p in scan.problems]
+        path_entries, junction, off_branch, detached = _active_path(scan.entries, tree, broken)
         report.off_branch = off_branch
         messages = [e for e in path_entries if e.is_message]
         ids = [e.entry_id for e in messages if e.entry_id is not None]
@@ -327,12 +328,14 @@ def _note(scan: _Scan, entry: Entry, lane: str) -> None:
 
 
 def _active_path(
-    entries: list[_Skeleton], tree: bool
+    entries: list[_Skeleton], tree: bool, broken: Sequence[int] = ()
 ) -> tuple[list[_Skeleton], str | None, int, bool]:
     """The active branch in file order, the id it hangs from outside *entries*, off-branch count.
 
     The last value says whether an off-branch message hangs from an entry outside
-    *entries* (only the whole file can tell whether it belongs to the branch).
+    *entries* (only the whole file can tell whether it belongs to the branch). A parent that
+    is missing because its line could not be read (a line of *broken* between the entry and
+    the one before it) is bridged: the branch goes on from the entry before the broken line.
     """
     if not entries:
         return [], None, 0, False
@@ -346,12 +349,20 @@ def _active_path(
     on_path: set[str] = set()
     node: _Skeleton | None = leaf
     junction: str | None = None
+    order = {id(e): n for n, e in enumerate(entries)}
     while node is not None and node.entry_id is not None and node.entry_id not in on_path:
         on_path.add(node.entry_id)
         parent = node.parent_id
         if parent is None:
             break
-        node = by_id.get(parent)
+        child, node = node, by_id.get(parent)
+        if node is None and broken:
+            before = next(
+                (e for e in reversed(entries[: order[id(child)]]) if e.entry_id is not None), None
+            )
+            low = before.line_no if before is not None else 0
+            if any(low < line < child.line_no for line in broken):
+                node = before
         if node is None:
             junction = parent
     _join_parallel_branches(entries, on_path)

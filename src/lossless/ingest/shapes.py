@@ -128,7 +128,10 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value).decode()
     except (orjson.JSONEncodeError, TypeError):
         pass
-    text = _ENCODER.encode(value)
+    try:
+        text = _ENCODER.encode(value)
+    except RecursionError:
+        raise UnknownShapeError("the message is nested too deeply to store as JSON") from None
     if _SURROGATE.search(text):
         text = _ENCODER.encode({_WRAP: _wtf8(value)})
     return text
@@ -179,6 +182,9 @@ class NormalizedMessage:
     metadata: dict[str, Any] | None = field(default=None)
     #: Files this message's plain text refers to instead of holding (set at ingest).
     large_files: list[LargeFile] = field(default_factory=list)
+    #: With redaction: the secrets replaced, and the encrypted original (when kept).
+    redactions: int = 0
+    sealed: bytes | None = None
 
 
 # --- detection -----------------------------------------------------------------------------

@@ -126,6 +126,11 @@ def read_lines(handle: BinaryIO, start: int = 0, line_no: int = 0) -> Iterator[L
             continue
         try:
             value = json.loads(text)
+        except RecursionError:
+            if not complete:
+                return
+            yield Line(line_no, begin, offset, raw, error="nested too deeply to read as JSON")
+            continue
         except (ValueError, UnicodeDecodeError) as exc:
             if not complete:
                 return
@@ -169,7 +174,7 @@ class OpenClawFormat(TranscriptFormat):
 
     def identify(self, path: Path, first: Any) -> FileIdentity:
         header = _str(first.get("id")) if isinstance(first, Mapping) else None
-        return FileIdentity(self.name, header or path.stem, header)
+        return FileIdentity(self.name, header or safe_id(path.stem), header)
 
     def entry(self, line: Line) -> Entry:
         obj = line.value
@@ -220,11 +225,11 @@ class ClaudeCodeFormat(TranscriptFormat):
         sidechain_file = bool(isinstance(first, Mapping) and first.get("isSidechain"))
         if session is None:
             # Older files open with summary lines that carry no session id; the file name is
-            # the session id in Claude Code's layout.
-            session = path.stem
+            # the session id in Claude Code's layout (made storable: it need not be UTF-8).
+            session = safe_id(path.stem)
         if sidechain_file:
             # A sub-agent's own file: its conversation sits in the parent session's family.
-            sub = f"{session}:agent-{agent or path.stem.removeprefix('agent-')}"
+            sub = f"{session}:agent-{agent or safe_id(path.stem).removeprefix('agent-')}"
             return FileIdentity(self.name, sub, session, session_key=session)
         return FileIdentity(
             self.name,
@@ -301,7 +306,7 @@ class MessagesFormat(TranscriptFormat):
         return isinstance(first, Mapping) and ("role" in first or "type" in first)
 
     def identify(self, path: Path, first: Any) -> FileIdentity:
-        return FileIdentity(self.name, path.stem, None)
+        return FileIdentity(self.name, safe_id(path.stem), None)
 
     def entry(self, line: Line) -> Entry:
         obj = line.value
@@ -338,7 +343,7 @@ def first_value(path: Path) -> tuple[Any, bool]:
                 return None, True
             try:
                 return json.loads(text), False
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ImportProblem(
                     str(path), line_no, "the first line is not JSON; is this a transcript?"
                 ) from None
@@ -423,9 +428,14 @@ def iter_json_array(handle: BinaryIO, chunk_size: int = 1 << 20) -> Iterator[Lin
             advance(pos + 1)
             continue
         if buffer[pos] == "]":
+            yield from _after_array(handle, buffer[pos + 1 :], advance(pos + 1), index)
             return
         try:
             value, end = decoder.raw_decode(buffer, pos)
+        except RecursionError:
+            start = advance(pos)
+            yield Line(index + 1, start, start, b"", error="bad element: nested too deeply")
+            return
         except json.JSONDecodeError as exc:
             if not eof:
                 advance(pos)
@@ -442,6 +452,19 @@ def iter_json_array(handle: BinaryIO, chunk_size: int = 1 << 20) -> Iterator[Lin
         index += 1
         start = advance(pos)
         yield Line(index, start, advance(end), b"", value=value)
+
+
+def _after_array(handle: BinaryIO, rest: str, offset: int, index: int) -> Iterator[Line]:
+    """A problem line if anything but whitespace follows the array's closing bracket: it is
+    not part of the array, and must not be dropped without a word."""
+    while True:
+        if rest.strip(" \t\r\n"):
+            yield Line(index + 1, offset, offset, b"", error="data after the end of the array")
+            return
+        chunk = handle.read(1 << 16)
+        if not chunk:
+            return
+        rest = chunk.decode("utf-8", errors="replace")
 
 
 def _utf8_len(text: str) -> int:

@@ -74,6 +74,9 @@ def describe(
 ) -> Description:
     """Describe a summary, large file or message id (see the module docstring)."""
     ident = ident.strip()
+    if not ident.isascii():  # every id is ASCII; int() and SQLite refuse the rest
+        shown = ident.encode("ascii", "backslashreplace").decode()
+        raise NotFoundError(f"{shown!r} is not an id lossless knows; ids look like msg#42")
     if ident.startswith("sum_"):
         return _summary(engine, ident, scope, token_cap or engine.config.max_expand_tokens)
     if ident.startswith("file_"):

@@ -2,14 +2,16 @@
 
 1. If a ``query`` is given, ``lcm_grep`` (relevance) finds the summaries — and messages — it
    points to; or the caller names ``summary_ids``.
-2. A delegation grant is made over the conversation's family (token cap, depth, TTL).
-3. The history below the summaries is read with ``lcm_expand`` under that grant.
-4. The answer: the excerpts that best match the question, each cited by its id, within
-   ``expand_query_max_tokens``. This deterministic retrieval answer is what lossless gives
-   with no model; it is labelled as such. (A model-driven sub-agent that walks the DAG with
-   only ``lcm_expand`` is the next step; until it exists, configured models get this answer
-   too, with the same label.)
-5. The grant is revoked whatever happens.
+2. A delegation grant is made over the conversation's family (token cap, depth, TTL); expired
+   grants are swept first.
+3. With a summarizer that can call tools, a sub-agent (:mod:`.subagent`) walks the DAG with
+   ``lcm_expand`` only, under that grant, and writes a focused answer that cites ids
+   (``mode = "model"``).
+4. With no such model — or when the model fails — the answer is deterministic: the history
+   below the summaries is read under the grant, and the excerpts that best match the question
+   are quoted, each cited by its id, within ``expand_query_max_tokens``, under a label that
+   says no model wrote it (``mode = "deterministic"``; ``note`` says why when a model failed).
+5. The grant is revoked whatever happens: answer, error or cancellation.
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import NotFoundError
+from ..summarize.base import SummarizerError
 from ..tokens import estimate_tokens
+from .grants import GrantError
 from .grep import GrepError
+from .subagent import run_subagent
 
 if TYPE_CHECKING:
     from ..engine import ConversationRef, Engine
@@ -33,7 +39,7 @@ LABEL = (
     "Retrieved excerpts (deterministic retrieval — no model wrote this answer; each line is "
     "quoted from stored history and cited by id):"
 )
-_WORD = re.compile(r"[a-z0-9][a-z0-9_'-]+")
+_WORD = re.compile(r"[a-z0-9][a-z0-9_'-]+|[0-9]")
 _SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _STOP = frozenset(
     [
@@ -90,19 +96,44 @@ class ExpandQueryResult:
     mode: str = "deterministic"
     searched: list[str] = field(default_factory=list)
     grant_id: str | None = None
+    model: str | None = None
+    steps: int = 0
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
+        out: dict[str, Any] = {
             "answer": self.answer,
             "citations": self.citations,
             "mode": self.mode,
             "searched": self.searched,
         }
+        if self.mode == "model":
+            out |= {"model": self.model, "steps": self.steps, "refused": self.refused}
+        if self.note:
+            out["note"] = self.note
+        return out
 
 
 def _terms(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOP]
+    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP]
+
+
+def _stem(word: str) -> str:
+    """A light suffix folding, so "uses" meets "use" and "deployed" meets "deploy"."""
+    word = word.removesuffix("'s")
+    for suffix, keep, replace in (
+        ("ies", 4, "y"),
+        ("sses", 5, "ss"),
+        ("ing", 5, ""),
+        ("ed", 4, ""),
+        ("es", 5, ""),
+        ("s", 3, ""),
+    ):
+        if word.endswith(suffix) and len(word) > keep and not word.endswith("ss"):
+            return word[: -len(suffix)] + replace
+    return word
 
 
 def expand_query(
@@ -118,22 +149,67 @@ def expand_query(
     if not prompt.strip():
         raise GrepError("the question is empty; ask something")
     budget = max_tokens or engine.config.expand_query_max_tokens
-    ids = list(summary_ids or [])
-    candidates: list[tuple[str, str]] = []  # (id, text)
+    ids = list(dict.fromkeys(summary_ids or []))
+    if ids:  # named summaries must be in the conversation's family: nothing leaks across
+        family = set(engine.store.family_ids(engine.conversation(conversation)))
+        for summary in engine.store.get_summaries(ids):
+            if summary.conversation_id not in family:
+                raise NotFoundError(
+                    f"no {summary.summary_id} in this conversation's family; find summaries"
+                    " with lcm_grep"
+                )
+    message_hits: list[tuple[str, str]] = []  # (id, text)
     if query or not ids:
         hits = engine.grep(query or prompt, conversation=conversation, sort="relevance", limit=20)
         ids += [h.id for h in hits.hits if h.kind == "summary" and h.id not in ids]
         for h in hits.hits:
             if h.kind == "message":
-                candidates.append((h.id, engine.get_message(int(h.id[4:])).content))
+                message_hits.append((h.id, engine.get_message(int(h.id[4:])).content))
     grant = engine.create_grant(conversation, purpose="expand_query")
+    note = None
     try:
+        model = engine.summarizer
+        if model.tool_calling:
+            try:
+                found = run_subagent(
+                    engine,
+                    model,
+                    grant,
+                    prompt,
+                    query=query,
+                    summary_ids=ids[:10],
+                    message_hits=message_hits[:10],
+                    max_tokens=budget,
+                )
+            except SummarizerError as exc:
+                note = (
+                    f"the sub-agent's model failed ({exc}); this is the deterministic"
+                    " retrieval answer instead"
+                )
+            else:
+                return ExpandQueryResult(
+                    found.answer,
+                    found.citations,
+                    "model",
+                    ids,
+                    grant.grant_id,
+                    model=found.model,
+                    steps=found.steps,
+                    refused=found.refused,
+                )
+        candidates = list(message_hits)
         if ids:
-            expanded = engine.expand(grant.grant_id, ids[:10], include_messages=True)
-            candidates += [(n.id, n.content) for n in expanded.nodes]
+            try:
+                expanded = engine.expand(grant.grant_id, ids[:10], include_messages=True)
+            except GrantError:  # a failed sub-agent spent the grant: answer from the hits
+                expanded = None
+            if expanded is not None:
+                candidates += [(n.id, n.content) for n in expanded.nodes]
     finally:
         engine.revoke_grant(grant.grant_id)
-    return _answer(prompt + " " + (query or ""), candidates, budget, ids, grant.grant_id)
+    result = _answer(prompt + " " + (query or ""), candidates, budget, ids, grant.grant_id)
+    result.note = note
+    return result
 
 
 def _answer(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from ..config import MAX_GRANT_TTL
 from ..errors import LosslessError
 from ..ingest.shapes import dumps, loads
 from ..timestamps import format_ts, now
@@ -75,6 +76,10 @@ def create(
     """Create a grant over *conversation_ids*."""
     if not conversation_ids:
         raise GrantError("a grant needs at least one conversation")
+    if not 1 <= ttl_seconds <= MAX_GRANT_TTL:
+        raise GrantError(f"a grant lives from 1 to {MAX_GRANT_TTL} seconds, not {ttl_seconds}")
+    if not (0 <= token_cap < 2**63 and -1 <= max_depth < 2**63):
+        raise GrantError("a grant's token cap and depth must be whole numbers SQLite can store")
     grant_id = "grant_" + secrets.token_hex(16)
     created = now()
     with store.transaction() as conn:
@@ -97,7 +102,9 @@ def create(
 def check(store: SQLiteStore, grant_id: str) -> Grant:
     """The grant, if it exists, has not expired and was not revoked; :class:`GrantError`
     otherwise (the error does not say which, to forged ids as to real ones)."""
-    rows = store.fetchall(f"SELECT {_COLS} FROM grants WHERE grant_id = ?", (str(grant_id),))
+    if not isinstance(grant_id, str) or not grant_id.isascii():  # grant ids are ASCII
+        raise GrantError("this grant is unknown, expired or revoked; ask for a new one")
+    rows = store.fetchall(f"SELECT {_COLS} FROM grants WHERE grant_id = ?", (grant_id,))
     if not rows:
         raise GrantError("this grant is unknown, expired or revoked; ask for a new one")
     grant = _grant(rows[0])

@@ -17,6 +17,7 @@ role or kind and a snippet.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import regex
 
 from ..errors import LosslessError
+from ..ingest.shapes import clean_text
 
 if TYPE_CHECKING:
     from ..store.sqlite import SQLiteStore
@@ -41,6 +43,130 @@ _CJK = re.compile("[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _REGEX_HINTS = re.compile(r"\.\*|\.\+|\\[dwsbDWSB]|\[[^\]]+\]|\(\?|[^\\]\|[^|]|^\^|\$$|\{\d")
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PHRASE = re.compile(r'"([^"]+)"')
+#: Words a relevance search leaves out of a question when it has others: they match most
+#: documents, cost the most to rank, and say nothing about what is asked.
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "about",
+        "after",
+        "again",
+        "all",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "before",
+        "being",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "done",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "him",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+    ]
+)
+#: Above this many indexed rows, a relevance search ranks in tiers (see :func:`_ranked`).
+TIERED_ABOVE = 20_000
+#: A word in at most this share of the rows (or this many) is rare enough to rank alone.
+RARE_SHARE = 0.01
+RARE_ROWS = 1_000
+#: Candidates ranked inside the index before their rows are read (then the full join).
+RANK_CANDIDATES_MAX = 100_000
+#: Short needles (one or two characters) are searched in at most this many newest rows.
+SHORT_NEEDLE_ROWS = 20_000
 
 
 class GrepError(LosslessError):
@@ -61,6 +187,8 @@ class GrepHit:
     depth: int | None
     snippet: str
     score: float | None = None
+    #: With relevance: 0 for documents matching every word, 1 for those matching rare ones.
+    tier: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -77,10 +205,14 @@ class GrepResult:
 
 
 def _fts_query(pattern: str, *, any_word: bool) -> str:
+    """A safe FTS5 query: quoted words and "phrases"; stop words are left out when there
+    are other words (a question's "the" and "did" only slow the search down)."""
     phrases = _PHRASE.findall(pattern)
     rest = _PHRASE.sub(" ", pattern)
     terms = [f'"{p.replace(chr(34), "")}"' for p in phrases if p.strip()]
-    terms += [f'"{w}"' for w in _WORD.findall(rest)]
+    words = _WORD.findall(rest)
+    content = [w for w in words if w.lower() not in STOP_WORDS]
+    terms += [f'"{w}"' for w in dict.fromkeys(content if content or terms else words)]
     if not terms:
         raise GrepError(f"nothing to search for in {pattern!r}; give some words")
     return (" OR " if any_word else " AND ").join(terms)
@@ -125,6 +257,10 @@ def grep(
         raise GrepError(f"limit must be from 1 to {MAX_LIMIT}")
     if not pattern or not pattern.strip():
         raise GrepError("the pattern is empty; give words (full_text) or a regular expression")
+    # Stored text has no lone surrogates (they become U+FFFD), and SQLite cannot take them.
+    pattern = clean_text(pattern)
+    since = clean_text(since) if since else since
+    before = clean_text(before) if before else before
     if mode == "regex":
         return _regex(
             store, pattern, conversation_ids, scope, since, before, limit, max_rows, max_seconds
@@ -143,35 +279,75 @@ def grep(
     if scope == "files":
         return GrepResult(_files(store, pattern, conversation_ids, limit))
     hits: list[GrepHit] = []
-    any_word = sort != "recency"
+    truncated = False
     cjk = bool(_CJK.search(pattern))
+    needle = pattern.replace('"', " ").strip()
     for table in tables[scope]:
+        found: list[GrepHit] = []
         if not cjk:
-            hits += _fts(
-                store,
-                table,
-                _fts_query(pattern, any_word=any_word),
-                pattern,
-                conversation_ids,
-                since,
-                before,
-                limit,
-                sort,
-            )
-        if cjk or len(hits) < limit:
-            seen = {h.id for h in hits}
-            hits += [
-                h
-                for h in _substring(
-                    store, table, pattern.strip(), conversation_ids, since, before, limit
-                )
-                if h.id not in seen
-            ]
+            scope_args = (conversation_ids, since, before, limit)
+            if sort == "recency":
+                query = _fts_query(pattern, any_word=False)
+                found = _fts(store, table, query, pattern, *scope_args, sort)
+            else:
+                found = _ranked(store, table, pattern, scope_args, sort)
+        if cjk or len(found) < limit:
+            seen = {h.id for h in found}
+            more, cut = _substring(store, table, needle, conversation_ids, since, before, limit)
+            found += [h for h in more if h.id not in seen]
+            truncated |= cut
+        hits += found
     if sort == "recency":
         hits.sort(key=lambda h: h.created_at, reverse=True)
     else:
-        hits.sort(key=lambda h: (h.score if h.score is not None else 1e9, h.created_at))
-    return GrepResult(hits[:limit])
+        hits.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9, h.created_at))
+    return GrepResult(hits[:limit], truncated=truncated)
+
+
+def _ranked(
+    store: SQLiteStore,
+    table: str,
+    pattern: str,
+    scope_args: tuple[Sequence[int] | None, str | None, str | None, int],
+    sort: Sort,
+) -> list[GrepHit]:
+    """A relevance search: documents matching some of the words, ranked by BM25.
+
+    A question's stop words are left out when it has other words. On a large index this is
+    done in tiers, so that common words never make the whole index the candidate set: first
+    the documents matching every word, ranked; then, if they are fewer than the limit, those
+    matching any of the rare words (in at most 1% of the rows), ranked, after them. A small
+    index ranks one OR query over all the words.
+    """
+    limit = scope_args[3]
+    phrases = [f'"{p}"' for p in _PHRASE.findall(pattern) if p.strip()]
+    words = list(_WORD.findall(_PHRASE.sub(" ", pattern)))
+    content = [w for w in words if w.lower() not in STOP_WORDS] or words
+    if not phrases and not content:
+        raise GrepError(f"nothing to search for in {pattern!r}; give some words")
+    terms = phrases + [f'"{w}"' for w in dict.fromkeys(content)]
+    counts, rows = store.term_documents(table, [])
+    if rows <= TIERED_ABOVE or len(terms) == 1:
+        return _fts(store, table, " OR ".join(terms), pattern, *scope_args, sort)
+    first = _fts(store, table, " AND ".join(terms), pattern, *scope_args, sort)
+    if len(first) >= limit:
+        return first
+    rare_limit = max(RARE_ROWS, int(rows * RARE_SHARE))
+    rare = list(phrases)
+    for word in dict.fromkeys(content):
+        stems = store.index_terms(word)
+        counts, _ = store.term_documents(table, stems)
+        if stems and max(counts[t] for t in stems) <= rare_limit:
+            rare.append(f'"{word}"')
+    if not rare:
+        return first
+    seen = {h.id for h in first}
+    second = [
+        dataclasses.replace(h, tier=1)
+        for h in _fts(store, table, " OR ".join(rare), pattern, *scope_args, sort)
+        if h.id not in seen
+    ]
+    return first + second
 
 
 def _hit_columns(message: bool) -> str:
@@ -199,6 +375,8 @@ def _scope_sql(
     if before:
         where.append(f"{alias}.{time_col} < ?")
         params.append(before)
+    if time_col == "latest_at":  # summaries: retired ones (rewritten, dissolved) are not found
+        where.append(f"{alias}.retired_at IS NULL")
     return "".join(f" AND {w}" for w in where), params
 
 
@@ -217,7 +395,8 @@ def _fts(
     key = "message_id" if message else "rowid"
     time_col = "created_at" if message else "latest_at"
     extra, params = _scope_sql("s", ids, since, before, time_col)
-    order = {"recency": f"s.{time_col} DESC", "relevance": "score", "hybrid": "score"}[sort]
+    # Newest first by row id: the index's own order, so no sort of every match is needed.
+    order = {"recency": "f.rowid DESC", "relevance": "score", "hybrid": "score"}[sort]
     cols = _hit_columns(message)
     sql = (
         f"SELECT {cols}, s.content, bm25({table}_fts) AS score FROM {table}_fts f"
@@ -225,13 +404,66 @@ def _fts(
         f" ORDER BY {order} LIMIT ?"
     )
     words = _WORD.findall(pattern)
-    rows = store.fetchall(sql, [query, *params, limit])
+    if sort == "recency":
+        rows = store.fetchall(sql, [query, *params, limit])
+    else:
+        rows = _best_ranked(store, table, key, cols, query, extra, params, limit, sql)
     return [
         GrepHit(
             r[0], r[1], r[2], r[3], r[4], r[5], _snippet(r[6], words[0] if words else None), r[7]
         )
         for r in rows
     ]
+
+
+def _best_ranked(
+    store: SQLiteStore,
+    table: str,
+    key: str,
+    cols: str,
+    query: str,
+    extra: str,
+    params: list[Any],
+    limit: int,
+    plain_sql: str,
+) -> list[tuple[Any, ...]]:
+    """The best-ranked matches, ranked inside the index first: only the top candidates are
+    checked against the scope and only the winners' rows are read (reading every candidate's
+    row before sorting is what costs). When the scope leaves fewer than *limit* of the
+    candidates and the index has more, it is asked for eight times more, at last for all."""
+    inner = limit * 4
+    by_row = extra.replace("s.conversation_id IN", "+s.conversation_id IN")  # rowid lookups
+    while inner <= RANK_CANDIDATES_MAX:
+        candidates = store.fetchall(
+            f"SELECT rowid, bm25({table}_fts) AS score FROM {table}_fts"
+            f" WHERE {table}_fts MATCH ? ORDER BY score LIMIT ?",
+            [query, inner],
+        )
+        score = {int(r[0]): float(r[1]) for r in candidates}
+        kept: list[int] = []
+        ids = list(score)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            kept += [
+                int(r[0])
+                for r in store.fetchall(
+                    f"SELECT s.{key} FROM {table} s WHERE s.{key} IN ({marks}){by_row}",
+                    [*chunk, *params],
+                )
+            ]
+        if len(kept) >= limit or len(candidates) < inner:
+            best = sorted(kept, key=lambda k: score[k])[:limit]
+            if not best:
+                return []
+            marks = ",".join("?" * len(best))
+            rows = store.fetchall(
+                f"SELECT {cols}, s.content, s.{key} FROM {table} s WHERE s.{key} IN ({marks})",
+                best,
+            )
+            return sorted(((*r[:7], score[int(r[7])]) for r in rows), key=lambda r: float(r[7]))
+        inner *= 8
+    return store.fetchall(plain_sql, [query, *params, limit])
 
 
 def _substring(
@@ -242,23 +474,48 @@ def _substring(
     since: str | None,
     before: str | None,
     limit: int,
-) -> list[GrepHit]:
-    if len(needle) < 3:
-        return []  # the trigram index needs three characters
+) -> tuple[list[GrepHit], bool]:
+    """Rows whose text contains *needle* (case-insensitive), newest first, through the
+    trigram index; needles of one or two characters (too short for trigrams: a two-character
+    CJK word) are looked for in the newest rows only, and the result says if it stopped
+    there. Returns the hits and whether the search was bounded."""
+    if not needle:
+        return [], False
     message = table == "messages"
     if message:
         store.catch_up_indexes()
     key = "message_id" if message else "rowid"
     time_col = "created_at" if message else "latest_at"
     extra, params = _scope_sql("s", ids, since, before, time_col)
-    like = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    extra = extra.replace("s.conversation_id IN", "+s.conversation_id IN")  # keep the key plan
     cols = _hit_columns(message)
-    sql = (
-        f"SELECT {cols}, s.content FROM {table}_trigram t JOIN {table} s ON s.{key} = t.rowid"
-        f" WHERE t.content LIKE ? ESCAPE '\\'{extra} ORDER BY s.{time_col} DESC LIMIT ?"
+    bounded = False
+    # The index is asked for the longest run of the needle without LIKE's wildcards: no ESCAPE
+    # clause (with one, SQLite does not use the trigram index), and no % or _ at all, since a
+    # wildcard beside non-ASCII text crashes SQLite 3.40's trigram LIKE (detail='none'). The
+    # exact check below keeps only the rows that hold the whole needle.
+    run = max(re.split(r"[%_]", needle), key=len)
+    if len(run) >= 3:
+        where = f"s.{key} IN (SELECT rowid FROM {table}_trigram WHERE content LIKE ?)"
+        args: list[Any] = [f"%{run}%"]
+    else:
+        (newest,) = store.fetchall(f"SELECT coalesce(max({key}), 0) FROM {table}")[0]
+        bounded = newest > SHORT_NEEDLE_ROWS
+        where = f"s.{key} > ? AND instr(lower(s.content), lower(?)) > 0"
+        args = [newest - SHORT_NEEDLE_ROWS, needle]
+    wanted = needle.lower()
+    fetch = limit if run == needle else limit * 4
+    rows = store.fetchall(
+        f"SELECT {cols}, s.content FROM {table} s WHERE {where}{extra}"
+        f" ORDER BY s.{key} DESC LIMIT ?",
+        [*args, *params, fetch],
     )
-    rows = store.fetchall(sql, [like, *params, limit])
-    return [GrepHit(r[0], r[1], r[2], r[3], r[4], r[5], _snippet(r[6], needle)) for r in rows]
+    hits = [
+        GrepHit(r[0], r[1], r[2], r[3], r[4], r[5], _snippet(r[6], needle))
+        for r in rows
+        if wanted in r[6].lower()
+    ]
+    return hits[:limit], bounded
 
 
 def _files(
@@ -300,6 +557,8 @@ def _regex(
         compiled = regex.compile(pattern)
     except regex.error as exc:
         raise GrepError(f"not a valid regular expression ({exc}); check the pattern") from exc
+    except (RecursionError, OverflowError, MemoryError) as exc:
+        raise GrepError("the regular expression is nested too deeply or too large") from exc
     deadline = time.monotonic() + max_seconds
     hits: list[GrepHit] = []
     scanned = 0
@@ -312,19 +571,24 @@ def _regex(
     }[scope]
     for table in tables:
         message = table == "messages"
+        key = "message_id" if message else "rowid"
         time_col = "created_at" if message else "latest_at"
         extra, params = _scope_sql("s", ids, since, before, time_col)
+        extra = extra.replace("s.conversation_id IN", "+s.conversation_id IN")
         cols = _hit_columns(message)
-        offset = 0
+        below = 1 << 62  # newest first, a page at a time by row id: no sort, no OFFSET
         while len(hits) < limit:
+            if time.monotonic() >= deadline:
+                truncated = True
+                break
             rows = store.fetchall(
-                f"SELECT {cols}, s.content FROM {table} s WHERE 1 = 1{extra}"
-                f" ORDER BY s.{time_col} DESC LIMIT 500 OFFSET ?",
-                [*params, offset],
+                f"SELECT {cols}, s.content, s.{key} FROM {table} s WHERE s.{key} < ?{extra}"
+                f" ORDER BY s.{key} DESC LIMIT 500",
+                [below, *params],
             )
             if not rows:
                 break
-            offset += len(rows)
+            below = rows[-1][7]
             for r in rows:
                 scanned += 1
                 left = deadline - time.monotonic()

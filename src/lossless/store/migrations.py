@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+from .toollog import record_tool_executions
+
 __all__ = ["MIGRATIONS", "migration", "run_script"]
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -238,5 +240,134 @@ def m002_grants(conn: sqlite3.Connection) -> None:
           revoked_at       TEXT
         );
         CREATE INDEX grants_expires ON grants(expires_at) WHERE revoked_at IS NULL;
+        """,
+    )
+
+
+@migration
+def m003_summary_retirement(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- Maintenance never deletes a summary: one that was re-summarized (rewritten) or whose
+        -- sources were put back into the context (dissolved) is retired. It keeps its content
+        -- and edges (describe still shows it), leaves the context and the search results,
+        -- and a rewritten one names its successor.
+        ALTER TABLE summaries ADD COLUMN retired_at TEXT;
+        ALTER TABLE summaries ADD COLUMN retired_reason TEXT
+          CHECK (retired_reason IN ('rewritten', 'dissolved'));
+        ALTER TABLE summaries ADD COLUMN superseded_by TEXT REFERENCES summaries(summary_id);
+        """,
+    )
+
+
+@migration
+def m004_session_summaries(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- Versioned session summaries (the incremental-session-summaries spec; a session is a
+        -- conversation). Versions 1, 2, ... are never overwritten: each covers the messages up
+        -- to last_message_id, an incremental one made from the previous version and the
+        -- messages after it. The lists are JSON arrays of strings.
+        CREATE TABLE session_summaries (
+          session_summary_id TEXT PRIMARY KEY,          -- ss_ + 16 hex
+          conversation_id    INTEGER NOT NULL REFERENCES conversations(conversation_id),
+          version            INTEGER NOT NULL,
+          summary            TEXT NOT NULL,
+          topics             TEXT NOT NULL DEFAULT '[]',
+          decisions          TEXT NOT NULL DEFAULT '[]',
+          code_references    TEXT NOT NULL DEFAULT '[]',
+          key_points         TEXT NOT NULL DEFAULT '[]',
+          first_message_id   INTEGER REFERENCES messages(message_id),
+          last_message_id    INTEGER REFERENCES messages(message_id),
+          message_count      INTEGER NOT NULL,            -- messages covered, in all
+          messages_processed INTEGER NOT NULL,            -- of which new in this version
+          is_incremental     INTEGER NOT NULL,
+          model              TEXT,
+          created_at         TEXT NOT NULL,
+          UNIQUE (conversation_id, version)
+        );
+        CREATE INDEX session_summaries_latest ON session_summaries(conversation_id, version DESC);
+        -- The latest version, kept on the conversation for quick access.
+        ALTER TABLE conversations ADD COLUMN summary TEXT;
+        ALTER TABLE conversations ADD COLUMN summary_version INTEGER;
+        """,
+    )
+
+
+@migration
+def m005_tool_executions(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- The tool-execution log: one row per tool call, apart from the chat frames (the
+        -- messages). Written with the messages that carry the call and its result, in the same
+        -- transaction; existing messages are logged below.
+        CREATE TABLE tool_executions (
+          execution_id      TEXT NOT NULL,      -- the host's tool call id
+          conversation_id   INTEGER NOT NULL REFERENCES conversations(conversation_id),
+          call_message_id   INTEGER REFERENCES messages(message_id),
+          result_message_id INTEGER REFERENCES messages(message_id),
+          tool_name         TEXT,
+          input             TEXT,               -- JSON, as the model sent it
+          output            TEXT,
+          output_file_id    TEXT,               -- a large-file record holding the output
+          status            TEXT NOT NULL CHECK (status IN ('pending', 'ok', 'error')),
+          error             TEXT,
+          started_at        TEXT,
+          finished_at       TEXT,
+          duration_ms       INTEGER,
+          PRIMARY KEY (conversation_id, execution_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX tool_executions_tool ON tool_executions(tool_name, started_at);
+        CREATE INDEX tool_executions_started ON tool_executions(conversation_id, started_at);
+
+        """,
+    )
+    last = conn.execute("SELECT coalesce(max(message_id), 0) FROM messages").fetchone()[0]
+    record_tool_executions(conn, None, 1, last)
+
+
+@migration
+def m006_context_removals(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- Messages a host took back out of the active context (an agent framework's "pop"):
+        -- still stored and searchable, deliberately outside the context and the DAG.
+        CREATE TABLE context_removals (
+          message_id      INTEGER PRIMARY KEY REFERENCES messages(message_id),
+          conversation_id INTEGER NOT NULL REFERENCES conversations(conversation_id),
+          removed_at      TEXT NOT NULL
+        );
+        """,
+    )
+
+
+@migration
+def m007_redacted_originals(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- Originals of redacted messages, kept only when redact.keep_originals is on:
+        -- encrypted (Fernet) with a key that lives in the environment, never in the store.
+        CREATE TABLE redacted_originals (
+          message_id INTEGER PRIMARY KEY REFERENCES messages(message_id),
+          sealed     BLOB NOT NULL,
+          secrets    INTEGER NOT NULL          -- how many secrets were replaced
+        );
+        """,
+    )
+
+
+@migration
+def m008_tool_executions_by_call(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- The resume summary walks a conversation's recent messages to their tool calls.
+        CREATE INDEX tool_executions_call ON tool_executions(call_message_id)
+          WHERE call_message_id IS NOT NULL;
         """,
     )

@@ -8,10 +8,12 @@ foreign keys on and a busy timeout. Full-text rows are filled in bulk after each
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,20 +26,35 @@ from ..model import (
     ContextItem,
     Conversation,
     ConversationStats,
+    SessionSummary,
     StoredMessage,
     StoredPart,
     Summary,
 )
 from ..timestamps import format_ts, now
 from .migrations import MIGRATIONS
+from .toollog import record_tool_executions
 
-__all__ = ["Checkpoint", "SQLiteStore"]
+__all__ = ["Checkpoint", "SQLiteStore", "content_hash"]
 
 BUSY_TIMEOUT_MS = 30_000
 #: Batches at least this large leave the trigram index to :meth:`SQLiteStore.catch_up_indexes`
 #: (it costs more than everything else on ingest); smaller ones index it inline.
 DEFER_TRIGRAM_AT = 64
 _IN_CHUNK = 500  # host parameters per IN (...) list
+_TOOL_PARTS = frozenset({"tool_call", "tool_result"})
+_MESSAGE_INSERT = (
+    "INSERT INTO messages (message_id, conversation_id, seq, role, content, token_count,"
+    " created_at, external_id, source_format, envelope, metadata)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_PART_INSERT = (
+    "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot, part_type, text,"
+    " tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+#: How long a term's document count is trusted (it moves slowly; it only steers the search).
+TERM_CACHE_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -57,8 +74,18 @@ class Checkpoint:
     last_entry_id: str | None
 
 
+def content_hash(text: str) -> str:
+    """SHA-256 of a text (how transplant recognises content the target already holds)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _loads(text: str | None) -> Any:
     return None if text is None else loads(text)
+
+
+def _row_id(value: int) -> int:
+    """*value* if SQLite can hold it; else -1, an id no row has (not found, not a crash)."""
+    return value if isinstance(value, int) and -(2**63) <= value < 2**63 else -1
 
 
 class SQLiteStore:
@@ -72,6 +99,7 @@ class SQLiteStore:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._term_cache: dict[tuple[str, str], tuple[float, int]] = {}
         if str(self.path) != ":memory:":
             _create_private(self.path)
         self.migrate()
@@ -133,11 +161,13 @@ class SQLiteStore:
         self._local.depth = depth + 1
         try:
             yield conn
-        except BaseException:
+        except BaseException as exc:
             self._local.depth = depth
             if depth == 0:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise _write_error(self.path, exc) from exc
             else:
                 conn.execute(f"ROLLBACK TO sp{depth}")
                 conn.execute(f"RELEASE sp{depth}")
@@ -149,7 +179,7 @@ class SQLiteStore:
             except sqlite3.OperationalError as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                raise StoreError(f"cannot commit to {self.path}: {exc}") from exc
+                raise _write_error(self.path, exc) from exc
         else:
             conn.execute(f"RELEASE sp{depth}")
 
@@ -184,8 +214,12 @@ class SQLiteStore:
             " (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
         )
         applied: list[str] = []
+        # An up-to-date store takes no write lock: opening never waits for another writer.
+        done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
         for name, fn in MIGRATIONS:
-            with self.transaction():
+            if name in done:
+                continue
+            with self.transaction():  # checked again inside: another process may have won
                 row = conn.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone()
                 if row is not None:
                     continue
@@ -254,7 +288,7 @@ class SQLiteStore:
         """The conversation with this id; :class:`NotFoundError` if there is none."""
         rows = self.fetchall(
             f"SELECT {self._CONV_COLS} FROM conversations WHERE conversation_id = ?",
-            (conversation_id,),
+            (_row_id(conversation_id),),
         )
         if not rows:
             raise NotFoundError(
@@ -288,18 +322,23 @@ class SQLiteStore:
         title: str | None = None,
         session_key: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        status: str | None = None,
     ) -> None:
-        """Set the title, family key or metadata (merged into what is there) of a conversation."""
+        """Set the title, family key, status (``active`` / ``archived``) or metadata (merged
+        into what is there) of a conversation."""
+        if status not in (None, "active", "archived"):
+            raise ValueError(f"unknown conversation status {status!r}; use active or archived")
         with self.transaction() as conn:
             current = self.get_conversation(conversation_id)
             merged = {**current.metadata, **metadata} if metadata else current.metadata
             conn.execute(
                 "UPDATE conversations SET title = coalesce(?, title),"
-                " session_key = coalesce(?, session_key), metadata = ?, updated_at = ?"
-                " WHERE conversation_id = ?",
+                " session_key = coalesce(?, session_key), status = coalesce(?, status),"
+                " metadata = ?, updated_at = ? WHERE conversation_id = ?",
                 (
                     title,
                     session_key,
+                    status,
                     dumps(merged) if merged else None,
                     format_ts(now()),
                     conversation_id,
@@ -458,18 +497,12 @@ class SQLiteStore:
                     )
                 ctx_rows.append((conv_id, ord0 + 1 + i, mid, stamp))
             conn.executemany(
-                "INSERT INTO messages (message_id, conversation_id, seq, role, content,"
-                " token_count,"
-                " created_at, external_id, source_format, envelope, metadata)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _MESSAGE_INSERT,
                 msg_rows,
             )
             if part_rows:
                 conn.executemany(
-                    "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot,"
-                    " part_type, text, tool_call_id, tool_name, tool_input, tool_output,"
-                    " is_error, raw)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    _PART_INSERT,
                     part_rows,
                 )
             files = [(f, first_id + i) for i, m in enumerate(fresh) for f in m.large_files]
@@ -500,8 +533,20 @@ class SQLiteStore:
                 " created_at) VALUES (?, ?, 'message', ?, ?)",
                 ctx_rows,
             )
+            sealed = [
+                (first_id + i, m.sealed, m.redactions)
+                for i, m in enumerate(fresh)
+                if m.sealed is not None
+            ]
+            if sealed:
+                conn.executemany(
+                    "INSERT INTO redacted_originals (message_id, sealed, secrets) VALUES (?, ?, ?)",
+                    sealed,
+                )
             last_id = first_id + len(fresh) - 1
             self._index_messages(conn, first_id, last_id, trigram=len(fresh) < DEFER_TRIGRAM_AT)
+            if any(p.type in _TOOL_PARTS for m in fresh for p in m.parts):
+                record_tool_executions(conn, conv_id, first_id, last_id)
             return list(range(first_id, last_id + 1)), skipped
 
     @staticmethod
@@ -635,7 +680,8 @@ class SQLiteStore:
         """One message with its parts; :class:`NotFoundError` if there is none."""
         with self.read() as conn:
             rows = conn.execute(
-                f"SELECT {self._MSG_COLS} FROM messages WHERE message_id = ?", (message_id,)
+                f"SELECT {self._MSG_COLS} FROM messages WHERE message_id = ?",
+                (_row_id(message_id),),
             ).fetchall()
             if not rows:
                 raise NotFoundError(f"no message msg#{message_id}; search with `lossless grep`")
@@ -700,9 +746,10 @@ class SQLiteStore:
         """Messages by id, in the order given."""
         ids = list(message_ids)
         found: dict[int, StoredMessage] = {}
+        queryable = [_row_id(i) for i in ids]
         with self.read() as conn:
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[start : start + _IN_CHUNK]
+            for start in range(0, len(queryable), _IN_CHUNK):
+                chunk = queryable[start : start + _IN_CHUNK]
                 marks = ",".join("?" * len(chunk))
                 rows = conn.execute(
                     f"SELECT {self._MSG_COLS} FROM messages WHERE message_id IN ({marks})", chunk
@@ -718,6 +765,9 @@ class SQLiteStore:
         "summary_id, conversation_id, kind, depth, content, token_count, created_at,"
         " earliest_at, latest_at, descendant_count, file_ids, model"
     )
+    _SUM_INSERT = f"INSERT INTO summaries ({_SUM_COLS}) VALUES ({', '.join('?' * 12)})"
+    #: What is read back: the written columns and the retirement marks.
+    _SUM_READ = _SUM_COLS + ", retired_reason, superseded_by"
 
     @staticmethod
     def _summary(row: Sequence[Any]) -> Summary:
@@ -734,18 +784,21 @@ class SQLiteStore:
             descendant_count=row[9],
             file_ids=tuple(loads(row[10]) or ()),
             model=row[11],
+            retired_reason=row[12] if len(row) > 12 else None,
+            superseded_by=row[13] if len(row) > 13 else None,
         )
 
     def get_summaries(self, summary_ids: Sequence[str]) -> list[Summary]:
         """Summaries by id, in the order given; :class:`NotFoundError` for an unknown id."""
         ids = list(summary_ids)
         found: dict[str, Summary] = {}
+        queryable = [i for i in ids if isinstance(i, str) and i.isascii()]  # ids are ASCII
         with self.read() as conn:
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[start : start + _IN_CHUNK]
+            for start in range(0, len(queryable), _IN_CHUNK):
+                chunk = queryable[start : start + _IN_CHUNK]
                 marks = ",".join("?" * len(chunk))
                 for row in conn.execute(
-                    f"SELECT {self._SUM_COLS} FROM summaries WHERE summary_id IN ({marks})", chunk
+                    f"SELECT {self._SUM_READ} FROM summaries WHERE summary_id IN ({marks})", chunk
                 ):
                     found[row[0]] = self._summary(row)
         missing = [i for i in ids if i not in found]
@@ -774,16 +827,39 @@ class SQLiteStore:
         ]
         return parents, messages
 
+    def parents_of(self, summary_ids: Sequence[str]) -> dict[str, list[str]]:
+        """The summaries each of *summary_ids* was made from, in source order, in one query
+        per 500 ids (leaves map to an empty list)."""
+        out: dict[str, list[str]] = {sid: [] for sid in summary_ids}
+        ids = list(out)
+        with self.read() as conn:
+            for start in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                for sid, parent in conn.execute(
+                    "SELECT summary_id, parent_summary_id FROM summary_parents"
+                    f" WHERE summary_id IN ({marks}) ORDER BY summary_id, ordinal",
+                    chunk,
+                ):
+                    out[sid].append(parent)
+        return out
+
     def covering(self, ref: str | int) -> list[str]:
         """The summaries made from *ref*: leaves covering a message id, or the condensed
         summaries made from a summary id."""
         if isinstance(ref, int):
             rows = self.fetchall(
-                "SELECT summary_id FROM summary_messages WHERE message_id = ?", (ref,)
+                "SELECT sm.summary_id FROM summary_messages sm JOIN summaries s"
+                " ON s.summary_id = sm.summary_id WHERE sm.message_id = ?"
+                " AND s.retired_at IS NULL",
+                (ref,),
             )
         else:
             rows = self.fetchall(
-                "SELECT summary_id FROM summary_parents WHERE parent_summary_id = ?", (ref,)
+                "SELECT sp.summary_id FROM summary_parents sp JOIN summaries s"
+                " ON s.summary_id = sp.summary_id WHERE sp.parent_summary_id = ?"
+                " AND s.retired_at IS NULL",
+                (ref,),
             )
         return [r[0] for r in rows]
 
@@ -821,24 +897,7 @@ class SQLiteStore:
                 raise ConflictError(
                     f"the context of conversation {conv} changed during compaction; run it again"
                 )
-            conn.execute(
-                f"INSERT INTO summaries ({self._SUM_COLS})"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    summary.summary_id,
-                    conv,
-                    summary.kind,
-                    summary.depth,
-                    summary.content,
-                    summary.token_count,
-                    summary.created_at,
-                    summary.earliest_at,
-                    summary.latest_at,
-                    summary.descendant_count,
-                    dumps(list(summary.file_ids)),
-                    summary.model,
-                ),
-            )
+            conn.execute(self._SUM_INSERT, _summary_row(summary))
             if summary.kind == "leaf":
                 conn.executemany(
                     "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
@@ -862,6 +921,600 @@ class SQLiteStore:
                 (conv, first, summary.summary_id, summary.created_at),
             )
             self._shift_ordinals(conn, conv, after=last, by=-(last - first))
+
+    # --- session summaries -------------------------------------------------------------------
+
+    _SESSION_COLS = (
+        "session_summary_id, conversation_id, version, summary, topics, decisions,"
+        " code_references, key_points, first_message_id, last_message_id, message_count,"
+        " messages_processed, is_incremental, model, created_at"
+    )
+
+    @staticmethod
+    def _session_summary(row: Sequence[Any]) -> SessionSummary:
+        return SessionSummary(
+            session_summary_id=row[0],
+            conversation_id=row[1],
+            version=row[2],
+            summary=row[3],
+            topics=tuple(loads(row[4]) or ()),
+            decisions=tuple(loads(row[5]) or ()),
+            code_references=tuple(loads(row[6]) or ()),
+            key_points=tuple(loads(row[7]) or ()),
+            first_message_id=row[8],
+            last_message_id=row[9],
+            message_count=row[10],
+            messages_processed=row[11],
+            is_incremental=bool(row[12]),
+            model=row[13],
+            created_at=row[14],
+        )
+
+    def insert_session_summary(self, summary: SessionSummary) -> None:
+        """Store the next version of a conversation's session summary and make it the
+        conversation's latest, in one transaction.
+
+        ``summary.version`` must be one more than the latest stored version; if another writer
+        got there first, nothing is written and :class:`ConflictError` is raised.
+        """
+        conv = summary.conversation_id
+        with self.transaction() as conn:
+            latest = conn.execute(
+                "SELECT coalesce(max(version), 0) FROM session_summaries WHERE conversation_id = ?",
+                (conv,),
+            ).fetchone()[0]
+            if summary.version != latest + 1:
+                raise ConflictError(
+                    f"conversation {conv} has session summary version {latest} already (another"
+                    f" summary was written meanwhile); summarize it again"
+                )
+            conn.execute(
+                f"INSERT INTO session_summaries ({self._SESSION_COLS})"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    summary.session_summary_id,
+                    conv,
+                    summary.version,
+                    summary.summary,
+                    dumps(list(summary.topics)),
+                    dumps(list(summary.decisions)),
+                    dumps(list(summary.code_references)),
+                    dumps(list(summary.key_points)),
+                    summary.first_message_id,
+                    summary.last_message_id,
+                    summary.message_count,
+                    summary.messages_processed,
+                    1 if summary.is_incremental else 0,
+                    summary.model,
+                    summary.created_at,
+                ),
+            )
+            conn.execute(
+                "UPDATE conversations SET summary = ?, summary_version = ?"
+                " WHERE conversation_id = ?",
+                (summary.summary, summary.version, conv),
+            )
+
+    def latest_session_summary(self, conversation_id: int) -> SessionSummary | None:
+        """The newest version of a conversation's session summary, if it has one."""
+        rows = self.fetchall(
+            f"SELECT {self._SESSION_COLS} FROM session_summaries WHERE conversation_id = ?"
+            " ORDER BY version DESC LIMIT 1",
+            (conversation_id,),
+        )
+        return self._session_summary(rows[0]) if rows else None
+
+    def session_summaries(self, conversation_id: int | None = None) -> list[SessionSummary]:
+        """Every version of a conversation's session summary (of all conversations without
+        one), oldest first."""
+        where = " WHERE conversation_id = ?" if conversation_id is not None else ""
+        rows = self.fetchall(
+            f"SELECT {self._SESSION_COLS} FROM session_summaries{where}"
+            " ORDER BY conversation_id, version",
+            () if conversation_id is None else (conversation_id,),
+        )
+        return [self._session_summary(r) for r in rows]
+
+    def messages_after(
+        self, conversation_id: int, message_id: int | None, *, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Messages of a conversation after *message_id* (all of them for ``None``), in seq
+        order, at most *limit*."""
+        with self.read() as conn:
+            after = 0
+            if message_id is not None:
+                row = conn.execute(
+                    "SELECT seq FROM messages WHERE message_id = ? AND conversation_id = ?",
+                    (message_id, conversation_id),
+                ).fetchone()
+                if row is None:
+                    raise NotFoundError(
+                        f"no message msg#{message_id} in conversation {conversation_id}"
+                    )
+                after = int(row[0])
+            rows = conn.execute(
+                f"SELECT {self._MSG_COLS} FROM messages WHERE conversation_id = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (conversation_id, after, -1 if limit is None else limit),
+            ).fetchall()
+            return self._messages_with_parts(conn, rows)
+
+    def message_seq(self, message_id: int) -> int:
+        """The seq of a message: its position in its conversation, which is also how many
+        messages the conversation had once it was stored (seqs are 1, 2, ... with no gaps)."""
+        rows = self.fetchall("SELECT seq FROM messages WHERE message_id = ?", (message_id,))
+        if not rows:
+            raise NotFoundError(f"no message msg#{message_id}; search with `lossless grep`")
+        return int(rows[0][0])
+
+    def pop_context_message(self, conversation_id: int) -> StoredMessage | None:
+        """Take the newest context item out when it is a message, recording that it was taken
+        out (it stays stored and searchable); ``None`` when the context is empty or ends in a
+        summary. One transaction."""
+        with self.transaction() as conn:
+            row = conn.execute(
+                "SELECT ordinal, message_id FROM context_items WHERE conversation_id = ?"
+                " ORDER BY ordinal DESC LIMIT 1",
+                (conversation_id,),
+            ).fetchone()
+            if row is None or row[1] is None:
+                return None
+            conn.execute(
+                "DELETE FROM context_items WHERE conversation_id = ? AND ordinal = ?",
+                (conversation_id, row[0]),
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO context_removals (message_id, conversation_id,"
+                " removed_at) VALUES (?, ?, ?)",
+                (row[1], conversation_id, format_ts(now())),
+            )
+            return self.get_message(int(row[1]))
+
+    def sealed_original(self, message_id: int) -> bytes | None:
+        """The encrypted original of a redacted message (``None`` when none was kept)."""
+        rows = self.fetchall(
+            "SELECT sealed FROM redacted_originals WHERE message_id = ?", (message_id,)
+        )
+        return bytes(rows[0][0]) if rows else None
+
+    # --- search statistics ---------------------------------------------------------------
+
+    def index_terms(self, text: str) -> list[str]:
+        """The distinct terms the porter full-text index makes of *text* (stemmed, folded),
+        in no particular order: a scratch FTS table in this connection's temp database."""
+        conn = self._conn()
+        if not getattr(self._local, "stemmer", False):
+            conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.lossless_stemmer"
+                " USING fts5(x, tokenize='porter unicode61')"
+            )
+            conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.lossless_stemmer_vocab"
+                " USING fts5vocab(temp, lossless_stemmer, 'row')"
+            )
+            self._local.stemmer = True
+        with self.read():
+            conn.execute("DELETE FROM temp.lossless_stemmer")
+            conn.execute("INSERT INTO temp.lossless_stemmer (x) VALUES (?)", (text,))
+            terms = [r[0] for r in conn.execute("SELECT term FROM temp.lossless_stemmer_vocab")]
+            conn.execute("DELETE FROM temp.lossless_stemmer")
+        return terms
+
+    def term_documents(self, table: str, terms: Sequence[str]) -> tuple[dict[str, int], int]:
+        """How many rows of *table*'s porter index hold each term, and how many rows it has:
+        read from the index's vocabulary, and cached for a few minutes (they move slowly)."""
+        if table not in ("messages", "summaries"):
+            raise ValueError(f"no full-text index for {table!r}")
+        cache: dict[tuple[str, str], tuple[float, int]] = self._term_cache
+        clock = time.monotonic()
+        out: dict[str, int] = {}
+        missing = []
+        for term in terms:
+            hit = cache.get((table, term))
+            if hit is not None and clock - hit[0] < TERM_CACHE_SECONDS:
+                out[term] = hit[1]
+            else:
+                missing.append(term)
+        conn = self._conn()
+        if missing:
+            if not getattr(self._local, f"vocab_{table}", False):
+                conn.execute(
+                    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.lossless_{table}_vocab"
+                    f" USING fts5vocab(main, {table}_fts, 'row')"
+                )
+                setattr(self._local, f"vocab_{table}", True)
+            for term in missing:
+                row = conn.execute(
+                    f"SELECT doc FROM temp.lossless_{table}_vocab WHERE term = ?", (term,)
+                ).fetchone()
+                out[term] = int(row[0]) if row else 0
+                cache[(table, term)] = (clock, out[term])
+        total = cache.get((table, ""))
+        if total is None or clock - total[0] >= TERM_CACHE_SECONDS:
+            key = "message_id" if table == "messages" else "rowid"
+            rows = int(conn.execute(f"SELECT coalesce(max({key}), 0) FROM {table}").fetchone()[0])
+            total = cache[(table, "")] = (clock, rows)
+        return out, total[1]
+
+    # --- maintenance -----------------------------------------------------------------------
+
+    def degraded_summaries(
+        self, conversation_id: int | None, marker: str
+    ) -> list[tuple[Summary, str]]:
+        """Live summaries written by the deterministic fallback, or ending in *marker* (cut
+        to size), with the reason, shallowest first."""
+        where = " AND conversation_id = ?" if conversation_id is not None else ""
+        rows = self.fetchall(
+            f"SELECT {self._SUM_READ} FROM summaries WHERE retired_at IS NULL"
+            " AND (model = 'fallback' OR substr(content, -length(?)) = ?)"
+            f"{where} ORDER BY depth, created_at, rowid",
+            [marker, marker, *([conversation_id] if conversation_id is not None else [])],
+        )
+        found = []
+        for r in rows:
+            summary = self._summary(r)
+            why = "fallback" if summary.model == "fallback" else "truncated"
+            found.append((summary, why))
+        return found
+
+    def live_summaries(
+        self, conversation_id: int | None, *, depth: int | None = None
+    ) -> list[Summary]:
+        """Summaries not retired, shallowest first (optionally of one conversation / depth)."""
+        where, params = "", []
+        if conversation_id is not None:
+            where += " AND conversation_id = ?"
+            params.append(conversation_id)
+        if depth is not None:
+            where += " AND depth = ?"
+            params.append(depth)
+        rows = self.fetchall(
+            f"SELECT {self._SUM_READ} FROM summaries WHERE retired_at IS NULL{where}"
+            " ORDER BY depth, created_at, rowid",
+            params,
+        )
+        return [self._summary(r) for r in rows]
+
+    def replace_summaries(self, replacements: Sequence[tuple[str, Summary]]) -> None:
+        """Put each new summary in place of the old one, in order (shallowest first), in one
+        transaction: the new one gets the old one's sources (a replaced source mapped to its
+        replacement), takes its place in the context and under the summaries made from it,
+        and the old one is retired as ``rewritten`` (kept, with its edges, naming its
+        successor). :class:`ConflictError`, changing nothing, if an old one is retired."""
+        mapping = {old: new.summary_id for old, new in replacements}
+        stamp = format_ts(now())
+        with self.transaction() as conn:
+            for old, new in replacements:
+                row = conn.execute(
+                    "SELECT retired_at FROM summaries WHERE summary_id = ?", (old,)
+                ).fetchone()
+                if row is None:
+                    raise NotFoundError(f"no summary {old}")
+                if row[0] is not None:
+                    raise ConflictError(f"{old} was retired meanwhile; run the command again")
+                conn.execute(self._SUM_INSERT, _summary_row(new))
+                conn.execute(
+                    "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
+                    " SELECT ?, message_id, ordinal FROM summary_messages WHERE summary_id = ?",
+                    (new.summary_id, old),
+                )
+                conn.executemany(
+                    "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
+                    " VALUES (?, ?, ?)",
+                    [
+                        (new.summary_id, mapping.get(parent, parent), ordinal)
+                        for parent, ordinal in conn.execute(
+                            "SELECT parent_summary_id, ordinal FROM summary_parents"
+                            " WHERE summary_id = ?",
+                            (old,),
+                        ).fetchall()
+                    ],
+                )
+                # live summaries made from the old one now stand on the new one
+                conn.execute(
+                    "UPDATE summary_parents SET parent_summary_id = ? WHERE parent_summary_id = ?"
+                    " AND summary_id IN (SELECT summary_id FROM summaries"
+                    "  WHERE retired_at IS NULL AND summary_id <> ?)",
+                    (new.summary_id, old, new.summary_id),
+                )
+                conn.execute(
+                    "UPDATE context_items SET summary_id = ? WHERE summary_id = ?"
+                    " AND conversation_id = ?",
+                    (new.summary_id, old, new.conversation_id),
+                )
+                conn.execute(
+                    "UPDATE summaries SET retired_at = ?, retired_reason = 'rewritten',"
+                    " superseded_by = ? WHERE summary_id = ?",
+                    (stamp, new.summary_id, old),
+                )
+                self._index_summary(conn, new.summary_id)
+
+    def dissolve_summary(self, summary_id: str) -> list[ContextItem]:
+        """Put a context summary's sources back into the context in its place (its parent
+        summaries, or a leaf's messages) and retire it as ``dissolved`` — one transaction.
+        Returns the items put back."""
+        with self.transaction() as conn:
+            row = conn.execute(
+                "SELECT conversation_id, ordinal FROM context_items WHERE summary_id = ?",
+                (summary_id,),
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(
+                    f"{summary_id} is not in an active context, so there is nothing to"
+                    " dissolve in its place; dissolve the summary above it first"
+                )
+            conv, ordinal = row
+            parents = conn.execute(
+                "SELECT parent_summary_id FROM summary_parents WHERE summary_id = ?"
+                " ORDER BY ordinal",
+                (summary_id,),
+            ).fetchall()
+            messages = conn.execute(
+                "SELECT message_id FROM summary_messages WHERE summary_id = ? ORDER BY ordinal",
+                (summary_id,),
+            ).fetchall()
+            sources = [("summary", None, r[0]) for r in parents] + [
+                ("message", r[0], None) for r in messages
+            ]
+            if not sources:
+                raise ConflictError(f"{summary_id} has no sources to put back")
+            stamp = format_ts(now())
+            conn.execute(
+                "DELETE FROM context_items WHERE conversation_id = ? AND ordinal = ?",
+                (conv, ordinal),
+            )
+            self._shift_ordinals(conn, conv, after=ordinal, by=len(sources) - 1)
+            conn.executemany(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+                " summary_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (conv, ordinal + n, kind, mid, sid, stamp)
+                    for n, (kind, mid, sid) in enumerate(sources)
+                ],
+            )
+            conn.execute(
+                "UPDATE summaries SET retired_at = ?, retired_reason = 'dissolved'"
+                " WHERE summary_id = ?",
+                (stamp, summary_id),
+            )
+        items = self.context(int(conv))
+        return items[ordinal : ordinal + len(sources)]
+
+    # --- backup ----------------------------------------------------------------------------
+
+    def backup_to(self, dest: Path) -> None:
+        """Copy the whole database to *dest* (created owner-only) while writers go on.
+
+        The SQLite backup API copies every page in one step under one read snapshot: in WAL
+        mode that lets writers commit meanwhile (their changes are simply not in the copy),
+        and the copy is the database at one moment, whole."""
+        _create_private(dest)
+        source = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000)
+        target = sqlite3.connect(str(dest))
+        try:
+            source.backup(target)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot back up {self.path} to {dest}: {exc}") from exc
+        finally:
+            target.close()
+            source.close()
+
+    # --- transplant ------------------------------------------------------------------------
+
+    def context_summaries(self, conversation_id: int) -> list[Summary]:
+        """The summaries in a conversation's context, in ordinal order."""
+        rows = self.fetchall(
+            f"SELECT {', '.join('s.' + c.strip() for c in self._SUM_READ.split(','))}"
+            " FROM context_items ci JOIN summaries s ON s.summary_id = ci.summary_id"
+            " WHERE ci.conversation_id = ? AND ci.item_type = 'summary' ORDER BY ci.ordinal",
+            (conversation_id,),
+        )
+        return [self._summary(r) for r in rows]
+
+    def summary_dag(self, summary_ids: Sequence[str]) -> list[Summary]:
+        """*summary_ids* and every summary beneath them (recursively through
+        ``summary_parents``), each once, in topological order: depth ascending, creation
+        order within a depth."""
+        if not summary_ids:
+            return []
+        cols = ", ".join("s." + c.strip() for c in self._SUM_READ.split(","))
+        marks = ",".join("(?)" for _ in summary_ids)
+        rows = self.fetchall(
+            f"WITH RECURSIVE below(sid) AS (VALUES {marks}"
+            "  UNION SELECT sp.parent_summary_id FROM summary_parents sp"
+            "  JOIN below b ON sp.summary_id = b.sid)"
+            f" SELECT {cols} FROM below b JOIN summaries s ON s.summary_id = b.sid"
+            " ORDER BY s.depth, s.created_at, s.rowid",
+            list(summary_ids),
+        )
+        return [self._summary(r) for r in rows]
+
+    def linked_message_ids(self, summary_ids: Sequence[str]) -> list[int]:
+        """The messages the given leaf summaries cover, each once, in id order."""
+        found: set[int] = set()
+        ids = list(summary_ids)
+        with self.read() as conn:
+            for start in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                found.update(
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT message_id FROM summary_messages WHERE summary_id IN ({marks})",
+                        chunk,
+                    )
+                )
+        return sorted(found)
+
+    def summary_hashes(self, conversation_id: int) -> set[str]:
+        """SHA-256 of the content of every summary of a conversation."""
+        return {
+            content_hash(r[0])
+            for r in self.fetchall(
+                "SELECT content FROM summaries WHERE conversation_id = ?", (conversation_id,)
+            )
+        }
+
+    def transplant(
+        self,
+        source_id: int,
+        target: Conversation,
+        context_ids: Sequence[str],
+        dag: Sequence[Summary],
+        message_ids: Sequence[int],
+        new_summary_id: Callable[[], str],
+    ) -> tuple[dict[str, str], dict[int, int]]:
+        """Copy *dag* (topologically ordered) and *message_ids* into *target* and prepend
+        *context_ids*' copies to its context — one transaction. Raises
+        :class:`ConflictError`, changing nothing, when the source's context summaries are no
+        longer *context_ids*. Returns the summary and message id mappings (old → new)."""
+        try:
+            return self._transplant(
+                source_id, target, context_ids, dag, message_ids, new_summary_id
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"the transplant into conversation {target.conversation_id} failed and was"
+                f" rolled back, nothing changed: {exc}"
+            ) from exc
+
+    def _transplant(
+        self,
+        source_id: int,
+        target: Conversation,
+        context_ids: Sequence[str],
+        dag: Sequence[Summary],
+        message_ids: Sequence[int],
+        new_summary_id: Callable[[], str],
+    ) -> tuple[dict[str, str], dict[int, int]]:
+        tgt = target.conversation_id
+        with self.transaction() as conn:
+            current = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT summary_id FROM context_items WHERE conversation_id = ?"
+                    " AND item_type = 'summary' ORDER BY ordinal",
+                    (source_id,),
+                )
+            ]
+            if current != list(context_ids):
+                raise ConflictError(
+                    f"the context of conversation {source_id} changed since the transplant was"
+                    " planned; run it again"
+                )
+            stamp = format_ts(now())
+            # messages, with fresh ids and seq numbers at the target's end
+            first_id, seq0 = conn.execute(
+                "SELECT (SELECT coalesce(max(message_id), 0) + 1 FROM messages),"
+                " (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?)",
+                (tgt,),
+            ).fetchone()
+            msg_map = {old: first_id + i for i, old in enumerate(message_ids)}
+            part_id = conn.execute(
+                "SELECT coalesce(max(part_id), 0) FROM message_parts"
+            ).fetchone()[0]
+            for start in range(0, len(message_ids), _IN_CHUNK):
+                chunk = list(message_ids[start : start + _IN_CHUNK])
+                marks = ",".join("?" * len(chunk))
+                rows = conn.execute(
+                    "SELECT message_id, role, content, token_count, created_at, source_format,"
+                    f" envelope, metadata FROM messages WHERE message_id IN ({marks})",
+                    chunk,
+                ).fetchall()
+                conn.executemany(
+                    _MESSAGE_INSERT,
+                    [
+                        # the copy keeps no external id: the target's own imports never match it
+                        (
+                            msg_map[r[0]],
+                            tgt,
+                            seq0 + msg_map[r[0]] - first_id + 1,
+                            *r[1:5],
+                            None,
+                            *r[5:],
+                        )
+                        for r in rows
+                    ],
+                )
+                parts = conn.execute(
+                    "SELECT message_id, ordinal, slot, part_type, text, tool_call_id, tool_name,"
+                    " tool_input, tool_output, is_error, raw FROM message_parts"
+                    f" WHERE message_id IN ({marks}) ORDER BY message_id, ordinal",
+                    chunk,
+                ).fetchall()
+                part_rows = []
+                for r in parts:
+                    part_id += 1
+                    part_rows.append((part_id, msg_map[r[0]], target.session_id, *r[1:]))
+                conn.executemany(
+                    _PART_INSERT,
+                    part_rows,
+                )
+            if message_ids:
+                last_id = first_id + len(message_ids) - 1
+                self._index_messages(
+                    conn, first_id, last_id, trigram=len(message_ids) < DEFER_TRIGRAM_AT
+                )
+                record_tool_executions(conn, tgt, first_id, last_id)
+            # summaries in topological order, with their edges remapped, in bulk
+            sum_map = {summary.summary_id: new_summary_id() for summary in dag}
+            first_rowid = conn.execute("SELECT coalesce(max(rowid), 0) FROM summaries").fetchone()[
+                0
+            ]
+            conn.executemany(
+                self._SUM_INSERT,
+                [
+                    _summary_row(
+                        summary, summary_id=sum_map[summary.summary_id], conversation_id=tgt
+                    )
+                    for summary in dag
+                ],
+            )
+            old_ids = list(sum_map)
+            for start in range(0, len(old_ids), _IN_CHUNK):
+                some = old_ids[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(some))
+                conn.executemany(
+                    "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
+                    " VALUES (?, ?, ?)",
+                    [
+                        (sum_map[child], sum_map[parent], ordinal)
+                        for child, parent, ordinal in conn.execute(
+                            "SELECT summary_id, parent_summary_id, ordinal FROM summary_parents"
+                            f" WHERE summary_id IN ({marks})",
+                            some,
+                        ).fetchall()
+                    ],
+                )
+                conn.executemany(
+                    "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
+                    " VALUES (?, ?, ?)",
+                    [
+                        (sum_map[sid], msg_map[mid], ordinal)
+                        for sid, mid, ordinal in conn.execute(
+                            "SELECT summary_id, message_id, ordinal FROM summary_messages"
+                            f" WHERE summary_id IN ({marks})",
+                            some,
+                        ).fetchall()
+                    ],
+                )
+            for table in ("summaries_fts", "summaries_trigram"):
+                conn.execute(
+                    f"INSERT INTO {table} (rowid, content) SELECT rowid, content FROM summaries"
+                    " WHERE rowid > ?",
+                    (first_rowid,),
+                )
+            # the context: existing items move up, the copies of the context summaries first
+            self._shift_ordinals(conn, tgt, after=-1, by=len(context_ids))
+            conn.executemany(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, summary_id,"
+                " created_at) VALUES (?, ?, 'summary', ?, ?)",
+                [(tgt, n, sum_map[sid], stamp) for n, sid in enumerate(context_ids)],
+            )
+            conn.execute(
+                "UPDATE conversations SET updated_at = ? WHERE conversation_id = ?", (stamp, tgt)
+            )
+        return sum_map, msg_map
 
     @staticmethod
     def _index_summary(conn: sqlite3.Connection, summary_id: str) -> None:
@@ -1050,6 +1703,44 @@ class SQLiteStore:
             except OSError:
                 sizes[label] = 0
         return sizes
+
+
+def _summary_row(
+    summary: Summary, *, summary_id: str | None = None, conversation_id: int | None = None
+) -> tuple[Any, ...]:
+    """A summary as the values of ``_SUM_INSERT`` (with another id or owner for a copy)."""
+    return (
+        summary_id or summary.summary_id,
+        summary.conversation_id if conversation_id is None else conversation_id,
+        summary.kind,
+        summary.depth,
+        summary.content,
+        summary.token_count,
+        summary.created_at,
+        summary.earliest_at,
+        summary.latest_at,
+        summary.descendant_count,
+        dumps(list(summary.file_ids)),
+        summary.model,
+    )
+
+
+def _write_error(path: Path, exc: sqlite3.OperationalError) -> StoreError:
+    """A failed write as a StoreError that says what happened and what to do (the
+    transaction was rolled back: nothing of it is stored)."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if code == sqlite3.SQLITE_FULL:
+        return StoreError(
+            f"cannot write to {path}: the disk is full (or the database reached its size"
+            " limit); nothing of this write was stored. Free up disk space and try again"
+        )
+    if code == sqlite3.SQLITE_READONLY:
+        return StoreError(
+            f"cannot write to {path}: the database is read-only; nothing of this write was"
+            " stored. Check the permissions of the file and of its folder (SQLite writes its"
+            " -wal and -shm files beside it), or open a writable copy"
+        )
+    return StoreError(f"cannot write to {path}: {exc}; nothing of this write was stored")
 
 
 def _create_private(path: Path) -> None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from ..errors import LosslessError
 
 __all__ = [
+    "AgentRequest",
+    "AgentStep",
+    "AgentTurn",
     "AuthError",
     "RateLimitedError",
     "SourceItem",
@@ -23,6 +26,8 @@ __all__ = [
     "SummarizerTimeout",
     "SummaryRequest",
     "SummaryResult",
+    "ToolCall",
+    "ToolSpec",
 ]
 
 Level = Literal["normal", "aggressive"]
@@ -88,6 +93,70 @@ class SummaryResult:
     extra: dict[str, object] = field(default_factory=dict)
 
 
+# --- tool calling (the expand_query sub-agent) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool offered to the model: its name, description and JSON Schema of arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model made. ``error`` says why its arguments could not be read."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentTurn:
+    """One turn of a tool-calling exchange, in a provider-neutral form.
+
+    ``user``: ``text``. ``assistant``: ``text`` and ``tool_calls``, and ``raw``, the
+    provider's own message, sent back as it came so that reasoning blocks survive. ``tool``:
+    the result ``text`` of the call ``call_id`` (``is_error`` when it was refused).
+    """
+
+    role: Literal["user", "assistant", "tool"]
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    call_id: str | None = None
+    is_error: bool = False
+    raw: Any = None
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """A request to a tool-calling model. ``tool_choice="none"`` asks for a final answer."""
+
+    system: str
+    turns: tuple[AgentTurn, ...]
+    tools: tuple[ToolSpec, ...]
+    max_output_tokens: int
+    temperature: float = 0.0
+    tool_choice: Literal["auto", "none"] = "auto"
+
+
+@dataclass(frozen=True)
+class AgentStep:
+    """The model's reply: text, tool calls (none: the text is the final answer), and the
+    provider's own message to send back in the next request."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    raw: Any = None
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
 class Summarizer(ABC):
     """Base class of every summarizer (built-in or third-party).
 
@@ -101,8 +170,8 @@ class Summarizer(ABC):
     offline: ClassVar[bool] = False
     #: The same request always gives the same summary.
     deterministic: ClassVar[bool] = False
-    #: Can drive a tool-calling sub-agent (used by expand_query).
-    tool_calling: ClassVar[bool] = False
+    #: Can drive a tool-calling sub-agent (used by expand_query): implements agent_step.
+    tool_calling: bool = False
 
     #: The model that writes the summaries (recorded on each summary).
     model: str | None = None
@@ -110,3 +179,7 @@ class Summarizer(ABC):
     @abstractmethod
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         """Summarize ``request.sources`` in about ``request.target_tokens`` tokens."""
+
+    def agent_step(self, request: AgentRequest) -> AgentStep:
+        """One model call with tools (only when :attr:`tool_calling` is true)."""
+        raise SummarizerError(f"summarizer {self.name!r} cannot call tools")

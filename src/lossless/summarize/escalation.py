@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from ..ingest.shapes import clean_text
 from ..tokens import TokenCounter, estimate_tokens
 from .base import Level, Summarizer, SummaryRequest
 
@@ -49,14 +50,15 @@ def truncate_to_tokens(text: str, max_tokens: int, counter: TokenCounter | None 
     count = counter.count if counter is not None else estimate_tokens
     if count(text) <= max_tokens:
         return text
+    suffix = "\n" + TRUNCATION_MARKER
     # Characters per token of this text, to find the cut without counting every prefix.
     ratio = len(text) / max(count(text), 1)
-    limit = max(1, int((max_tokens - 8) * ratio))
+    limit = max(1, int((max_tokens - count(suffix)) * ratio))
     cut = text[:limit]
     boundary = max(cut.rfind("\n"), cut.rfind(" "))
     if boundary > limit // 2:
         cut = cut[:boundary]
-    return cut.rstrip() + "\n" + TRUNCATION_MARKER
+    return cut.rstrip() + suffix
 
 
 def _fallback(source_text: str, max_tokens: int, counter: TokenCounter | None) -> str:
@@ -99,7 +101,9 @@ def escalate(
             )
             errors.append(f"{level}: {type(exc).__name__}: {exc}")
             continue
-        text = (result.text or "").strip()
+        # A reply may hold lone surrogates (a JSON "\\ud83d" escape decodes to one); they
+        # cannot be stored as UTF-8, so they become U+FFFD as in ingested messages.
+        text = clean_text((result.text or "").strip())
         if not text:
             errors.append(f"{level}: empty summary")
             continue

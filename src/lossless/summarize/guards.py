@@ -28,10 +28,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import ClassVar, Literal, cast
+from typing import ClassVar, Literal, TypeVar, cast
 
 from ..config import GuardsConfig
 from .base import (
+    AgentRequest,
+    AgentStep,
     AuthError,
     Summarizer,
     SummarizerError,
@@ -56,6 +58,8 @@ logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 BreakerState = Literal["closed", "open", "half-open"]
+
+T = TypeVar("T")
 
 
 class SpendLimitError(SummarizerError):
@@ -94,6 +98,7 @@ class GuardedSummarizer(Summarizer):
         self.inner = inner
         self.settings = settings or GuardsConfig()
         self.model = inner.model
+        self.tool_calling = inner.tool_calling
         self._clock = clock
         self._wall_clock = wall_clock
         self._lock = threading.Lock()
@@ -124,9 +129,16 @@ class GuardedSummarizer(Summarizer):
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         """Admit the call (breaker, spend guard), then run it within the time limit."""
+        return self._guarded(lambda: self.inner.summarize(request))
+
+    def agent_step(self, request: AgentRequest) -> AgentStep:
+        """A tool-calling step of the inner model, under the same guards as a summary."""
+        return self._guarded(lambda: self.inner.agent_step(request))
+
+    def _guarded(self, call: Callable[[], T]) -> T:
         trial = self._admit()
         try:
-            result = self._call_within_limit(request)
+            result = self._call_within_limit(call)
         except BaseException as exc:
             self._record_failure(exc, trial)
             raise
@@ -167,14 +179,14 @@ class GuardedSummarizer(Summarizer):
                 self._trial_running = True
             return trial
 
-    def _call_within_limit(self, request: SummaryRequest) -> SummaryResult:
+    def _call_within_limit(self, call: Callable[[], T]) -> T:
         limit = self.settings.timeout_seconds
         done = threading.Event()
-        outcome: list[SummaryResult | BaseException] = []
+        outcome: list[T | BaseException] = []
 
         def run() -> None:
             try:
-                outcome.append(self.inner.summarize(request))
+                outcome.append(call())
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller, who raises it
                 outcome.append(exc)
             finally:
@@ -295,7 +307,6 @@ def _guarded_type(inner_type: type[Summarizer]) -> type[GuardedSummarizer]:
             "name": inner_type.name or GuardedSummarizer.name,
             "offline": inner_type.offline,
             "deterministic": inner_type.deterministic,
-            "tool_calling": inner_type.tool_calling,
             "__module__": __name__,
         },
     )

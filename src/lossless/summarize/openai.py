@@ -12,9 +12,18 @@ provider. Most users get it from configuration via
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Literal
 
-from .base import SummarizerError, SummaryRequest, SummaryResult
+from .base import (
+    AgentRequest,
+    AgentStep,
+    AgentTurn,
+    SummarizerError,
+    SummaryRequest,
+    SummaryResult,
+    ToolCall,
+)
 from .providers import sdk_error, sdk_field, sdk_int
 from .sdk import SdkSummarizer
 
@@ -38,6 +47,7 @@ class OpenAISummarizer(SdkSummarizer):
     """
 
     name = "openai"
+    tool_calling = True
 
     def __init__(
         self,
@@ -77,13 +87,64 @@ class OpenAISummarizer(SdkSummarizer):
             params["temperature"] = request.temperature
         if request.max_output_tokens is not None:
             params[self.max_tokens_field] = request.max_output_tokens
+        return self._result(self._create(params))
+
+    def agent_step(self, request: AgentRequest) -> AgentStep:
+        """One Chat Completions call with function tools; the turns become ``assistant``
+        messages with ``tool_calls`` and ``tool`` messages."""
+        messages: list[dict[str, Any]] = [{"role": "system", "content": request.system}]
+        messages += [_chat_message(turn) for turn in request.turns]
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            self.max_tokens_field: request.max_output_tokens,
+        }
+        if request.tools:
+            params["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in request.tools
+            ]
+            params["tool_choice"] = request.tool_choice
+        if self.send_temperature:
+            params["temperature"] = request.temperature
+        response = self._create(params)
+        choices = sdk_field(response, "choices")
+        if not isinstance(choices, list) or not choices:
+            raise self._malformed("no choices")
+        message = sdk_field(choices[0], "message")
+        content = sdk_field(message, "content")
+        wire_calls = sdk_field(message, "tool_calls")
+        calls = tuple(_tool_call(c) for c in wire_calls) if isinstance(wire_calls, list) else ()
+        if not isinstance(content, str) and not calls:
+            raise self._malformed("the first choice has neither text nor tool calls")
+        usage = sdk_field(response, "usage")
+        text = content if isinstance(content, str) else ""
+        raw: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if calls:
+            raw["tool_calls"] = [_wire_call(c) for c in calls]
+        return AgentStep(
+            text=text,
+            tool_calls=calls,
+            raw=raw,
+            model=self.model,
+            input_tokens=sdk_int(sdk_field(usage, "prompt_tokens")),
+            output_tokens=sdk_int(sdk_field(usage, "completion_tokens")),
+        )
+
+    def _create(self, params: dict[str, Any]) -> object:
         try:
-            response = self._client.chat.completions.create(**params)
+            return self._client.chat.completions.create(**params)
         except self._sdk.OpenAIError as exc:
             raise self._error(exc) from None
         except ValueError:  # a 200 whose body is not JSON
             raise self._malformed("its body is not JSON") from None
-        return self._result(response)
 
     def _error(self, exc: Exception) -> SummarizerError:
         return sdk_error(
@@ -127,3 +188,44 @@ class OpenAISummarizer(SdkSummarizer):
             output_tokens=sdk_int(sdk_field(usage, "completion_tokens")),
             extra=extra,
         )
+
+
+def _tool_call(call: object) -> ToolCall:
+    """A Chat Completions tool call; arguments that are not a JSON object become an error
+    the sub-agent is told about, not an exception."""
+    function = sdk_field(call, "function")
+    name = sdk_field(function, "name")
+    text = sdk_field(function, "arguments")
+    ident = sdk_field(call, "id")
+    arguments: dict[str, Any] = {}
+    error = None
+    try:
+        parsed = json.loads(text) if isinstance(text, str) and text.strip() else {}
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        arguments = parsed
+    else:
+        error = f"the arguments are not a JSON object: {str(text)[:200]!r}"
+    return ToolCall(id=str(ident or ""), name=str(name or ""), arguments=arguments, error=error)
+
+
+def _wire_call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+    }
+
+
+def _chat_message(turn: AgentTurn) -> dict[str, Any]:
+    if turn.role == "tool":
+        return {"role": "tool", "tool_call_id": turn.call_id or "", "content": turn.text}
+    if turn.role == "assistant":
+        if isinstance(turn.raw, dict):
+            return turn.raw
+        message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+        if turn.tool_calls:
+            message["tool_calls"] = [_wire_call(c) for c in turn.tool_calls]
+        return message
+    return {"role": "user", "content": turn.text}

@@ -1,0 +1,136 @@
+"""``AsyncEngine``: the engine for asyncio hosts, without blocking the event loop.
+
+Every method is the sync :class:`~lossless.engine.Engine` method of the same name, run in a
+thread pool of the async engine's own: database work and summarizer calls never block the
+loop, and there is one implementation of each operation (the methods are generated from the
+engine's, with the same signature and documentation). The engine's per-conversation locks
+hold across threads, so concurrent tasks writing to one conversation are serialized exactly
+as threads are, and tasks on different conversations run side by side.
+
+A task cancelled while its call runs stops waiting, but the call itself finishes (a thread
+cannot be interrupted): every write is one transaction, so it is either done or not at all.
+
+    async with await AsyncEngine.open("agent.db") as engine:
+        await engine.ingest("session-1", {"role": "user", "content": "hello"})
+        context = await engine.assemble("session-1", token_budget=100_000)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from .config import Config
+from .engine import Engine
+
+__all__ = ["AsyncEngine"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _offload(
+    method: Callable[Concatenate[Engine, P], R],
+) -> Callable[Concatenate[AsyncEngine, P], Coroutine[Any, Any, R]]:
+    """The async form of an :class:`Engine` method: the same call, in the pool."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def run(self: AsyncEngine, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        bound: Callable[..., R] = getattr(self.engine, name)
+        return await self._run(functools.partial(bound, *args, **kwargs))
+
+    return run
+
+
+class AsyncEngine:
+    """An :class:`Engine` for asyncio (see the module docstring).
+
+    Open one with ``await AsyncEngine.open(...)`` (same arguments as :meth:`Engine.open`) or
+    wrap an engine: ``AsyncEngine(engine)``. *workers* sizes the thread pool.
+    """
+
+    def __init__(self, engine: Engine, *, workers: int | None = None) -> None:
+        self.engine = engine
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers or min(32, (os.cpu_count() or 1) + 4),
+            thread_name_prefix="lossless-aio",
+        )
+
+    @classmethod
+    async def open(
+        cls, target: str | os.PathLike[str] | None = None, *, workers: int | None = None, **kw: Any
+    ) -> AsyncEngine:
+        """Open the store at *target* off the loop (see :meth:`Engine.open`)."""
+        engine = await asyncio.to_thread(functools.partial(Engine.open, target, **kw))
+        return cls(engine, workers=workers)
+
+    @property
+    def config(self) -> Config:
+        """The engine's configuration."""
+        return self.engine.config
+
+    async def _run(self, call: Callable[[], R]) -> R:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    async def close(self) -> None:
+        """Finish background work and close the store, off the loop."""
+        await self._run(self.engine.close)
+        self._pool.shutdown(wait=True)
+
+    async def __aenter__(self) -> AsyncEngine:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # The engine's operations, one line each: the sync method runs in the pool.
+    conversation = _offload(Engine.conversation)
+    conversations = _offload(Engine.conversations)
+    update_conversation = _offload(Engine.update_conversation)
+    archive = _offload(Engine.archive)
+    pop_context = _offload(Engine.pop_context)
+    normalize = _offload(Engine.normalize)
+    ingest = _offload(Engine.ingest)
+    ingest_batch = _offload(Engine.ingest_batch)
+    after_turn = _offload(Engine.after_turn)
+    compact = _offload(Engine.compact)
+    wait_for_compaction = _offload(Engine.wait_for_compaction)
+    assemble = _offload(Engine.assemble)
+    context = _offload(Engine.context)
+    resume = _offload(Engine.resume)
+    grep = _offload(Engine.grep)
+    describe = _offload(Engine.describe)
+    create_grant = _offload(Engine.create_grant)
+    revoke_grant = _offload(Engine.revoke_grant)
+    expand = _offload(Engine.expand)
+    expand_query = _offload(Engine.expand_query)
+    chat_context_query = _offload(Engine.chat_context_query)
+    summarize_session = _offload(Engine.summarize_session)
+    session_summaries = _offload(Engine.session_summaries)
+    wait_for_session_summaries = _offload(Engine.wait_for_session_summaries)
+    transplant = _offload(Engine.transplant)
+    rewrite = _offload(Engine.rewrite)
+    repair = _offload(Engine.repair)
+    dissolve = _offload(Engine.dissolve)
+    backfill = _offload(Engine.backfill)
+    bootstrap = _offload(Engine.bootstrap)
+    import_path = _offload(Engine.import_path)
+    messages = _offload(Engine.messages)
+    get_message = _offload(Engine.get_message)
+    summary = _offload(Engine.summary)
+    large_file = _offload(Engine.large_file)
+    read_large_file = _offload(Engine.read_large_file)
+    stats = _offload(Engine.stats)
+    backup = _offload(Engine.backup)
+    reveal = _offload(Engine.reveal)

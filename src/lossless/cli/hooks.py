@@ -1,0 +1,329 @@
+"""``lossless hook`` (run as an agent host's hook) and ``lossless hooks`` (set the hooks up)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import sys
+from logging.handlers import RotatingFileHandler
+from pathlib import Path
+
+import click
+
+from ..engine import default_db_path
+from ..errors import LosslessError
+from ..integrations.claude_code import (
+    DEFAULT_MAX_CHARS,
+    MCP_SERVER_NAME,
+    MIN_MAX_CHARS,
+    SCOPES,
+    HookInput,
+    HookInputError,
+    SettingsChange,
+    default_log_path,
+    mcp_add_command,
+    mcp_server_entry,
+    plan_mcp_json,
+    plan_settings,
+    run_hook,
+    settings_hooks,
+    settings_path,
+)
+from .output import State, emit_json, json_option, pass_state, stderr
+
+logger = logging.getLogger(__name__)
+
+LOG_BYTES = 1 << 20
+LOG_BACKUPS = 3
+
+
+@click.group("hook")
+def hook_group() -> None:
+    """Run as an agent host's hook, reading the hook input on stdin (Claude Code).
+
+    `lossless hooks claude-code --install` puts the calls into Claude Code's settings. A hook
+    never fails the host: errors go to a log file and the exit code is always 0.
+    """
+
+
+@hook_group.command(
+    "claude-code",
+    # Claude Code must never see a usage error (exit 2 is a blocking error for hooks).
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+@click.argument("event", required=False)
+@click.option(
+    "--max-chars",
+    metavar="N",
+    envvar="LOSSLESS_CLAUDE_CODE_MAX_CONTEXT_CHARS",
+    help=f"SessionStart: print at most N characters (default {DEFAULT_MAX_CHARS:,}; Claude"
+    " Code moves anything over 10,000 to a file). Env: LOSSLESS_CLAUDE_CODE_MAX_CONTEXT_CHARS.",
+)
+@click.option(
+    "--log-file",
+    metavar="PATH",
+    envvar="LOSSLESS_HOOK_LOG",
+    help="Log here (default: claude-code-hooks.log in the user log dir). Env: LOSSLESS_HOOK_LOG.",
+)
+@pass_state
+def claude_code_hook(
+    state: State, event: str | None, max_chars: str | None, log_file: str | None
+) -> None:
+    """Handle one Claude Code hook call: EVENT is PreCompact, SessionStart or SessionEnd.
+
+    PreCompact imports the session's transcript (only what is new) and compacts it with a full
+    sweep; SessionEnd imports it and compacts incrementally; SessionStart after a compaction
+    (source compact, or resume of a compacted session) prints lossless's newest summaries and
+    the resume summary as additionalContext JSON. Errors are logged; the exit code is 0.
+    """
+    package = logging.getLogger("lossless")
+    log = Path(log_file).expanduser() if log_file else default_log_path()
+    handler = _file_handler(log)
+    level = package.level
+    if handler is not None:
+        package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    try:
+        out = _handle(state, event, max_chars, log)
+    finally:
+        package.setLevel(level)
+        if handler is not None:
+            package.removeHandler(handler)
+            handler.close()
+    if out:
+        with contextlib.suppress(OSError):  # the host stopped reading: nothing more to do
+            click.echo(out)
+
+
+def _handle(state: State, event: str | None, max_chars: str | None, log: Path) -> str:
+    """Run the hook; what to print. Every error is logged and becomes empty output."""
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise HookInputError("no hook input: stdin is a terminal (Claude Code pipes it in)")
+        buffer = getattr(sys.stdin, "buffer", None)
+        text = buffer.read().decode("utf-8", "replace") if buffer else sys.stdin.read()
+        hook = HookInput.parse(text, event)
+        outcome = run_hook(state.engine, hook, max_chars=_limit(max_chars))
+    except LosslessError as exc:  # said in its own words: no traceback needed
+        logger.error("lossless hook claude-code %s failed: %s", event or "", exc)
+        print(f"lossless: the hook failed: {exc} (logged in {log})", file=sys.stderr)
+        return ""
+    except Exception:  # the top of a host's hook: log everything, fail nothing
+        logger.exception("lossless hook claude-code %s failed", event or "")
+        print(f"lossless: the hook failed; see {log}", file=sys.stderr)
+        return ""
+    logger.info("%s", outcome.describe())
+    for problem in outcome.problems:
+        logger.warning("%s: %s", outcome.event, problem)
+    return outcome.stdout
+
+
+def _limit(text: str | None) -> int:
+    if text is None:
+        return DEFAULT_MAX_CHARS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < MIN_MAX_CHARS:
+        logger.warning(
+            "--max-chars %r is not a number >= %d; using %d", text, MIN_MAX_CHARS, DEFAULT_MAX_CHARS
+        )
+        return DEFAULT_MAX_CHARS
+    return value
+
+
+def _file_handler(path: Path) -> logging.Handler | None:
+    """A size-rotated log file, owner-only directory; ``None`` when it cannot be opened (the
+    hook still runs, unlogged)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handler = RotatingFileHandler(
+            path, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8"
+        )
+    except OSError:
+        return None
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    return handler
+
+
+@click.group("hooks")
+def hooks_group() -> None:
+    """Set up an agent host's hooks for this store: print them, or --install them."""
+
+
+@hooks_group.command("claude-code")
+@click.option("--install", is_flag=True, help="Write them into the settings (shows the diff).")
+@click.option(
+    "--scope",
+    type=click.Choice(SCOPES),
+    default="user",
+    show_default=True,
+    help="user: ~/.claude/settings.json; project: .claude/settings.json (shared, with the MCP"
+    " server in .mcp.json); local: .claude/settings.local.json.",
+)
+@click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The project for --scope project/local (default: the current directory).",
+)
+@click.option(
+    "--executable",
+    metavar="PATH",
+    help="The lossless command the hooks run (default: this one, by absolute path).",
+)
+@click.option("--yes", "-y", is_flag=True, help="Write without asking.")
+@json_option
+@pass_state
+def claude_code_hooks(
+    state: State,
+    install: bool,
+    scope: str,
+    project_dir: Path | None,
+    executable: str | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Print Claude Code's hook settings and MCP server entry for this store, or --install them.
+
+    Three command hooks — PreCompact and SessionEnd import the transcript, SessionStart after a
+    compaction reinjects lossless's summaries — each calling this lossless by absolute path
+    with the database made explicit (--db), so the hooks and `lossless mcp` share it.
+    --install merges them into the settings file after showing the diff and asking (--yes
+    skips the question): the file's other hooks stay, an older lossless entry is replaced,
+    never duplicated, and the previous file is kept as a .bak copy. Claude Code keeps MCP
+    servers outside settings.json: project scope writes .mcp.json, the other scopes print the
+    `claude mcp add` command to run.
+    """
+    if as_json and install and not yes:
+        raise click.UsageError("--install with --json needs --yes (there is no one to ask)")
+    exe = executable or _executable()
+    db = _database(state)
+    config = str(Path(state.config_path).expanduser().resolve()) if state.config_path else None
+    project = (project_dir or Path.cwd()).expanduser().resolve()
+    path = settings_path(scope, project=project)
+    hooks = settings_hooks(exe, db=db, config=config)
+    entry = mcp_server_entry(exe, db=db, config=config)
+    mcp_json = project / ".mcp.json" if scope == "project" else None
+    command = mcp_add_command(exe, scope=scope, db=db, config=config)
+    if not install:
+        _print_settings(path, hooks, entry, command, mcp_json, as_json, scope)
+        return
+    changes = [plan_settings(path, hooks)]
+    if mcp_json is not None:
+        changes.append(plan_mcp_json(mcp_json, entry))
+    pending = [c for c in changes if c.changed]
+    written: list[dict[str, str | None]] = []
+    if pending and not as_json:
+        for change in pending:
+            click.echo(change.diff(), nl=False)
+        if not yes and not click.confirm("Write these changes?", default=False, err=True):
+            stderr.print("nothing written", highlight=False)
+            return
+    for change in pending:
+        backup = change.apply()
+        written.append({"path": str(change.path), "backup": str(backup) if backup else None})
+    if as_json:
+        emit_json(
+            {
+                "scope": scope,
+                "written": written,
+                "unchanged": [str(c.path) for c in changes if not c.changed],
+                "mcp_command": None if mcp_json is not None else command,
+            }
+        )
+        return
+    _report(changes, written, command if mcp_json is None else None)
+
+
+def _print_settings(
+    path: Path,
+    hooks: dict[str, list[dict[str, object]]],
+    entry: dict[str, object],
+    command: str,
+    mcp_json: Path | None,
+    as_json: bool,
+    scope: str,
+) -> None:
+    if as_json:
+        emit_json(
+            {
+                "scope": scope,
+                "settings_path": str(path),
+                "settings": {"hooks": hooks},
+                "mcp_server": {"name": MCP_SERVER_NAME, **entry},
+                "mcp_json_path": str(mcp_json) if mcp_json else None,
+                "mcp_command": command,
+            }
+        )
+        return
+    click.echo(f"# Claude Code hooks: merge into {path}")
+    click.echo("# (or run this command again with --install: it merges them and keeps a backup)")
+    click.echo(json.dumps({"hooks": hooks}, indent=2, ensure_ascii=False))
+    click.echo("")
+    if mcp_json is not None:
+        click.echo(f"# MCP server: merge into {mcp_json} (--install does this)")
+        click.echo(json.dumps({"mcpServers": {MCP_SERVER_NAME: entry}}, indent=2))
+        click.echo("# or register it with:")
+    else:
+        click.echo(
+            "# MCP server: Claude Code keeps MCP servers in ~/.claude.json, not in"
+            " settings.json; register it with:"
+        )
+    click.echo(command)
+    _warn_without_mcp()
+
+
+def _report(
+    changes: list[SettingsChange], written: list[dict[str, str | None]], command: str | None
+) -> None:
+    for item in written:
+        backup = f" (previous file kept as {item['backup']})" if item["backup"] else ""
+        click.echo(f"wrote {item['path']}{backup}")
+    for change in changes:
+        if not change.changed:
+            click.echo(f"{change.path}: already installed; nothing to change")
+    if command is not None:
+        click.echo("Claude Code keeps MCP servers outside settings.json; register the server with:")
+        click.echo(f"  {command}")
+    if written:
+        stderr.print(
+            "Claude Code reads hooks when a session starts: restart running sessions (/hooks"
+            " lists what is loaded).",
+            highlight=False,
+        )
+    _warn_without_mcp()
+
+
+def _warn_without_mcp() -> None:
+    if importlib.util.find_spec("mcp") is None:
+        stderr.print(
+            "note: `lossless mcp` needs the MCP SDK: pip install 'lossless\\[mcp]'",
+            highlight=False,
+        )
+
+
+def _executable() -> str:
+    """This lossless command, by absolute path (hooks run without the user's shell setup)."""
+    name = "lossless.exe" if os.name == "nt" else "lossless"
+    beside = Path(sys.executable).parent / name
+    if beside.is_file():
+        return str(beside.absolute())
+    found = shutil.which("lossless")
+    if found:
+        return str(Path(found).absolute())
+    raise LosslessError(
+        "cannot find the lossless command beside this Python or on PATH; give --executable PATH"
+    )
+
+
+def _database(state: State) -> str:
+    """The database this invocation would open (as Engine.open picks it), made absolute."""
+    chosen = state.db or state.config.db or os.environ.get("LOSSLESS_DB") or str(default_db_path())
+    if "://" in chosen:
+        return chosen
+    return str(Path(chosen).expanduser().resolve())

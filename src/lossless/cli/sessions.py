@@ -1,0 +1,153 @@
+"""``lossless sessions`` and ``lossless summarize``: versioned whole-session summaries."""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from ..model import SessionSummary
+from .conversations import resolve
+from .output import State, emit_json, json_option, pass_state, stdout
+
+
+def _when(stamp: str | None) -> str:
+    return (stamp or "-")[:16].replace("T", " ")
+
+
+def _covers(s: SessionSummary) -> str:
+    return f"msg#{s.first_message_id}…msg#{s.last_message_id}"
+
+
+@click.command("sessions")
+@click.option(
+    "--summaries",
+    is_flag=True,
+    help="Show every version of each session summary, not only the latest.",
+)
+@json_option
+@pass_state
+def sessions_command(state: State, summaries: bool, as_json: bool) -> None:
+    """List conversations with their session summary versions.
+
+    A conversation's session summary is made by `lossless summarize` (or automatically with
+    sessions.auto_summarize); each run stores a new version and keeps the old ones. The list
+    shows the latest version, how many messages it covers, the model that wrote it and when;
+    --summaries shows the whole history.
+    """
+    engine = state.engine()
+    rows = engine.conversations()
+    history: dict[int, list[SessionSummary]] = {}
+    for s in engine.store.session_summaries():
+        history.setdefault(s.conversation_id, []).append(s)
+    if as_json:
+        out = []
+        for r in rows:
+            c = r.conversation
+            versions = history.get(c.conversation_id, [])
+            entry: dict[str, object] = {
+                "conversation_id": c.conversation_id,
+                "session_id": c.session_id,
+                "title": c.title,
+                "messages": r.message_count,
+                "summary_version": versions[-1].version if versions else None,
+                "summary_covers": versions[-1].message_count if versions else 0,
+                "summary": versions[-1].summary if versions else None,
+            }
+            if summaries:
+                entry["versions"] = [_version_dict(v) for v in versions]
+            out.append(entry)
+        emit_json(out)
+        return
+    if not rows:
+        stdout.print("no conversations yet; add some with `lossless import PATH`")
+        return
+    table = Table(box=None, pad_edge=False)
+    for name, justify in (
+        ("id", "right"),
+        ("session", "left"),
+        ("messages", "right"),
+        ("version", "right"),
+        ("covers", "right"),
+        ("model", "left"),
+        ("summarized", "left"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for r in rows:
+        c = r.conversation
+        versions = history.get(c.conversation_id, [])
+        shown = versions if summaries else versions[-1:]
+        label = escape(c.session_id + (f" — {c.title[:30]}" if c.title else ""))
+        if not shown:
+            table.add_row(str(c.conversation_id), label, f"{r.message_count:,}", "-", "-", "-", "-")
+            continue
+        for n, v in enumerate(reversed(shown)):
+            first = n == 0
+            table.add_row(
+                str(c.conversation_id) if first else "",
+                label if first else "",
+                f"{r.message_count:,}" if first else "",
+                f"v{v.version}",
+                f"{v.message_count:,} (+{v.messages_processed:,})"
+                if v.is_incremental
+                else f"{v.message_count:,}",
+                escape(v.model or "-"),
+                _when(v.created_at),
+            )
+    stdout.print(table)
+    if not history:
+        stdout.print("no session summaries yet; make one with `lossless summarize CONV`")
+
+
+def _version_dict(s: SessionSummary) -> dict[str, object]:
+    return {
+        "version": s.version,
+        "message_count": s.message_count,
+        "messages_processed": s.messages_processed,
+        "is_incremental": s.is_incremental,
+        "first_message_id": s.first_message_id,
+        "last_message_id": s.last_message_id,
+        "model": s.model,
+        "created_at": s.created_at,
+    }
+
+
+@click.command("summarize")
+@click.argument("conversation")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Summarize every message again instead of only those after the latest version.",
+)
+@json_option
+@pass_state
+def summarize_command(state: State, conversation: str, full: bool, as_json: bool) -> None:
+    """Update the session summary of CONVERSATION (its id or its session id).
+
+    Incremental: the latest version and the messages after it make the next version (no new
+    messages: the latest version is shown as it is). --full summarizes the whole conversation
+    again, as a new version. Earlier versions are never changed; `lossless sessions
+    --summaries` lists them.
+    """
+    engine = state.engine()
+    conv = resolve(engine, conversation)
+    before = engine.store.latest_session_summary(conv.conversation_id)
+    summary = engine.summarize_session(conv.conversation_id, full=full)
+    unchanged = before is not None and before.session_summary_id == summary.session_summary_id
+    if as_json:
+        emit_json({**summary.to_dict(), "unchanged": unchanged})
+        return
+    if unchanged:
+        how = "unchanged: no messages after it"
+    elif summary.is_incremental:
+        how = f"incremental: {summary.messages_processed:,} new message(s)"
+    else:
+        how = f"full: {summary.messages_processed:,} message(s)"
+    stdout.print(
+        f"conversation {conv.conversation_id} ({escape(conv.session_id)}) — session summary"
+        f" v{summary.version} ({how}; covers {summary.message_count:,} message(s),"
+        f" {_covers(summary)}; by {escape(summary.model or '-')})",
+        style="bold",
+        highlight=False,
+    )
+    stdout.print(escape(summary.render()), highlight=False)

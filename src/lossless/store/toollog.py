@@ -1,0 +1,80 @@
+"""The tool-execution log, written from the stored messages' tool-call and tool-result parts.
+
+Used inside the store's transactions (a batch of messages and the executions they carry are
+one write) and by the migration that logs the messages stored before the log existed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ..timestamps import parse_ts
+
+__all__ = ["ERROR_CHARS", "record_tool_executions"]
+
+#: How much of a failed call's output is kept as its error text.
+ERROR_CHARS = 500
+
+
+def record_tool_executions(
+    conn: sqlite3.Connection, conversation_id: int | None, first_id: int, last_id: int
+) -> int:
+    """Log the tool calls and results of messages ``first_id..last_id`` (of one
+    conversation, or of all when ``None``); returns how many parts were logged.
+
+    A call makes a ``pending`` execution; its result (matched by tool call id within the
+    conversation) completes it with the output, ``ok`` or ``error``, the finish time and the
+    duration. A result whose call is not stored still gets a row. Re-logging is harmless.
+    """
+    where = "" if conversation_id is None else " AND m.conversation_id = ?"
+    params: list[object] = [first_id, last_id]
+    if conversation_id is not None:
+        params.append(conversation_id)
+    rows = conn.execute(
+        "SELECT m.conversation_id, m.message_id, m.created_at, p.part_type, p.tool_call_id,"
+        " p.tool_name, p.tool_input, p.tool_output, p.is_error,"
+        " (SELECT f.file_id FROM large_files f WHERE f.message_id = m.message_id LIMIT 1)"
+        " FROM message_parts p JOIN messages m ON m.message_id = p.message_id"
+        " WHERE m.message_id BETWEEN ? AND ?"
+        f"{where} AND p.part_type IN ('tool_call', 'tool_result')"
+        " AND p.tool_call_id IS NOT NULL ORDER BY m.message_id, p.ordinal",
+        params,
+    ).fetchall()
+    for conv, mid, at, kind, call_id, name, tool_input, output, is_error, file_id in rows:
+        if kind == "tool_call":
+            conn.execute(
+                "INSERT OR IGNORE INTO tool_executions (execution_id, conversation_id,"
+                " call_message_id, tool_name, input, status, started_at)"
+                " VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+                (call_id, conv, mid, name, tool_input, at),
+            )
+            continue
+        status = "error" if is_error else "ok"
+        error = (output or "")[:ERROR_CHARS] if is_error else None
+        found = conn.execute(
+            "SELECT started_at FROM tool_executions WHERE conversation_id = ? AND execution_id = ?",
+            (conv, call_id),
+        ).fetchone()
+        if found is None:
+            conn.execute(
+                "INSERT INTO tool_executions (execution_id, conversation_id, result_message_id,"
+                " tool_name, output, output_file_id, status, error, finished_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (call_id, conv, mid, name, output, file_id, status, error, at),
+            )
+            continue
+        conn.execute(
+            "UPDATE tool_executions SET result_message_id = ?, output = ?, output_file_id = ?,"
+            " status = ?, error = ?, finished_at = ?, duration_ms = ?,"
+            " tool_name = coalesce(tool_name, ?)"
+            " WHERE conversation_id = ? AND execution_id = ?",
+            (mid, output, file_id, status, error, at, _duration(found[0], at), name, conv, call_id),
+        )
+    return len(rows)
+
+
+def _duration(started: str | None, finished: str) -> int | None:
+    begin, end = parse_ts(started), parse_ts(finished)
+    if begin is None or end is None or end < begin:
+        return None
+    return int((end - begin).total_seconds() * 1000)

@@ -1,0 +1,133 @@
+"""Online backup while writers run, and restores checked before anything is replaced."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lossless import Config, Engine
+from lossless.backup import BackupError
+from lossless.doctor import check
+from lossless.summarize import ScriptedSummarizer
+
+SMALL = Config().replace(
+    fresh_tail_count=2,
+    leaf_chunk_tokens=150,
+    leaf_target_tokens=20,
+    condensed_target_tokens=20,
+    leaf_min_fanout=2,
+    condensed_min_fanout=2,
+    large_file_token_threshold=200,
+)
+WRITER = """
+import sys, time
+from lossless import Engine, Config
+with Engine.open(sys.argv[1], config=Config()) as engine:
+    print("ready", flush=True)
+    n = 0
+    while True:
+        engine.ingest_batch("live", [{"role": "user", "content": f"live write {n} {k}"}
+                                     for k in range(50)])
+        n += 1
+"""
+
+
+def filled(path: Path) -> Engine:
+    engine = Engine.open(path, config=SMALL, summarizer=ScriptedSummarizer())
+    for i in range(14):
+        engine.ingest("s", {"role": "user", "content": f"turn {i}: " + "work " * 30})
+    engine.ingest(
+        "s",
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": "\n".join(f"row {i}" for i in range(400)),
+        },
+    )
+    engine.compact("s")
+    return engine
+
+
+def count(path: Path, table: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+def test_a_backup_taken_while_another_process_writes_is_whole_and_consistent(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "live.db"
+    engine = filled(db)
+    engine.ingest_batch(
+        "bulk", [{"role": "user", "content": f"bulk {i} " * 20} for i in range(3_000)]
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        before = count(db, "messages")
+        report = engine.backup(tmp_path / "copy.db")
+        time.sleep(0.3)
+        after = count(db, "messages")
+    finally:
+        writer.kill()
+        writer.wait()
+    assert report.problems == []
+    assert before <= report.messages <= after and after > before  # writes went on
+    copied = count(tmp_path / "copy.db", "messages")
+    assert copied == report.messages and copied % 50 == (before % 50)  # whole batches only
+    with Engine.open(tmp_path / "copy.db", config=SMALL) as copy:
+        assert check(copy.store) == []
+        files = copy.store.large_files()
+        assert files and copy.read_large_file(files[0].file_id).startswith("row 0")
+    assert (tmp_path / "copy.db").stat().st_mode & 0o777 == 0o600
+    with pytest.raises(BackupError, match="exists already"):
+        engine.backup(tmp_path / "copy.db")
+    engine.close()
+
+
+def test_restore_checks_the_backup_first_and_keeps_the_current_store(
+    tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
+    db = tmp_path / "main.db"
+    engine = filled(db)
+    engine.backup(tmp_path / "good.db")
+    engine.backup(tmp_path / "bad.db")
+    engine.ingest("s", {"role": "user", "content": "written after the backup"})
+    engine.close()
+    with sqlite3.connect(tmp_path / "bad.db") as conn:  # damage one backup
+        conn.execute("DELETE FROM context_items WHERE ordinal = 0")
+    before = db.read_bytes()
+
+    refused = run_cli("--db", str(db), "restore", str(tmp_path / "bad.db"), "--yes")
+    assert refused.code == 2 and "nothing was replaced" in refused.err
+    assert db.read_bytes() == before
+
+    done = run_cli("--db", str(db), "restore", str(tmp_path / "good.db"), "--yes", "--json")
+    assert done.code == 0, done
+    data = json.loads(done.out)
+    aside = Path(data["kept_aside"])
+    assert aside.read_bytes() == before
+    with Engine.open(db, config=SMALL) as restored:
+        assert "written after the backup" not in [m.content for m in restored.messages("s")]
+        assert check(restored.store) == []
+        assert restored.store.large_files()
+    missing = run_cli("--db", str(db), "restore", str(tmp_path / "nope.db"), "--yes")
+    assert missing.code == 2 and "is not a backup file" in missing.err
+
+
+def test_lossless_backup_from_the_cli(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    db = tmp_path / "c.db"
+    filled(db).close()
+    out = run_cli("--db", str(db), "backup", str(tmp_path / "b.db"))
+    assert out.code == 0 and "backed up to" in out.out and "large files in" in out.out
+    again = run_cli("--db", str(db), "backup", str(tmp_path / "b.db"))
+    assert again.code == 2 and "exists already" in again.err

@@ -1,0 +1,616 @@
+"""Crash safety with real processes: kill -9 in the middle of each long operation, then check.
+
+A child process (``crash_child.py``) runs one operation on a copy of a prepared store — a bulk
+import, an ingest loop that acknowledges each committed call, a run of leaf passes, a run of
+condensed passes, a transplant of a large source, a migration of an old-schema store — and is
+killed with SIGKILL. Even rounds kill it at a random moment (after a seeded number of progress
+lines plus a seeded random delay); odd rounds stop it inside its N-th write transaction (N
+seeded), all writes done and the commit not yet made, and kill it there. After each kill:
+
+* ``doctor`` finds nothing and SQLite's own integrity check passes;
+* every acknowledged message is stored exactly once, and nothing half written is left (whole
+  batches, whole passes, a whole transplant or none, each migration whole or not at all);
+* re-running the interrupted command completes it, to the same result as an uninterrupted run.
+
+``LOSSLESS_CRASH_ROUNDS`` (default 5) sets the rounds per kill point.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import crash_child as child
+from lossless import Config, Engine, doctor
+from lossless.ingest.reconcile import BATCH_MESSAGES
+from lossless.sample import write_session
+from lossless.store import SQLiteStore
+from lossless.store.migrations import MIGRATIONS
+from lossless.summarize import ScriptedSummarizer
+from lossless.transplant import TransplantError
+
+ROUNDS = int(os.environ.get("LOSSLESS_CRASH_ROUNDS", "5"))
+SEEDS = range(ROUNDS)
+CHILD = Path(__file__).with_name("crash_child.py")
+#: Longest a child may go without printing a line before the test gives up on it.
+STALL_SECONDS = 60.0
+
+IMPORT_TURNS = 600  # ~4,100 messages: five import batches
+LEAF_TURNS = 60  # ~400 messages: a few dozen leaf passes
+TRANSPLANT_TURNS = 600  # ~4,100 messages copied in one transaction
+#: The store a pre-tool-log release wrote: migrations up to this one (the next one, the
+#: tool-execution log, backfills every message, which is what takes time to migrate).
+OLD_SCHEMA_UPTO = "m004_session_summaries"
+
+
+def is_hold(seed: int) -> bool:
+    """Odd rounds stop inside a write transaction; even rounds kill at a random moment."""
+    return seed % 2 == 1
+
+
+# --- running and killing a child ---------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """What a killed (or finished) child printed and how it ended."""
+
+    lines: list[str]
+    returncode: int
+
+    def acks(self) -> list[int]:
+        return [int(line.split()[1]) for line in self.lines if line.startswith("ack ")]
+
+
+def nth(word: str, n: int) -> Callable[[list[str]], bool]:
+    """Kill once the child printed *word* for the *n*-th time."""
+    return lambda lines: lines[-1] == word and lines.count(word) >= n
+
+
+def nth_ack(n: int) -> Callable[[list[str]], bool]:
+    """Kill once the child acknowledged its *n*-th batch (acks count from 0)."""
+    return lambda lines: lines[-1].startswith("ack ") and int(lines[-1].split()[1]) + 1 >= n
+
+
+def holding(lines: list[str]) -> bool:
+    return lines[-1] == "holding"
+
+
+def kill_child(
+    tmp_path: Path,
+    operation: str,
+    *args: str | Path,
+    when: Callable[[list[str]], bool],
+    delay: float = 0.0,
+) -> Run:
+    """Start the child, SIGKILL it *delay* seconds after *when* says so (or let it finish)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    err = tmp_path / f"{operation}.stderr"
+    with err.open("w") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, str(CHILD), operation, *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            text=True,
+            env=env,
+        )
+        assert proc.stdout is not None
+        out = proc.stdout
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump() -> None:
+            for line in out:
+                lines.put(line.strip())
+            lines.put(None)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        seen: list[str] = []
+        ended = False
+        try:
+            while True:
+                try:
+                    line = lines.get(timeout=STALL_SECONDS)
+                except queue.Empty:
+                    pytest.fail(f"{operation} child printed nothing for {STALL_SECONDS:g} s")
+                if line is None:
+                    ended = True  # it finished (or died) before the kill
+                    break
+                seen.append(line)
+                if when(seen):
+                    time.sleep(delay)
+                    break
+        finally:
+            proc.kill()
+            code = proc.wait(timeout=30)
+        reader.join(timeout=30)
+        out.close()
+    while not ended:
+        line = lines.get(timeout=5)
+        if line is None:
+            break
+        seen.append(line)  # printed before the kill landed: acknowledged all the same
+    if code not in (0, -signal.SIGKILL):
+        pytest.fail(f"{operation} child failed ({code}):\n{err.read_text()[-3000:]}")
+    print(f"{operation}: killed={code == -signal.SIGKILL} after {len(seen)} lines")
+    return Run(seen, code)
+
+
+# --- checks ------------------------------------------------------------------------------------
+
+
+def assert_whole(store: SQLiteStore) -> None:
+    """Nothing damaged, nothing written half."""
+    assert doctor.check(store) == []
+    assert store.fetchall("PRAGMA integrity_check") == [("ok",)]
+    assert (
+        store.fetchall(
+            "SELECT conversation_id FROM messages GROUP BY conversation_id"
+            " HAVING min(seq) <> 1 OR max(seq) <> count(*)"
+        )
+        == []
+    ), "seq numbers with gaps"
+    assert (
+        store.fetchall(
+            "SELECT conversation_id, external_id FROM messages WHERE external_id IS NOT NULL"
+            " GROUP BY conversation_id, external_id HAVING count(*) > 1"
+        )
+        == []
+    ), "a message stored twice"
+    assert (
+        store.fetchall(
+            "SELECT summary_id FROM summaries s WHERE retired_at IS NULL"
+            " AND NOT EXISTS (SELECT 1 FROM context_items ci WHERE ci.summary_id = s.summary_id)"
+            " AND NOT EXISTS"
+            "  (SELECT 1 FROM summary_parents sp WHERE sp.parent_summary_id = s.summary_id)"
+        )
+        == []
+    ), "a summary neither in the context nor under a summary in it"
+    assert (
+        store.fetchall(
+            "SELECT message_id FROM summary_messages GROUP BY message_id HAVING count(*) > 1"
+        )
+        == []
+    ), "a message summarized twice"
+
+
+def messages_of(store: SQLiteStore, session: str) -> list[tuple[Any, ...]]:
+    """(role, content, external id) of a conversation's messages in order ([] if none)."""
+    conv = store.find_conversation(session)
+    if conv is None:
+        return []
+    return store.fetchall(
+        "SELECT role, content, external_id FROM messages WHERE conversation_id = ? ORDER BY seq",
+        (conv.conversation_id,),
+    )
+
+
+_BELOW = """
+WITH RECURSIVE below(id) AS (
+  SELECT ? UNION SELECT sp.parent_summary_id FROM summary_parents sp JOIN below b
+  ON sp.summary_id = b.id)
+SELECT sm.message_id FROM summary_messages sm JOIN below b ON sm.summary_id = b.id
+ORDER BY sm.message_id
+"""
+
+
+def shape(engine: Engine, session: str) -> list[tuple[Any, ...]]:
+    """The context as ids: messages, and summaries by depth and the messages below them."""
+    out: list[tuple[Any, ...]] = []
+    for item in engine.context(session):
+        if item.item_type == "message":
+            out.append(("message", item.message_id))
+        else:
+            below = tuple(r[0] for r in engine.store.fetchall(_BELOW, (item.summary_id,)))
+            out.append(("summary", item.depth, below))
+    return out
+
+
+def copy_db(src: Path, dest: Path) -> Path:
+    for suffix in ("", "-wal"):
+        if Path(f"{src}{suffix}").exists():
+            shutil.copy(f"{src}{suffix}", f"{dest}{suffix}")
+    return dest
+
+
+def fast_summarizer() -> ScriptedSummarizer:
+    return ScriptedSummarizer(default=child.summary_text)
+
+
+# --- bulk import ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportCase:
+    transcript: Path
+    reference: list[tuple[Any, ...]]
+    reference_db: Path
+
+
+@pytest.fixture(scope="module")
+def import_case(tmp_path_factory: pytest.TempPathFactory) -> ImportCase:
+    root = tmp_path_factory.mktemp("import")
+    transcript = write_session(root / "session.jsonl", IMPORT_TURNS, seed=11, session_id="imported")
+    db = root / "reference.db"
+    with Engine.open(db, config=Config()) as engine:
+        engine.import_path(transcript)
+        reference = messages_of(engine.store, "imported")
+    assert len(reference) > 4 * BATCH_MESSAGES
+    return ImportCase(transcript, reference, db)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_killed_import_keeps_whole_batches_and_importing_again_completes_it(
+    import_case: ImportCase, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(f"import:{seed}")
+    db = tmp_path / "store.db"
+    reference = import_case.reference
+    batches = -(-len(reference) // BATCH_MESSAGES)
+    if is_hold(seed):
+        n = rng.randint(1, batches)
+        run = kill_child(
+            tmp_path, "import", db, import_case.transcript, "--hold", str(n), when=holding
+        )
+        assert "holding" in run.lines
+    else:
+        # 21 ticks per pass over the file (two passes), then the checkpoint and the index.
+        run = kill_child(
+            tmp_path,
+            "import",
+            db,
+            import_case.transcript,
+            when=nth("tick", rng.randint(1, 42)),
+            delay=rng.uniform(0, 0.05),
+        )
+
+    with Engine.open(db, config=Config()) as engine:
+        assert_whole(engine.store)
+        stored = messages_of(engine.store, "imported")
+        assert stored == reference[: len(stored)], "not a prefix of the transcript"
+        assert len(stored) % BATCH_MESSAGES == 0 or len(stored) == len(reference)
+        print(f"import: {len(stored)} of {len(reference)} messages stored at the kill")
+        if is_hold(seed):
+            assert len(stored) == (n - 1) * BATCH_MESSAGES  # the open batch is gone whole
+
+        reports = engine.import_path(import_case.transcript)
+        assert reports[0].imported == len(reference) - len(stored)
+        assert messages_of(engine.store, "imported") == reference
+        assert_whole(engine.store)
+        assert engine.import_path(import_case.transcript)[0].imported == 0
+
+
+# --- ingest calls, acknowledged ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_killed_ingest_loop_keeps_every_acknowledged_batch_exactly_once(
+    tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(f"ingest:{seed}")
+    db = tmp_path / "store.db"
+    Engine.open(db, config=child.INGEST_CONFIG).close()
+    if is_hold(seed):
+        n = rng.randint(1, child.BATCHES)
+        run = kill_child(tmp_path, "ingest", db, "--hold", str(n), when=holding)
+        assert "holding" in run.lines
+    else:
+        run = kill_child(
+            tmp_path,
+            "ingest",
+            db,
+            when=nth_ack(rng.randint(1, child.BATCHES - 10)),
+            delay=rng.uniform(0, 0.02),
+        )
+    acked = run.acks()
+    assert acked == list(range(len(acked)))
+
+    with Engine.open(db, config=child.INGEST_CONFIG) as engine:
+        assert_whole(engine.store)
+        stored = messages_of(engine.store, "s")
+        ids = [eid for _, _, eid in stored]
+        batches = len(ids) // child.BATCH_SIZE
+        # Whole batches, in order; every acknowledged one; at most the one in flight besides.
+        assert ids == [e for i in range(batches) for e in child.batch_ids(i)]
+        assert batches in (len(acked), len(acked) + 1)
+        if is_hold(seed):
+            assert batches == len(acked) == n - 1
+
+        child.ingest_all(engine)  # the interrupted command, run again to its end
+        expected = [
+            (m["role"], m["content"], eid)
+            for i in range(child.BATCHES)
+            for m, eid in zip(child.batch(i), child.batch_ids(i), strict=True)
+        ]
+        assert messages_of(engine.store, "s") == expected
+        assert_whole(engine.store)
+
+
+# --- leaf and condensed passes -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompactionCase:
+    start: Path  # the store before the passes
+    summaries: int  # in it
+    passes: int  # how many an uninterrupted run writes
+    final: list[tuple[Any, ...]]  # the context an uninterrupted run ends with
+    end: Path  # the store after an uninterrupted run
+    messages: list[tuple[Any, ...]]
+
+
+def _compaction_case(start: Path, end: Path, config: Config) -> CompactionCase:
+    copy_db(start, end)
+    with Engine.open(end, config=config, summarizer=fast_summarizer()) as engine:
+        messages = messages_of(engine.store, "s")
+        summaries = len(engine.store.fetchall("SELECT 1 FROM summaries"))
+        report = engine.compact("s")
+        assert {p.level for p in report.passes} == {"normal"}
+        final = shape(engine, "s")
+    assert len(report.passes) >= 6
+    return CompactionCase(start, summaries, len(report.passes), final, end, messages)
+
+
+@pytest.fixture(scope="module")
+def leaf_case(tmp_path_factory: pytest.TempPathFactory) -> CompactionCase:
+    root = tmp_path_factory.mktemp("leaf")
+    transcript = write_session(root / "s.jsonl", LEAF_TURNS, seed=5, session_id="s")
+    with Engine.open(root / "start.db", config=child.LEAF_CONFIG) as engine:
+        engine.import_path(transcript)
+    return _compaction_case(root / "start.db", root / "end.db", child.LEAF_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def condensed_case(
+    leaf_case: CompactionCase, tmp_path_factory: pytest.TempPathFactory
+) -> CompactionCase:
+    root = tmp_path_factory.mktemp("condensed")
+    start = copy_db(leaf_case.end, root / "start.db")
+    return _compaction_case(start, root / "end.db", child.CONDENSED_CONFIG)
+
+
+def _kill_compaction(
+    case: CompactionCase, operation: str, config: Config, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(f"{operation}:{seed}")
+    db = copy_db(case.start, tmp_path / "store.db")
+    if is_hold(seed):
+        n = rng.randint(1, case.passes)
+        run = kill_child(tmp_path, operation, db, "--hold", str(n), when=holding)
+        assert "holding" in run.lines
+    else:
+        run = kill_child(
+            tmp_path,
+            operation,
+            db,
+            when=nth("tick", rng.randint(1, case.passes - 1)),
+            delay=rng.uniform(0, 1.5 * child.SUMMARIZER_DELAY),
+        )
+
+    with Engine.open(db, config=config, summarizer=fast_summarizer()) as engine:
+        assert_whole(engine.store)
+        assert messages_of(engine.store, "s") == case.messages
+        written = len(engine.store.fetchall("SELECT 1 FROM summaries")) - case.summaries
+        print(f"{operation}: {written} of {case.passes} passes written at the kill")
+        if is_hold(seed):
+            assert written == n - 1  # the pass held open left nothing
+        assert 0 <= written <= case.passes
+
+        report = engine.compact("s")  # the interrupted command, run again
+        assert len(report.passes) == case.passes - written
+        assert shape(engine, "s") == case.final
+        assert_whole(engine.store)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_killed_run_of_leaf_passes_loses_nothing_and_compacting_again_finishes_it(
+    leaf_case: CompactionCase, tmp_path: Path, seed: int
+) -> None:
+    _kill_compaction(leaf_case, "leaf", child.LEAF_CONFIG, tmp_path, seed)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_killed_run_of_condensed_passes_loses_nothing_and_compacting_again_finishes_it(
+    condensed_case: CompactionCase, tmp_path: Path, seed: int
+) -> None:
+    _kill_compaction(condensed_case, "condensed", child.CONDENSED_CONFIG, tmp_path, seed)
+
+
+# --- transplant --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TransplantCase:
+    start: Path
+    seconds: float  # how long an uninterrupted apply takes here
+    target_before: list[tuple[Any, ...]]
+    target_after: list[tuple[Any, ...]]
+    summaries_after: int
+
+
+@pytest.fixture(scope="module")
+def transplant_case(tmp_path_factory: pytest.TempPathFactory) -> TransplantCase:
+    root = tmp_path_factory.mktemp("transplant")
+    transcript = write_session(root / "s.jsonl", TRANSPLANT_TURNS, seed=9, session_id=child.SOURCE)
+    start = root / "start.db"
+    with Engine.open(start, config=child.TRANSPLANT_CONFIG, summarizer=fast_summarizer()) as eng:
+        eng.import_path(transcript)
+        eng.compact(child.SOURCE)
+        eng.ingest_batch(
+            child.TARGET, [{"role": "user", "content": f"target message {i}"} for i in range(3)]
+        )
+        before = messages_of(eng.store, child.TARGET)
+    reference = copy_db(start, root / "reference.db")
+    with Engine.open(reference, config=child.TRANSPLANT_CONFIG) as eng:
+        began = time.perf_counter()
+        plan = eng.transplant(child.SOURCE, child.TARGET, apply=True)
+        seconds = time.perf_counter() - began
+        after = messages_of(eng.store, child.TARGET)
+        target = eng.conversation(child.TARGET).conversation_id
+        summaries = len(
+            eng.store.fetchall("SELECT 1 FROM summaries WHERE conversation_id = ?", (target,))
+        )
+    assert len(plan.message_ids) > 4_000 and summaries == len(plan.dag)
+    return TransplantCase(start, seconds, before, after, summaries)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_killed_transplant_is_applied_whole_or_not_at_all_and_then_exactly_once(
+    transplant_case: TransplantCase, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(f"transplant:{seed}")
+    db = copy_db(transplant_case.start, tmp_path / "store.db")
+    if is_hold(seed):
+        run = kill_child(tmp_path, "transplant", db, "--hold", "1", when=holding)
+        assert "holding" in run.lines
+    else:
+        delay = rng.uniform(0, 1.25 * transplant_case.seconds)
+        run = kill_child(tmp_path, "transplant", db, when=nth("ready", 1), delay=delay)
+
+    with Engine.open(db, config=child.TRANSPLANT_CONFIG) as engine:
+        assert_whole(engine.store)
+        target = messages_of(engine.store, child.TARGET)
+        assert target in (transplant_case.target_before, transplant_case.target_after)
+        applied = target == transplant_case.target_after
+        print(f"transplant: {'applied' if applied else 'not applied'} at the kill")
+        if is_hold(seed):
+            assert not applied
+
+        if not applied:  # the interrupted command, run again, applies it
+            engine.transplant(child.SOURCE, child.TARGET, apply=True)
+        with pytest.raises(TransplantError, match="transplanted before"):
+            engine.transplant(child.SOURCE, child.TARGET, apply=True)
+        assert messages_of(engine.store, child.TARGET) == transplant_case.target_after
+        conv = engine.conversation(child.TARGET).conversation_id
+        summaries = engine.store.fetchall(
+            "SELECT count(*) FROM summaries WHERE conversation_id = ?", (conv,)
+        )[0][0]
+        assert summaries == transplant_case.summaries_after
+        assert_whole(engine.store)
+
+
+# --- migration ---------------------------------------------------------------------------------
+
+
+def _schema(conn: sqlite3.Connection) -> set[tuple[str, str, str | None]]:
+    return {
+        (kind, name, sql)
+        for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master")
+        if not name.startswith("sqlite_") and name != "migrations"
+    }
+
+
+def _objects_by_migration() -> dict[str, set[tuple[str, str, str | None]]]:
+    """The schema objects each migration creates (replayed on an empty database)."""
+    conn = sqlite3.connect(":memory:")
+    made: dict[str, set[tuple[str, str, str | None]]] = {}
+    seen: set[tuple[str, str, str | None]] = set()
+    for name, fn in MIGRATIONS:
+        fn(conn)
+        now = _schema(conn)
+        made[name] = now - seen
+        seen = now
+    conn.close()
+    return made
+
+
+@dataclass(frozen=True)
+class MigrationCase:
+    old: Path  # a store as the older release left it
+    later: list[str]  # the migrations opening it applies
+    objects: dict[str, set[tuple[str, str, str | None]]]
+    tool_executions: int  # rows the backfill must end with
+    seconds: float  # how long opening (migrating) it takes here
+
+
+@pytest.fixture(scope="module")
+def migration_case(
+    import_case: ImportCase, tmp_path_factory: pytest.TempPathFactory
+) -> MigrationCase:
+    root = tmp_path_factory.mktemp("migration")
+    names = [name for name, _ in MIGRATIONS]
+    later = names[names.index(OLD_SCHEMA_UPTO) + 1 :]
+    objects = _objects_by_migration()
+    old = copy_db(import_case.reference_db, root / "old.db")
+    conn = sqlite3.connect(old, isolation_level=None)
+    expected_rows = conn.execute("SELECT count(*) FROM tool_executions").fetchone()[0]
+    assert expected_rows > 1_000
+    # Downgrade: drop what the later migrations made and forget that they ran. This is the
+    # schema the older release wrote, as long as later migrations only add objects.
+    conn.execute("BEGIN")
+    for name in reversed(later):
+        for kind, ident, _ in sorted(objects[name], key=lambda o: o[0] != "table"):
+            conn.execute(f'DROP {kind.upper()} IF EXISTS "{ident}"')
+        conn.execute("DELETE FROM migrations WHERE name = ?", (name,))
+    conn.execute("COMMIT")
+    replay = sqlite3.connect(":memory:")
+    for _, fn in MIGRATIONS[: names.index(OLD_SCHEMA_UPTO) + 1]:
+        fn(replay)
+    assert _schema(conn) == _schema(replay), "a later migration changes an older object"
+    conn.close()
+    replay.close()
+
+    timed = copy_db(old, root / "timed.db")
+    began = time.perf_counter()
+    with Engine.open(timed, config=Config()) as engine:
+        seconds = time.perf_counter() - began
+        assert engine.store.applied_migrations() == names
+        assert engine.store.fetchall("SELECT count(*) FROM tool_executions")[0][0] == expected_rows
+    return MigrationCase(old, later, objects, expected_rows, seconds)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_killed_migration_applies_each_step_whole_and_opening_again_finishes_it(
+    migration_case: MigrationCase, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(f"migrate:{seed}")
+    db = copy_db(migration_case.old, tmp_path / "store.db")
+    if is_hold(seed):
+        run = kill_child(tmp_path, "migrate", db, "--hold", "1", when=holding)
+        assert "holding" in run.lines
+    else:
+        delay = rng.uniform(0, 1.5 * migration_case.seconds)
+        run = kill_child(tmp_path, "migrate", db, when=nth("ready", 1), delay=delay)
+
+    # Before anything opens it again: each later migration is recorded and all there, or
+    # neither.
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        recorded = {r[0] for r in conn.execute("SELECT name FROM migrations")}
+        schema = _schema(conn)
+        for name in migration_case.later:
+            made = migration_case.objects[name]
+            if name in recorded:
+                assert made <= schema, f"{name} recorded but not all there"
+            else:
+                assert not made & schema, f"{name} half applied"
+        if "m005_tool_executions" in recorded:
+            rows = conn.execute("SELECT count(*) FROM tool_executions").fetchone()[0]
+            assert rows == migration_case.tool_executions
+    finally:
+        conn.close()
+    done = len(recorded & set(migration_case.later))
+    print(f"migrate: {done} of {len(migration_case.later)} migrations recorded at the kill")
+    if is_hold(seed):
+        assert done == 0
+
+    with Engine.open(db, config=Config()) as engine:  # opening again migrates the rest
+        assert engine.store.applied_migrations() == [name for name, _ in MIGRATIONS]
+        rows = engine.store.fetchall("SELECT count(*) FROM tool_executions")[0][0]
+        assert rows == migration_case.tool_executions
+        assert_whole(engine.store)
