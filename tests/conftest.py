@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,10 +30,77 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "store.db"
 
 
+#: Where the PostgreSQL tests find their server (``.ci/run`` sets it).
+POSTGRES_ENV = "LOSSLESS_TEST_POSTGRES_URL"
+
+
+def postgres_base_url() -> str:
+    """The test server's URL; skips the test, saying why, when none is configured."""
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(
+            f"{POSTGRES_ENV} is not set, so the PostgreSQL back end is not tested here"
+            " (.ci/run sets it to the local server)"
+        )
+    return url
+
+
+@contextmanager
+def postgres_schema(base: str) -> Iterator[str]:
+    """A fresh schema of its own for one test: yields a URL whose search path is that schema
+    (then ``public``, where ``pg_trgm`` lives), and drops the schema afterwards."""
+    import psycopg
+
+    name = f"lossless_test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        with contextlib.suppress(psycopg.errors.UniqueViolation):  # another test made it
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    sep = "&" if "?" in base else "?"
+    try:
+        yield f"{base}{sep}options=-csearch_path%3D{name},public"
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The back end under test: the suite's behaviour tests run on each."""
+    name: str = request.param
+    if name == "postgres":
+        postgres_base_url()  # skips, saying why, without a server
+    return name
+
+
 @pytest.fixture
-def engine(db_path: Path) -> Iterator[Engine]:
-    """An engine on a fresh SQLite file with default settings."""
-    with Engine.open(db_path, config=Config()) as eng:
+def new_db(backend: str, tmp_path: Path) -> Iterator[Callable[[], str]]:
+    """``new_db()``: one more fresh store on the back end under test (a SQLite file, or a
+    PostgreSQL schema of its own, dropped after the test)."""
+    with contextlib.ExitStack() as stack:
+        made: list[str] = []
+
+        def make() -> str:
+            if backend == "sqlite":
+                target = str(tmp_path / f"store-{len(made)}.db")
+            else:
+                target = stack.enter_context(postgres_schema(postgres_base_url()))
+            made.append(target)
+            return target
+
+        yield make
+
+
+@pytest.fixture
+def db(new_db: Callable[[], str]) -> str:
+    """A fresh store on the back end under test."""
+    return new_db()
+
+
+@pytest.fixture
+def engine(db: str) -> Iterator[Engine]:
+    """An engine on a fresh store (each back end in turn) with default settings."""
+    with Engine.open(db, config=Config()) as eng:
         yield eng
 
 

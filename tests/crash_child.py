@@ -20,6 +20,7 @@ re-runs exactly the command it interrupted.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from collections.abc import Callable
@@ -130,7 +131,8 @@ def hold_at(name: str, n: int, owner: Any = SQLiteStore) -> None:
             time.sleep(HOLD_SECONDS)
         return result
 
-    setattr(owner, name, staticmethod(step) if owner is SQLiteStore else step)
+    static = isinstance(inspect.getattr_static(owner, name), staticmethod)
+    setattr(owner, name, staticmethod(step) if static else step)
 
 
 class Ticker:

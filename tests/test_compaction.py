@@ -24,7 +24,7 @@ from lossless import Config, Engine, Message, Part, doctor
 from lossless.compaction import Compactor, PassResult, fresh_tail_start
 from lossless.model import ContextItem
 from lossless.sample import generate_session, write_session
-from lossless.store import SQLiteStore
+from lossless.store import Store
 from lossless.summarize import TRUNCATION_MARKER, AuthError, ScriptedSummarizer, SummaryRequest
 
 SMALL = Config().replace(
@@ -49,13 +49,14 @@ EngineFactory = Callable[..., Engine]
 
 
 @pytest.fixture
-def open_engine(tmp_path: Path) -> Iterator[EngineFactory]:
-    """``open_engine(summarizer, **config_changes)``: an engine on a new SQLite file."""
+def open_engine(new_db: Callable[[], str]) -> Iterator[EngineFactory]:
+    """``open_engine(summarizer, **config_changes)``: an engine on a new store (of each back
+    end in turn)."""
     engines: list[Engine] = []
 
     def make(summarizer: ScriptedSummarizer | None = None, **changes: Any) -> Engine:
         engine = Engine.open(
-            tmp_path / f"lossless-{len(engines)}.db",
+            new_db(),
             config=SMALL.replace(**changes),
             summarizer=summarizer if summarizer is not None else ScriptedSummarizer(),
         )
@@ -153,10 +154,15 @@ def context_tokens(engine: Engine, session: str = "s") -> int:
     return sum(it.tokens for it in engine.context(session))
 
 
-def snapshot(store: SQLiteStore, table: str) -> list[tuple[Any, ...]]:
-    """Every row of *table* (with the rowid of a full-text table), in key order."""
-    columns = "rowid, *" if table.endswith("_fts") else "*"
-    rows = store.fetchall(f"SELECT {columns} FROM {table}")
+def snapshot(store: Store, table: str) -> list[tuple[Any, ...]]:
+    """Every row of *table* (with the rowid of a full-text table), in key order. PostgreSQL
+    has no full-text tables (its word index is a column of ``summaries``): their rows are
+    the summaries' ``content_tsv``."""
+    if table.endswith("_fts") and store.backend == "postgresql":
+        rows = store.fetchall(f"SELECT rowid, content_tsv::text FROM {table[:-4]}")
+    else:
+        columns = "rowid, *" if table.endswith("_fts") else "*"
+        rows = store.fetchall(f"SELECT {columns} FROM {table}")
     return sorted(rows, key=lambda row: tuple((v is None, 0 if v is None else v) for v in row))
 
 
@@ -165,7 +171,7 @@ def prompt_time(stored: str) -> str:
     return f"{stored[:10]} {stored[11:16]} UTC"
 
 
-def where_is(store: SQLiteStore) -> dict[int, str]:
+def where_is(store: Store) -> dict[int, str]:
     """Each message's place: ``context`` when raw in the context, else its leaf summary."""
     places = {
         mid: "context"
@@ -177,7 +183,7 @@ def where_is(store: SQLiteStore) -> dict[int, str]:
     return places
 
 
-def assert_tool_pairs_whole(store: SQLiteStore) -> int:
+def assert_tool_pairs_whole(store: Store) -> int:
     """No tool call is summarized apart from its result; returns the pairs checked."""
     rows = store.fetchall(
         "SELECT m.conversation_id, p.message_id, p.part_type, p.tool_call_id"
@@ -884,10 +890,10 @@ def test_after_turn_reports_a_failed_compaction_instead_of_raising(
     Feed(engine).turns(8)
     before = {t: snapshot(engine.store, t) for t in ("summaries", "summary_messages")}
 
-    def broken_index(conn: Any, summary_id: str) -> None:
+    def broken_index(*args: Any) -> None:
         raise RuntimeError("disk I/O error")
 
-    monkeypatch.setattr(SQLiteStore, "_index_summary", staticmethod(broken_index))
+    monkeypatch.setattr(type(engine.store), "_index_summaries", staticmethod(broken_index))
     result = engine.after_turn("s", [{"role": "user", "content": "still here?"}])
 
     assert result.compaction is None
@@ -1058,7 +1064,7 @@ def test_turn_by_turn_compaction_grows_linearly_and_never_resummarizes_history(
 # --- crashes -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("step", ["_index_summary", "_shift_ordinals"])
+@pytest.mark.parametrize("step", ["_index_summaries", "_shift_ordinals"])
 @pytest.mark.parametrize("kind", ["leaf", "condensed"])
 def test_a_crash_inside_a_pass_leaves_the_database_as_it_was(
     open_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch, step: str, kind: str
@@ -1074,7 +1080,7 @@ def test_a_crash_inside_a_pass_leaves_the_database_as_it_was(
     def crash(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError(f"crash in {step}")
 
-    monkeypatch.setattr(SQLiteStore, step, staticmethod(crash))
+    monkeypatch.setattr(type(engine.store), step, staticmethod(crash))
     with pytest.raises(RuntimeError, match="crash in"):
         if kind == "leaf":
             leaf_pass(engine)
@@ -1106,7 +1112,7 @@ _OPS = st.one_of(
     st.tuples(st.just("compact"), _CONV),
     st.tuples(st.just("until"), _CONV, st.integers(min_value=50, max_value=900)),
     st.tuples(st.just("condense"), _CONV, st.booleans()),
-    st.tuples(st.just("crash"), _CONV, st.sampled_from(["_shift_ordinals", "_index_summary"])),
+    st.tuples(st.just("crash"), _CONV, st.sampled_from(["_shift_ordinals", "_index_summaries"])),
     st.tuples(st.just("misbehave"), st.sampled_from(["error", "empty", "huge", "timeout"])),
 )
 
@@ -1237,7 +1243,7 @@ def test_compaction_invariants_hold_over_random_operations(
                     def crash(*a: Any, **k: Any) -> None:
                         raise RuntimeError("injected crash")
 
-                    patch.setattr(SQLiteStore, args[1], staticmethod(crash))
+                    patch.setattr(type(engine.store), args[1], staticmethod(crash))
                     try:
                         engine.compact(session.name)
                     except RuntimeError as exc:

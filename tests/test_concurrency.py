@@ -95,9 +95,9 @@ engine.close()
 
 
 def test_separate_processes_writing_one_conversation_never_interleave_a_batch(
-    db_path: Path, tmp_path: Path
+    db: str, tmp_path: Path
 ) -> None:
-    Engine.open(db_path).close()  # create and migrate once
+    Engine.open(db).close()  # create and migrate once
     procs, batches = 4, 40
     go = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -107,7 +107,7 @@ def test_separate_processes_writing_one_conversation_never_interleave_a_batch(
                 sys.executable,
                 "-c",
                 _CHILD,
-                str(db_path),
+                db,
                 f"p{i}",
                 str(batches),
                 str(go),
@@ -125,7 +125,7 @@ def test_separate_processes_writing_one_conversation_never_interleave_a_batch(
     go.touch()
     for c in children:
         assert c.wait(timeout=120) == 0
-    with Engine.open(db_path) as engine:
+    with Engine.open(db) as engine:
         _assert_batches_whole(engine, "shared", procs * batches * BATCH)
         writers = [m.content.split("|")[0] for m in engine.messages("shared")[::BATCH]]
     switches = sum(1 for a, b in itertools.pairwise(writers) if a != b)

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 from lossless import Engine, doctor
 
 
-def _raw(db: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA foreign_keys = OFF")
-    return conn
+@contextmanager
+def _raw(engine: Engine) -> Iterator[Any]:
+    """A connection that damages the store as something other than lossless would: with
+    foreign keys unchecked (SQLite's pragma; PostgreSQL's replica role skips the checks)."""
+    store = engine.store
+    if store.backend == "sqlite":
+        with closing(sqlite3.connect(store.location, isolation_level=None)) as conn:
+            conn.execute("PRAGMA foreign_keys = OFF")
+            yield conn
+        return
+    with store.transaction() as conn:
+        conn.execute("SET LOCAL session_replication_role = replica")
+        yield conn
 
 
 def _seed(engine: Engine) -> list[int]:
@@ -28,11 +40,9 @@ def test_a_fresh_store_has_no_problems(engine: Engine) -> None:
     assert doctor.check(engine.store) == []
 
 
-def test_a_gap_in_context_ordinals_and_the_orphaned_message_are_reported(
-    engine: Engine, db_path: Path
-) -> None:
+def test_a_gap_in_context_ordinals_and_the_orphaned_message_are_reported(engine: Engine) -> None:
     ids = _seed(engine)
-    with _raw(db_path) as conn:
+    with _raw(engine) as conn:
         conn.execute("DELETE FROM context_items WHERE ordinal = 2")
     problems = doctor.check(engine.store)
     checks = {p.check for p in problems}
@@ -42,12 +52,10 @@ def test_a_gap_in_context_ordinals_and_the_orphaned_message_are_reported(
     assert all(p.fix for p in problems)
 
 
-def test_an_item_pointing_at_another_conversation_is_reported(
-    engine: Engine, db_path: Path
-) -> None:
+def test_an_item_pointing_at_another_conversation_is_reported(engine: Engine) -> None:
     _seed(engine)
     other = engine.ingest("other", {"role": "user", "content": "elsewhere"})
-    with _raw(db_path) as conn:
+    with _raw(engine) as conn:
         conn.execute(
             "UPDATE context_items SET message_id = ? WHERE ordinal = 0 AND conversation_id = 1",
             (other.message_ids[0],),
@@ -55,9 +63,9 @@ def test_an_item_pointing_at_another_conversation_is_reported(
     assert any(p.check == "context items" for p in doctor.check(engine.store))
 
 
-def test_a_summary_without_sources_is_reported(engine: Engine, db_path: Path) -> None:
+def test_a_summary_without_sources_is_reported(engine: Engine) -> None:
     _seed(engine)
-    with _raw(db_path) as conn:
+    with _raw(engine) as conn:
         conn.execute(
             "INSERT INTO summaries (summary_id, conversation_id, kind, depth, content, token_count,"
             " created_at) VALUES ('sum_0123456789abcdef', 1, 'leaf', 0, 'x', 1, '2026-01-01')"
@@ -66,9 +74,18 @@ def test_a_summary_without_sources_is_reported(engine: Engine, db_path: Path) ->
     assert [p.ids for p in found] == ["sum_0123456789abcdef"]
 
 
-def test_missing_full_text_rows_are_reported_and_rebuilt(engine: Engine, db_path: Path) -> None:
+def test_missing_full_text_rows_are_reported_and_rebuilt(engine: Engine) -> None:
     ids = _seed(engine)
-    with _raw(db_path) as conn:
+    if engine.store.backend == "postgresql":
+        # Its word and trigram indexes are PostgreSQL's own: what can go missing is an index.
+        with _raw(engine) as conn:
+            conn.execute("DROP INDEX messages_trigram")
+        problems = doctor.check(engine.store)
+        assert any(p.check == "full-text index" and "messages_trigram" in p.ids for p in problems)
+        engine.store.rebuild_fts()
+        assert doctor.check(engine.store) == []
+        return
+    with _raw(engine) as conn:
         content = conn.execute(
             "SELECT content FROM messages WHERE message_id = ?", (ids[1],)
         ).fetchone()[0]
@@ -82,9 +99,9 @@ def test_missing_full_text_rows_are_reported_and_rebuilt(engine: Engine, db_path
     assert doctor.check(engine.store) == []
 
 
-def test_dangling_foreign_keys_are_reported(engine: Engine, db_path: Path) -> None:
+def test_dangling_foreign_keys_are_reported(engine: Engine) -> None:
     ids = _seed(engine)
-    with _raw(db_path) as conn:
+    with _raw(engine) as conn:
         conn.execute(
             "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
             " VALUES ('sum_missing', ?, 0)",

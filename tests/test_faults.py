@@ -529,9 +529,19 @@ def big_batch(tag: str, count: int = 40) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"{tag} {i} " + "payload " * 800} for i in range(count)]
 
 
+@pytest.fixture
+def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
+    """An engine on a SQLite file: the disk-full tests fill it by capping its page count (a
+    PostgreSQL server's full disk reaches lossless as an OperationalError, which the store
+    turns into a StoreError the same way)."""
+    with Engine.open(tmp_path / "full.db", config=Config()) as eng:
+        yield eng
+
+
 def test_a_full_database_refuses_the_ingest_keeps_nothing_of_it_and_works_once_there_is_room(
-    engine: Engine,
+    sqlite_engine: Engine,
 ) -> None:
+    engine = sqlite_engine
     engine.ingest("s", {"role": "user", "content": "stored before the disk filled"})
     before = snapshot(engine)
     conn = fill_disk(engine)
@@ -572,8 +582,9 @@ def test_a_full_database_during_compaction_changes_nothing_and_compaction_resume
 
 
 def test_a_full_database_is_reported_as_a_store_error_that_says_what_to_do(
-    engine: Engine,
+    sqlite_engine: Engine,
 ) -> None:
+    engine = sqlite_engine
     engine.ingest("s", {"role": "user", "content": "stored before the disk filled"})
     fill_disk(engine)
 

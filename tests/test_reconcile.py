@@ -18,7 +18,7 @@ from lossless import Engine, doctor
 from lossless.errors import StoreError
 from lossless.ingest import reconcile
 from lossless.sample import generate_session
-from lossless.store.sqlite import SQLiteStore
+from lossless.store.base import Store
 
 SID = "5c1d2e3f-0000-4000-8000-00000000abcd"
 
@@ -307,21 +307,21 @@ def test_an_import_that_fails_part_way_is_completed_by_the_next_bootstrap(
     lines = session_lines(4)
     path = write_lines(tmp_path / "s.jsonl", lines)
     monkeypatch.setattr(reconcile, "BATCH_MESSAGES", 5)
-    real = SQLiteStore.append_messages
+    real = Store.append_messages
     calls = {"n": 0}
 
-    def failing(self: SQLiteStore, conversation: Any, messages: Any) -> Any:
+    def failing(self: Store, conversation: Any, messages: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:
             raise StoreError("disk I/O error (simulated)")
         return real(self, conversation, messages)
 
-    monkeypatch.setattr(SQLiteStore, "append_messages", failing)
+    monkeypatch.setattr(type(engine.store), "append_messages", failing)
     with pytest.raises(StoreError):
         engine.bootstrap(path)
     assert engine.store.message_count() == 5  # the first batch was committed
 
-    monkeypatch.setattr(SQLiteStore, "append_messages", real)
+    monkeypatch.setattr(type(engine.store), "append_messages", real)
     [report] = engine.bootstrap(path)
 
     expected = message_ids(lines)
@@ -341,19 +341,19 @@ def test_a_tail_import_that_fails_part_way_is_completed_by_the_next_bootstrap(
     engine.bootstrap(path)
     append_lines(path, lines[cut:])
     monkeypatch.setattr(reconcile, "BATCH_MESSAGES", 4)
-    real = SQLiteStore.append_messages
+    real = Store.append_messages
     calls = {"n": 0}
 
-    def failing(self: SQLiteStore, conversation: Any, messages: Any) -> Any:
+    def failing(self: Store, conversation: Any, messages: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 3:
             raise StoreError("database is locked (simulated)")
         return real(self, conversation, messages)
 
-    monkeypatch.setattr(SQLiteStore, "append_messages", failing)
+    monkeypatch.setattr(type(engine.store), "append_messages", failing)
     with pytest.raises(StoreError):
         engine.bootstrap(path)
-    monkeypatch.setattr(SQLiteStore, "append_messages", real)
+    monkeypatch.setattr(type(engine.store), "append_messages", real)
     engine.bootstrap(path)
 
     assert stored_ids(engine) == message_ids(lines)

@@ -23,6 +23,7 @@ from typing import Any
 
 from . import doctor
 from .errors import LosslessError
+from .store.base import Store
 from .store.sqlite import SQLiteStore
 from .timestamps import now
 
@@ -93,7 +94,7 @@ def _copy(source: Path, dest: Path) -> None:
         raise BackupError(f"{source} cannot be read as a lossless store: {exc}") from exc
 
 
-def backup(store: SQLiteStore, files_dir: Path, dest: str | os.PathLike[str]) -> BackupReport:
+def backup(store: Store, files_dir: Path, dest: str | os.PathLike[str]) -> BackupReport:
     """Copy *store* (and *files_dir*) to *dest* (and ``<dest>-files``), then check the copy."""
     target = Path(dest).expanduser()
     if target.exists():

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .store.sqlite import SQLiteStore
+from .store.base import Store
 from .summarize.escalation import TRUNCATION_MARKER
 
 __all__ = ["Problem", "check", "stray_files"]
@@ -44,7 +44,7 @@ ORDER BY m.message_id LIMIT ?
 """
 
 
-def check(store: SQLiteStore, *, degraded: bool = False) -> list[Problem]:
+def check(store: Store, *, degraded: bool = False) -> list[Problem]:
     """Run every integrity check; an empty list means the store is consistent. With
     *degraded*, also list the summaries ``doctor --apply`` would re-summarize (written by the
     deterministic fallback, or cut to size): not damage, but worse than they could be."""
@@ -76,7 +76,7 @@ def check(store: SQLiteStore, *, degraded: bool = False) -> list[Problem]:
 
     for conv, ordinal, kind, ident in store.fetchall(
         "SELECT ci.conversation_id, ci.ordinal, ci.item_type,"
-        " coalesce(ci.message_id, ci.summary_id)"
+        " coalesce(CAST(ci.message_id AS TEXT), ci.summary_id)"
         " FROM context_items ci"
         " LEFT JOIN messages m ON m.message_id = ci.message_id"
         " LEFT JOIN summaries s ON s.summary_id = ci.summary_id"
@@ -213,7 +213,7 @@ def check(store: SQLiteStore, *, degraded: bool = False) -> list[Problem]:
     return problems
 
 
-def stray_files(store: SQLiteStore, files_dir: Path) -> list[Problem]:
+def stray_files(store: Store, files_dir: Path) -> list[Problem]:
     """Files under *files_dir* that no ``large_files`` row names: written by an ingest that
     was interrupted before its transaction committed (the file is written first). They hold
     nothing the store refers to."""

@@ -65,7 +65,7 @@ from .retrieval.grants import Grant
 from .retrieval.grep import GrepResult, Mode, Scope, Sort
 from .retrieval.grep import grep as grep_store
 from .sessions import summarize_session as summarize_session_versions
-from .store import SQLiteStore, open_store
+from .store import Store, open_store
 from .summarize import Summarizer
 from .summarize.guards import guard_state
 from .summarize.providers import build_summarizer
@@ -104,10 +104,16 @@ def database_target(target: str | os.PathLike[str] | None, config: Config) -> st
     return os.fspath(chosen) if chosen else default_db_path()
 
 
-def files_dir_for(config: Config, database: Path) -> Path:
-    """Where large files are kept: ``data_dir/files``, else ``<database>-files`` beside it."""
+def files_dir_for(config: Config, database: Path | Store) -> Path:
+    """Where large files are kept: ``data_dir/files``, else ``<database>-files`` beside a
+    SQLite file, else (a PostgreSQL store) ``files`` in the user data directory."""
     if config.data_dir:
         return Path(config.data_dir).expanduser() / "files"
+    if isinstance(database, Store):
+        path = getattr(database, "path", None)
+        if path is None:
+            return default_db_path().parent / "files"
+        database = Path(path)
     return database.with_name(database.name + "-files")
 
 
@@ -144,7 +150,7 @@ class Engine:
 
     def __init__(
         self,
-        store: SQLiteStore,
+        store: Store,
         config: Config | None = None,
         *,
         token_counter: TokenCounter | None = None,
@@ -402,7 +408,7 @@ class Engine:
     @property
     def files_dir(self) -> Path:
         """Where large files are kept: ``data_dir/files``, else ``<database>-files`` beside it."""
-        return files_dir_for(self.config, self.store.path)
+        return files_dir_for(self.config, self.store)
 
     def externalize(self, conversation_id: int, norm: NormalizedMessage) -> None:
         """Keep the large files of *norm* outside its plain text (its parts stay exact)."""
@@ -1025,7 +1031,7 @@ class Engine:
             for depth, n in c.summaries_by_depth.items():
                 by_depth[depth] = by_depth.get(depth, 0) + n
         return {
-            "database": str(self.store.path),
+            "database": self.store.location,
             "backend": self.store.backend,
             "conversations": len(convs),
             "messages": sum(c.message_count for c in convs),

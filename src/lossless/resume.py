@@ -34,7 +34,7 @@ from .model import ContextItem
 from .tokens import estimate_tokens
 
 if TYPE_CHECKING:
-    from .store.sqlite import SQLiteStore
+    from .store.base import Store
 
 __all__ = ["HONESTY_GATE", "ResumeSummary", "boundary", "build_resume"]
 
@@ -117,7 +117,7 @@ class ResumeSummary:
         }
 
 
-def boundary(store: SQLiteStore, conversation_id: int, items: Sequence[ContextItem]) -> int | None:
+def boundary(store: Store, conversation_id: int, items: Sequence[ContextItem]) -> int | None:
     """The seq of the last message the context's summaries replaced: the message before the
     first raw message after the last summary in the context (``None`` with no summaries)."""
     last = max((n for n, i in enumerate(items) if i.summary_id is not None), default=None)
@@ -130,7 +130,7 @@ def boundary(store: SQLiteStore, conversation_id: int, items: Sequence[ContextIt
     return int(rows[0][0]) - 1 if rows else None
 
 
-def _max_seq(store: SQLiteStore, conversation_id: int) -> int:
+def _max_seq(store: Store, conversation_id: int) -> int:
     rows = store.fetchall(
         "SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
     )
@@ -138,7 +138,7 @@ def _max_seq(store: SQLiteStore, conversation_id: int) -> int:
 
 
 def build_resume(
-    store: SQLiteStore, conversation_id: int, upto_seq: int | None, max_tokens: int
+    store: Store, conversation_id: int, upto_seq: int | None, max_tokens: int
 ) -> ResumeSummary:
     """The resume summary of the messages up to *upto_seq* (all of them with ``None``)."""
     limit = upto_seq if upto_seq is not None else _max_seq(store, conversation_id)
@@ -194,9 +194,7 @@ def build_resume(
     return out
 
 
-def _requests(
-    store: SQLiteStore, conversation_id: int, limit: int, order: str
-) -> list[tuple[int, str]]:
+def _requests(store: Store, conversation_id: int, limit: int, order: str) -> list[tuple[int, str]]:
     """The first (``ASC``) or latest (``DESC``) user requests with text, up to *limit*."""
     rows = store.fetchall(
         "SELECT seq, content FROM messages WHERE conversation_id = ? AND role = 'user'"
@@ -206,7 +204,7 @@ def _requests(
     return [(int(seq), _clean(text)) for seq, text in rows]
 
 
-def _current_task(store: SQLiteStore, conversation_id: int, limit: int) -> str:
+def _current_task(store: Store, conversation_id: int, limit: int) -> str:
     """The latest request the agent acted on: the latest user message followed by tool calls
     (before the next user message and the boundary), or, when the latest one is still
     unanswered, that one if it is more than a short reply ("Nice.", "ok go on")."""
@@ -225,7 +223,7 @@ def _current_task(store: SQLiteStore, conversation_id: int, limit: int) -> str:
     return next((t for _, t in latest if len(t.split()) >= _TASK_WORDS), latest[0][1])
 
 
-def _unanswered(store: SQLiteStore, conversation_id: int, seq: int, limit: int) -> bool:
+def _unanswered(store: Store, conversation_id: int, seq: int, limit: int) -> bool:
     """No assistant message after *seq* up to the boundary."""
     return not store.fetchall(
         "SELECT 1 FROM messages WHERE conversation_id = ? AND seq > ? AND seq <= ?"
@@ -261,7 +259,7 @@ def _paths_of(raw_input: str | None) -> list[str]:
 
 
 def _pending_items(
-    store: SQLiteStore,
+    store: Store,
     conversation_id: int,
     low: int,
     limit: int,

@@ -25,7 +25,7 @@ from .model import Conversation, Summary
 from .store.sqlite import content_hash
 
 if TYPE_CHECKING:
-    from .store.sqlite import SQLiteStore
+    from .store.base import Store
 
 __all__ = ["TransplantError", "TransplantPlan", "apply", "plan"]
 
@@ -131,7 +131,7 @@ def preview(text: str) -> str:
     return head + ("..." if len(words) > _PREVIEW_WORDS else "")
 
 
-def plan(store: SQLiteStore, source: Conversation, target: Conversation) -> TransplantPlan:
+def plan(store: Store, source: Conversation, target: Conversation) -> TransplantPlan:
     """What transplanting *source* into *target* would do (reads only)."""
     context = store.context_summaries(source.conversation_id)
     dag = store.summary_dag([s.summary_id for s in context])
@@ -150,7 +150,7 @@ def plan(store: SQLiteStore, source: Conversation, target: Conversation) -> Tran
     )
 
 
-def apply(store: SQLiteStore, planned: TransplantPlan) -> TransplantPlan:
+def apply(store: Store, planned: TransplantPlan) -> TransplantPlan:
     """Carry out *planned* in one transaction; :class:`TransplantError` when it is refused."""
     if planned.problem:
         raise TransplantError(planned.problem)

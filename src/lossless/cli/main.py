@@ -15,6 +15,7 @@ from . import (
     conversations,
     demo,
     maintenance,
+    migrate,
     retrieval,
     sessions,
     store,
@@ -31,8 +32,9 @@ from .output import State, stderr
 @click.option(
     "--db",
     envvar="LOSSLESS_DB",
-    metavar="PATH",
-    help="Database file (default: lossless.db in the user data dir). Env: LOSSLESS_DB.",
+    metavar="PATH|URL",
+    help="Database file, or a postgresql:// URL (default: lossless.db in the user data dir)."
+    " Env: LOSSLESS_DB.",
 )
 @click.option(
     "--config",
@@ -64,6 +66,7 @@ for command in (
     store.config_command,
     store.backup_command,
     store.restore_command,
+    migrate.migrate_store_command,
     store.reveal_command,
     demo.demo_command,
     compaction.compact_command,

@@ -28,7 +28,7 @@ from ..ingest.shapes import clean_text
 from .grep import _WORD, MAX_LIMIT, GrepError, _fts_query, _in, _snippet
 
 if TYPE_CHECKING:
-    from ..store.sqlite import SQLiteStore
+    from ..store.base import Store
 
 __all__ = ["ContextQueryResult", "ExecutionHit", "FrameHit", "chat_context_query"]
 
@@ -88,7 +88,7 @@ class ContextQueryResult:
 
 
 def chat_context_query(
-    store: SQLiteStore,
+    store: Store,
     *,
     conversation_ids: Sequence[int] | None = None,
     kind: Kind = "both",
@@ -168,12 +168,8 @@ def _scope(alias: str, ids: Sequence[int] | None) -> tuple[str, list[Any]]:
     return f" AND {clause}", params
 
 
-#: Message ids whose text matches an FTS query (one ``?``).
-_TEXT_IDS = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-
-
 def _executions(
-    store: SQLiteStore,
+    store: Store,
     ids: Sequence[int] | None,
     tool_name: str | None,
     execution_id: str | None,
@@ -202,12 +198,14 @@ def _executions(
         # The index finds the messages; each word must then be in this execution's own input
         # or output (one message can carry the results of several parallel calls).
         where += (
-            f" AND (e.call_message_id IN ({_TEXT_IDS}) OR e.result_message_id IN ({_TEXT_IDS}))"
+            f" AND (e.call_message_id IN ({store.match_ids_sql})"
+            f" OR e.result_message_id IN ({store.match_ids_sql}))"
         )
-        params += [query, query]
+        params += [store.word_query(query)] * 2
         for word in words:
             where += (
-                " AND (coalesce(e.input, '') || ' ' || coalesce(e.output, '')) LIKE ? ESCAPE '\\'"
+                f" AND (coalesce(e.input, '') || ' ' || coalesce(e.output, '')) {store.like} ?"
+                " ESCAPE '\\'"
             )
             params.append("%" + _like(word) + "%")
     direction = "DESC" if order == "newest" else "ASC"
@@ -239,7 +237,7 @@ def _executions(
 
 
 def _frames(
-    store: SQLiteStore,
+    store: Store,
     ids: Sequence[int] | None,
     role: str | None,
     since: str | None,
@@ -261,8 +259,8 @@ def _frames(
             where += f" AND {clause}"
             params.append(value)
     if query is not None:
-        where += f" AND m.message_id IN ({_TEXT_IDS})"
-        params.append(query)
+        where += f" AND m.message_id IN ({store.match_ids_sql})"
+        params.append(store.word_query(query))
     if calls is not None:  # the messages that made or answered the chosen calls
         tool_name, execution_id, status = calls
         inner, inner_params = _scope("e", ids)

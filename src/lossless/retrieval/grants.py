@@ -20,7 +20,7 @@ from ..ingest.shapes import dumps, loads
 from ..timestamps import format_ts, now
 
 if TYPE_CHECKING:
-    from ..store.sqlite import SQLiteStore
+    from ..store.base import Store
 
 __all__ = ["Grant", "GrantError", "charge", "check", "create", "revoke", "sweep"]
 
@@ -65,7 +65,7 @@ def _grant(row: Sequence[object]) -> Grant:
 
 
 def create(
-    store: SQLiteStore,
+    store: Store,
     conversation_ids: Sequence[int],
     *,
     token_cap: int,
@@ -99,7 +99,7 @@ def create(
     return check(store, grant_id)
 
 
-def check(store: SQLiteStore, grant_id: str) -> Grant:
+def check(store: Store, grant_id: str) -> Grant:
     """The grant, if it exists, has not expired and was not revoked; :class:`GrantError`
     otherwise (the error does not say which, to forged ids as to real ones)."""
     if not isinstance(grant_id, str) or not grant_id.isascii():  # grant ids are ASCII
@@ -113,7 +113,7 @@ def check(store: SQLiteStore, grant_id: str) -> Grant:
     return grant
 
 
-def charge(store: SQLiteStore, grant_id: str, tokens: int) -> Grant:
+def charge(store: Store, grant_id: str, tokens: int) -> Grant:
     """Count *tokens* against the grant (one transaction); refuse past its cap."""
     with store.transaction() as conn:
         grant = check(store, grant_id)
@@ -127,7 +127,7 @@ def charge(store: SQLiteStore, grant_id: str, tokens: int) -> Grant:
     return check(store, grant_id)
 
 
-def revoke(store: SQLiteStore, grant_id: str) -> None:
+def revoke(store: Store, grant_id: str) -> None:
     """Revoke a grant now (revoking twice, or an unknown id, is not an error)."""
     with store.transaction() as conn:
         conn.execute(
@@ -136,7 +136,7 @@ def revoke(store: SQLiteStore, grant_id: str) -> None:
         )
 
 
-def sweep(store: SQLiteStore) -> int:
+def sweep(store: Store) -> int:
     """Mark every expired grant revoked; returns how many."""
     stamp = format_ts(now())
     with store.transaction() as conn:
@@ -144,4 +144,4 @@ def sweep(store: SQLiteStore) -> int:
             "UPDATE grants SET revoked_at = ? WHERE revoked_at IS NULL AND expires_at <= ?",
             (stamp, stamp),
         )
-        return max(cur.rowcount, 0)
+        return max(int(cur.rowcount), 0)

@@ -30,7 +30,7 @@ from ..errors import LosslessError
 from ..ingest.shapes import clean_text
 
 if TYPE_CHECKING:
-    from ..store.sqlite import SQLiteStore
+    from ..store.base import Store
 
 __all__ = ["GrepError", "GrepHit", "GrepResult", "grep"]
 
@@ -233,7 +233,7 @@ def _in(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
 
 
 def grep(
-    store: SQLiteStore,
+    store: Store,
     pattern: str,
     *,
     conversation_ids: Sequence[int] | None = None,
@@ -305,7 +305,7 @@ def grep(
 
 
 def _ranked(
-    store: SQLiteStore,
+    store: Store,
     table: str,
     pattern: str,
     scope_args: tuple[Sequence[int] | None, str | None, str | None, int],
@@ -381,7 +381,7 @@ def _scope_sql(
 
 
 def _fts(
-    store: SQLiteStore,
+    store: Store,
     table: str,
     query: str,
     pattern: str,
@@ -404,7 +404,19 @@ def _fts(
         f" ORDER BY {order} LIMIT ?"
     )
     words = _WORD.findall(pattern)
-    if sort == "recency":
+    if store.backend == "postgresql":
+        # The word index is the tsvector column: the same quoted terms, in the syntax of
+        # websearch_to_tsquery (which never fails on user text); ts_rank_cd, negated so
+        # that, as with bm25(), lower is better.
+        order = "s.message_id DESC" if message and sort == "recency" else order
+        order = "s.rowid DESC" if not message and sort == "recency" else order
+        sql = (
+            f"SELECT {cols}, s.content, -ts_rank_cd(s.content_tsv, q) AS score FROM {table} s,"
+            f" websearch_to_tsquery('english'::regconfig, ?) q WHERE s.content_tsv @@ q{extra}"
+            f" ORDER BY {order} LIMIT ?"
+        )
+        rows = store.fetchall(sql, [store.word_query(query), *params, limit])
+    elif sort == "recency":
         rows = store.fetchall(sql, [query, *params, limit])
     else:
         rows = _best_ranked(store, table, key, cols, query, extra, params, limit, sql)
@@ -417,7 +429,7 @@ def _fts(
 
 
 def _best_ranked(
-    store: SQLiteStore,
+    store: Store,
     table: str,
     key: str,
     cols: str,
@@ -467,7 +479,7 @@ def _best_ranked(
 
 
 def _substring(
-    store: SQLiteStore,
+    store: Store,
     table: str,
     needle: str,
     ids: Sequence[int] | None,
@@ -494,15 +506,22 @@ def _substring(
     # clause (with one, SQLite does not use the trigram index), and no % or _ at all, since a
     # wildcard beside non-ASCII text crashes SQLite 3.40's trigram LIKE (detail='none'). The
     # exact check below keeps only the rows that hold the whole needle.
-    run = max(re.split(r"[%_]", needle), key=len)
-    if len(run) >= 3:
+    # (NUL too: SQLite reads a pattern only up to its first NUL.)
+    run = max(re.split(r"[%_\x00]", needle), key=len)
+    if store.backend == "postgresql" and len(run) >= 3:
+        # pg_trgm's GIN index serves ILIKE (any needle: its wildcards are escaped).
+        run = needle
+        where = "s.content ILIKE ?"
+        args: list[Any] = ["%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%"]
+    elif len(run) >= 3:
         where = f"s.{key} IN (SELECT rowid FROM {table}_trigram WHERE content LIKE ?)"
-        args: list[Any] = [f"%{run}%"]
+        args = [f"%{run}%"]
     else:
         (newest,) = store.fetchall(f"SELECT coalesce(max({key}), 0) FROM {table}")[0]
         bounded = newest > SHORT_NEEDLE_ROWS
-        where = f"s.{key} > ? AND instr(lower(s.content), lower(?)) > 0"
-        args = [newest - SHORT_NEEDLE_ROWS, needle]
+        find = "strpos" if store.backend == "postgresql" else "instr"
+        where = f"s.{key} > ? AND {find}(lower(s.content), lower(?)) > 0"
+        args = [newest - SHORT_NEEDLE_ROWS, run or needle]
     wanted = needle.lower()
     fetch = limit if run == needle else limit * 4
     rows = store.fetchall(
@@ -518,9 +537,7 @@ def _substring(
     return hits[:limit], bounded
 
 
-def _files(
-    store: SQLiteStore, pattern: str, ids: Sequence[int] | None, limit: int
-) -> list[GrepHit]:
+def _files(store: Store, pattern: str, ids: Sequence[int] | None, limit: int) -> list[GrepHit]:
     words = [w.lower() for w in _WORD.findall(pattern)]
     out = []
     for record in store.large_files():
@@ -543,7 +560,7 @@ def _files(
 
 
 def _regex(
-    store: SQLiteStore,
+    store: Store,
     pattern: str,
     ids: Sequence[int] | None,
     scope: Scope,

@@ -6,7 +6,7 @@ one write) and by the migration that logs the messages stored before the log exi
 
 from __future__ import annotations
 
-import sqlite3
+from typing import Any
 
 from ..timestamps import parse_ts
 
@@ -17,7 +17,7 @@ ERROR_CHARS = 500
 
 
 def record_tool_executions(
-    conn: sqlite3.Connection, conversation_id: int | None, first_id: int, last_id: int
+    conn: Any, conversation_id: int | None, first_id: int, last_id: int
 ) -> int:
     """Log the tool calls and results of messages ``first_id..last_id`` (of one
     conversation, or of all when ``None``); returns how many parts were logged.
@@ -43,9 +43,9 @@ def record_tool_executions(
     for conv, mid, at, kind, call_id, name, tool_input, output, is_error, file_id in rows:
         if kind == "tool_call":
             conn.execute(
-                "INSERT OR IGNORE INTO tool_executions (execution_id, conversation_id,"
+                "INSERT INTO tool_executions (execution_id, conversation_id,"
                 " call_message_id, tool_name, input, status, started_at)"
-                " VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+                " VALUES (?, ?, ?, ?, ?, 'pending', ?) ON CONFLICT DO NOTHING",
                 (call_id, conv, mid, name, tool_input, at),
             )
             continue

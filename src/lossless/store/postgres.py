@@ -1,0 +1,423 @@
+"""The PostgreSQL back end: one store shared by many processes on many hosts.
+
+The queries are :class:`~.base.Store`'s, as for SQLite; this module supplies what differs:
+
+* connections come from a psycopg 3 pool (the ``postgres`` extra). A thread holds one for the
+  length of a transaction or read snapshot and gives it back after; nested transactions are
+  savepoints. Reads that need one consistent view run as ``REPEATABLE READ READ ONLY``;
+  writes run in ``READ COMMITTED`` with explicit locks;
+* writers to one conversation are serialized by a transaction-scoped advisory lock on the
+  conversation (taken before anything is read), so seq numbers and context ordinals never
+  interleave, while writers to different conversations run side by side;
+* message and part ids come from sequences in consecutive blocks;
+* the word index is a stored ``tsvector`` column and the substring index a ``pg_trgm`` GIN
+  index, both kept by PostgreSQL on every write (nothing to catch up, nothing to drift).
+
+Statements are written with ``?`` placeholders; :func:`translate` turns them into psycopg's.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StoreError
+from ..timestamps import format_ts, now
+from .base import Checkpoint, Store, content_hash
+from .pg_migrations import PG_MIGRATIONS
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["Checkpoint", "PostgresStore", "content_hash", "redact_url", "translate"]
+
+#: Connections a store keeps at most (threads beyond it wait for one to come back).
+POOL_MAX = 8
+CONNECT_TIMEOUT = 10.0
+
+
+@lru_cache(maxsize=4096)
+def translate(sql: str) -> str:
+    """A statement with ``?`` placeholders in psycopg's style: ``?`` outside quotes becomes
+    ``%s`` and every ``%`` is doubled (the statement always goes with a parameter list)."""
+    out: list[str] = []
+    quote = ""
+    for ch in sql:
+        if ch == "%":
+            out.append("%%")
+        elif quote:
+            out.append(ch)
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            out.append(ch)
+        elif ch == "?":
+            out.append("%s")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def redact_url(url: str) -> str:
+    """*url* with its password replaced by ``***`` (for messages and reports)."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+#: PostgreSQL text cannot hold NUL, which messages may: it is stored as ``ESC + "0"`` and
+#: ``ESC`` itself as ``ESC + ESC`` (a private-use character), and read back exactly.
+ESC = "\ue000"
+_UNESCAPE = re.compile(ESC + "(.)", re.S)
+
+
+def escape_text(text: str) -> str:
+    """*text* as stored in PostgreSQL (no NUL; reversible with :func:`unescape_text`)."""
+    if "\x00" not in text and ESC not in text:
+        return text
+    return text.replace(ESC, ESC + ESC).replace("\x00", ESC + "0")
+
+
+def unescape_text(text: str) -> str:
+    """What :func:`escape_text` stored, as it was given."""
+    if ESC not in text:
+        return text
+    return _UNESCAPE.sub(lambda m: "\x00" if m.group(1) == "0" else m.group(1), text)
+
+
+def _params(params: Sequence[Any]) -> list[Any]:
+    return [escape_text(p) if isinstance(p, str) else p for p in params]
+
+
+def _configure(raw: psycopg.Connection[Any]) -> None:
+    """Load ``numeric`` as the Python number it is (sums of integer columns are numeric in
+    PostgreSQL; SQLite returns ints, and callers expect them), and text as it was given."""
+    from psycopg.adapt import Loader
+    from psycopg.types.string import TextLoader
+
+    class NumberLoader(Loader):
+        def load(self, data: Any) -> int | float:
+            text = bytes(data).decode()
+            return float(text) if any(c in text for c in ".eEN") else int(text)
+
+    class ExactTextLoader(TextLoader):
+        def load(self, data: Any) -> str:
+            text = super().load(data)
+            return unescape_text(text if isinstance(text, str) else text.decode())
+
+    raw.adapters.register_loader("numeric", NumberLoader)
+    for name in ("text", "varchar"):
+        raw.adapters.register_loader(name, ExactTextLoader)
+
+
+class PgConnection:
+    """A pooled psycopg connection that takes the store's ``?`` statements."""
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        return self.raw.execute(translate(sql), _params(params))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> psycopg.Cursor[Any]:
+        cur = self.raw.cursor()
+        rows = list(rows)
+        if rows:
+            cur.executemany(translate(sql), [_params(r) for r in rows])
+        return cur
+
+
+class PostgresStore(Store):
+    """Messages, parts, summaries, context items and indexes in a PostgreSQL schema."""
+
+    backend = "postgresql"
+    like = "ILIKE"
+    match_ids_sql = (
+        "SELECT message_id FROM messages"
+        " WHERE content_tsv @@ websearch_to_tsquery('english'::regconfig, ?)"
+    )
+
+    def word_query(self, query: str) -> str:
+        """The quoted terms in ``websearch_to_tsquery``'s syntax, which never fails on user
+        text: ``"a" "b"`` for all of them, ``"a" or "b"`` for any."""
+        return query.replace('" AND "', '" "').replace('" OR "', '" or "')
+
+    def __init__(self, url: str, *, pool_size: int = POOL_MAX) -> None:
+        try:
+            import psycopg
+            from psycopg_pool import ConnectionPool, PoolTimeout
+        except ImportError as exc:  # pragma: no cover - the extra is installed in tests
+            raise StoreError(
+                "the PostgreSQL back end needs psycopg 3 and its pool: pip install"
+                " 'lossless[postgres]'"
+            ) from exc
+        self.url = url
+        self.location = redact_url(url)
+        self.errors = (psycopg.Error,)
+        self._psycopg = psycopg
+        self._local = threading.local()
+        self._term_cache: dict[tuple[str, str], tuple[float, int]] = {}
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={"autocommit": True},
+            configure=_configure,
+            open=False,
+            name="lossless",
+            timeout=60.0,
+        )
+        try:
+            self._pool.open(wait=True, timeout=CONNECT_TIMEOUT)
+        except (PoolTimeout, psycopg.Error) as exc:
+            self._pool.close()
+            raise StoreError(
+                f"cannot connect to the PostgreSQL database {self.location}: {exc}; check the"
+                " URL, that the server is running and accepts this user"
+            ) from exc
+        self.migrate()
+
+    # --- connections and transactions ------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the pool and every connection in it."""
+        self._pool.close()
+
+    def _current(self) -> PgConnection | None:
+        conn: PgConnection | None = getattr(self._local, "conn", None)
+        return conn
+
+    @contextmanager
+    def _checkout(self, *, snapshot: bool) -> Iterator[PgConnection]:
+        if self._pool.closed:
+            raise StoreError(f"the store {self.location} is closed; open it again")
+        psycopg = self._psycopg
+        try:
+            raw = self._pool.getconn()
+        except Exception as exc:
+            raise StoreError(f"no connection to {self.location}: {exc}") from exc
+        conn = self._local.conn = PgConnection(raw)
+        try:
+            with raw.transaction():
+                if snapshot:
+                    raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise StoreError(
+                f"the database {self.location} failed: {exc}; nothing of this write was stored"
+            ) from exc
+        finally:
+            self._local.conn = None
+            self._pool.putconn(raw)
+
+    @contextmanager
+    def transaction(self) -> Iterator[PgConnection]:
+        """A write transaction; nested calls become savepoints."""
+        conn = self._current()
+        if conn is not None:
+            with conn.raw.transaction():
+                yield conn
+            return
+        with self._checkout(snapshot=False) as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[PgConnection]:
+        """A consistent snapshot for several reads (joins an open transaction)."""
+        conn = self._current()
+        if conn is not None:
+            yield conn
+            return
+        with self._checkout(snapshot=True) as conn:
+            yield conn
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a read query: in the thread's transaction, else on its own (one round trip)."""
+        conn = self._current()
+        if conn is not None:
+            return list(conn.execute(sql, params).fetchall())
+        if self._pool.closed:
+            raise StoreError(f"the store {self.location} is closed; open it again")
+        with self._pool.connection() as raw:
+            return list(raw.execute(translate(sql), _params(params)).fetchall())
+
+    # --- schema ----------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Apply pending migrations under a schema-wide advisory lock, each in a savepoint
+        of one transaction; an up-to-date store only reads."""
+        names = [name for name, _ in PG_MIGRATIONS]
+        if self._table_exists("migrations"):
+            done = {r[0] for r in self.fetchall("SELECT name FROM migrations")}
+            if done.issuperset(names):
+                return []
+        applied: list[str] = []
+        with self.transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()), 0)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS migrations"
+                " (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            schema = conn.execute("SELECT current_schema()").fetchone()
+            if schema is None or schema[0] is None:
+                raise StoreError(
+                    f"{self.location} has no schema to create the store in; create one or set"
+                    " the search path (options=-csearch_path=NAME in the URL)"
+                )
+            done = {
+                r[0] for r in conn.execute(f'SELECT name FROM "{schema[0]}".migrations').fetchall()
+            }
+            for name, script in PG_MIGRATIONS:
+                if name in done:
+                    continue
+                conn.raw.execute(script.encode())
+                conn.execute(
+                    "INSERT INTO migrations (name, applied_at) VALUES (?, ?)",
+                    (name, format_ts(now())),
+                )
+                applied.append(name)
+        return applied
+
+    def _table_exists(self, name: str) -> bool:
+        """Whether the store's own schema (the first on the search path) has *name*; a table
+        of that name further down the path is another store's."""
+        return bool(
+            self.fetchall(
+                "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = ?",
+                (name,),
+            )
+        )
+
+    def applied_migrations(self) -> list[str]:
+        """Names of the migrations recorded in this database, in order."""
+        return [r[0] for r in self.fetchall("SELECT name FROM migrations ORDER BY name")]
+
+    # --- ids and locks ----------------------------------------------------------------------
+
+    def _allocate_ids(self, conn: PgConnection, table: str, count: int) -> int:
+        seq = {"messages": "message_ids", "message_parts": "part_ids"}[table]
+        row = conn.execute("SELECT lossless_take_ids(?, ?)", (seq, count)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def _lock_conversation(self, conn: PgConnection, conversation_id: int) -> None:
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(current_schema()),"
+            " (?::bigint % 2147483647)::int)",
+            (conversation_id,),
+        )
+
+    # --- search statistics ---------------------------------------------------------------
+
+    def index_terms(self, text: str) -> list[str]:
+        """The distinct lexemes ``to_tsvector('english', ...)`` makes of *text*."""
+        return [
+            r[0]
+            for r in self.fetchall(
+                "SELECT lexeme FROM unnest(to_tsvector('english'::regconfig, ?))", (text,)
+            )
+        ]
+
+    def _term_counts(self, table: str, terms: Sequence[str]) -> dict[str, int]:
+        """Counted through the GIN index (a lexeme as its own one-word query)."""
+        out = {}
+        for term in terms:
+            rows = self.fetchall(
+                f"SELECT count(*) FROM {table}"
+                " WHERE content_tsv @@ to_tsquery('simple'::regconfig, quote_literal(?))",
+                (term,),
+            )
+            out[term] = int(rows[0][0])
+        return out
+
+    # --- backup ----------------------------------------------------------------------------
+
+    def backup_to(self, dest: Path) -> None:
+        """PostgreSQL is backed up with its own tools, which copy a live database at one
+        moment; this says how."""
+        raise StoreError(
+            f"lossless backup copies SQLite files; back up {self.location} with PostgreSQL's"
+            f" own tools, for example: pg_dump --format=custom --file={dest} '<url>' while"
+            " writers run (one consistent snapshot), and pg_restore --dbname '<url>' to put it"
+            " back, or copy it to SQLite with: lossless migrate-store '<url>' backup.db"
+        )
+
+    # --- integrity -------------------------------------------------------------------------
+
+    _INDEXES = ("messages_fts", "messages_trigram", "summaries_fts", "summaries_trigram")
+
+    def fts_problems(self) -> list[tuple[str, str, str]]:
+        """The search indexes are PostgreSQL's own, kept on every write from the generated
+        ``content_tsv`` columns; what can go wrong is an index missing or left invalid."""
+        rows = {
+            r[0]: r[1]
+            for r in self.fetchall(
+                "SELECT c.relname, i.indisvalid FROM pg_index i"
+                " JOIN pg_class c ON c.oid = i.indexrelid"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema()"
+            )
+        }
+        problems = []
+        for name in self._INDEXES:
+            if name not in rows:
+                problems.append((name, "-", "the index is missing"))
+            elif not rows[name]:
+                problems.append((name, "-", "the index is not valid"))
+        return problems
+
+    def rebuild_fts(self) -> None:
+        """Rebuild the search indexes (recreating a missing one)."""
+        with self.transaction() as conn:
+            conn.execute(
+                "CREATE INDEX IF NOT EXISTS messages_fts ON messages USING gin (content_tsv)"
+            )
+            conn.execute(
+                "CREATE INDEX IF NOT EXISTS messages_trigram ON messages"
+                " USING gin (content gin_trgm_ops)"
+            )
+            conn.execute(
+                "CREATE INDEX IF NOT EXISTS summaries_fts ON summaries USING gin (content_tsv)"
+            )
+            conn.execute(
+                "CREATE INDEX IF NOT EXISTS summaries_trigram ON summaries"
+                " USING gin (content gin_trgm_ops)"
+            )
+            for name in self._INDEXES:
+                conn.execute(f"REINDEX INDEX {name}")
+
+    def foreign_key_problems(self) -> list[tuple[str, int, str, int]]:
+        """Rows whose foreign keys point nowhere: (table, row number, parent table, key
+        index). PostgreSQL checks every key on write, so this finds only what got past it
+        (triggers disabled, a restore without constraints)."""
+        keys = self.fetchall(
+            "SELECT c.conrelid::regclass::text, a.attname, c.confrelid::regclass::text,"
+            " fa.attname FROM pg_constraint c"
+            " JOIN pg_namespace n ON n.oid = c.connamespace"
+            " JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]"
+            " JOIN pg_attribute fa ON fa.attrelid = c.confrelid AND fa.attnum = c.confkey[1]"
+            " WHERE c.contype = 'f' AND n.nspname = current_schema()"
+            " ORDER BY 1, 2"
+        )
+        problems: list[tuple[str, int, str, int]] = []
+        for index, (table, column, parent, parent_column) in enumerate(keys):
+            for (row,) in self.fetchall(
+                f'SELECT row_number() OVER () FROM "{table}" t WHERE t."{column}" IS NOT NULL'
+                f' AND NOT EXISTS (SELECT 1 FROM "{parent}" p'
+                f' WHERE p."{parent_column}" = t."{column}") LIMIT 1000'
+            ):
+                problems.append((table, int(row), parent, index))
+        return problems
+
+    def database_size(self) -> dict[str, int]:
+        """Bytes of this schema's tables with their indexes and TOAST data."""
+        rows = self.fetchall(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+        )
+        return {"database": int(rows[0][0])}

@@ -1,0 +1,141 @@
+"""What only the PostgreSQL back end has to prove: locks across connections (as across hosts),
+its own schema and indexes, exact text, clear errors. The shared behaviour suite runs on it
+through the ``db``/``engine`` fixtures."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import postgres_base_url, postgres_schema
+from lossless import Config, Engine, StoreError
+from lossless.retrieval.grep import GrepError
+from lossless.store import open_store
+from lossless.store.postgres import redact_url, translate
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    with postgres_schema(postgres_base_url()) as target:
+        yield target
+
+
+def test_a_held_conversation_blocks_its_writers_on_other_hosts_but_no_one_else(
+    url: str,
+) -> None:
+    # Two engines are two connection pools: what two hosts sharing the database would be.
+    with Engine.open(url, config=Config()) as host_a, Engine.open(url, config=Config()) as host_b:
+        busy = host_a.conversation("busy", create=True)
+        host_b.conversation("other", create=True)
+        holding, release = threading.Event(), threading.Event()
+        other_done, busy_done = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with host_a.store.transaction() as conn:
+                host_a.store._lock_conversation(conn, busy.conversation_id)
+                holding.set()
+                release.wait(timeout=30)
+
+        def write(session: str, done: threading.Event) -> None:
+            host_b.ingest(session, {"role": "user", "content": f"into {session}"})
+            done.set()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert holding.wait(timeout=10)
+        threading.Thread(target=write, args=("other", other_done)).start()
+        waiter = threading.Thread(target=write, args=("busy", busy_done))
+        waiter.start()
+        assert other_done.wait(timeout=10), "a write to another conversation waited"
+        assert not busy_done.wait(timeout=0.5), "a write to the held conversation did not wait"
+        release.set()
+        holder.join(timeout=10)
+        assert busy_done.wait(timeout=10)
+        waiter.join(timeout=10)
+        assert [m.seq for m in host_a.messages("busy")] == [1]
+
+
+def test_the_schema_has_the_word_and_trigram_indexes_and_every_migration(url: str) -> None:
+    store = open_store(url)
+    try:
+        assert store.backend == "postgresql"
+        assert store.migrate() == []  # all applied on open, none twice
+        assert len(store.applied_migrations()) == 8
+        indexes = dict(
+            store.fetchall(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
+            )
+        )
+        for name in ("messages_fts", "summaries_fts"):
+            assert "gin (content_tsv)" in indexes[name]
+        for name in ("messages_trigram", "summaries_trigram"):
+            assert "gin (content gin_trgm_ops)" in indexes[name]
+        assert store.fts_problems() == []
+        store.fetchall("SELECT 1")  # reads still work after the checks
+    finally:
+        store.close()
+
+
+def test_a_missing_search_index_is_reported_and_rebuilt(url: str) -> None:
+    with Engine.open(url, config=Config()) as engine:
+        engine.ingest("s", {"role": "user", "content": "the flaky deploy script"})
+        with engine.store.transaction() as conn:
+            conn.execute("DROP INDEX messages_trigram")
+        assert ("messages_trigram", "-", "the index is missing") in engine.store.fts_problems()
+        engine.store.rebuild_fts()
+        assert engine.store.fts_problems() == []
+        assert [h.id for h in engine.grep("lak", conversation="s").hits] == ["msg#1"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["nul\x00inside", "\ue000 private use", "both \ue0000 \x00\ue000", "plain"],
+)
+def test_text_comes_back_exactly_even_with_nul_characters(url: str, text: str) -> None:
+    with Engine.open(url, config=Config()) as engine:
+        engine.ingest("s", {"role": "user", "content": f"before {text} after"})
+        (message,) = engine.messages("s")
+        assert message.content == f"before {text} after"
+        assert engine.assemble("s", token_budget=1000).messages[0]["content"][0]["text"] == (
+            f"before {text} after"
+        )
+
+
+@pytest.mark.parametrize(
+    "query",
+    ['"unbalanced', "a & | ! b", "foo:* <-> bar", "-(deploy)", "or or and"],
+)
+def test_user_text_never_breaks_the_word_query(url: str, query: str) -> None:
+    with Engine.open(url, config=Config()) as engine:
+        engine.ingest("s", {"role": "user", "content": "deploy foo bar b a"})
+        for sort in ("relevance", "recency"):
+            refusal = ""
+            try:
+                engine.grep(query, conversation="s", sort=sort)  # whatever it finds
+            except GrepError as exc:  # regex-looking text: the two modes explained
+                refusal = str(exc)
+            assert not refusal or "mode=regex" in refusal
+
+
+def test_a_bad_url_says_what_is_wrong_without_the_password() -> None:
+    with pytest.raises(StoreError, match=r"cannot connect to the PostgreSQL database") as info:
+        open_store("postgresql://someone:s3cret-pass@127.0.0.1:1/nowhere?connect_timeout=2")
+    assert "s3cret-pass" not in str(info.value)
+    assert "someone:***@" in str(info.value)
+
+
+def test_backup_points_to_postgresql_tools(url: str, tmp_path: Path) -> None:
+    with Engine.open(url, config=Config()) as engine:
+        with pytest.raises(StoreError, match="pg_dump"):
+            engine.store.backup_to(tmp_path / "copy.dump")
+        assert not (tmp_path / "copy.dump").exists()
+
+
+def test_placeholders_are_translated_outside_quotes_only() -> None:
+    assert translate("SELECT ? WHERE a LIKE '%?%' AND b = \"?\"") == (
+        "SELECT %s WHERE a LIKE '%%?%%' AND b = \"?\""
+    )
+    assert redact_url("postgresql://u:p@h/db") == "postgresql://u:***@h/db"
