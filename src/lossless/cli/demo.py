@@ -53,7 +53,7 @@ def demo_command(
     """
     workdir = Path(tempfile.mkdtemp(prefix="lossless-demo-"))
     transcript = write_session(workdir / "demo-session.jsonl", turns, seed=seed)
-    db = Path(state.db) if state.db else workdir / "demo.db"
+    db = state.db if state.db else str(workdir / "demo.db")
     started = time.perf_counter()
     with Engine.open(db, config=state.config) as engine:
         report = replay_transcript(engine, transcript, budget)
@@ -63,6 +63,7 @@ def demo_command(
         by_depth = engine.store.summary_counts(conv)
         problems = doctor.check(engine.store)
         trail = _trail(engine, conv)
+        location = engine.store.location
     last = report.turns[-1]
     result: dict[str, Any] = {
         "turns": turns,
@@ -78,7 +79,7 @@ def demo_command(
         "compaction_turns": len(report.compaction_turns),
         "doctor_problems": len(problems),
         "retrieved": trail,
-        "database": str(db),
+        "database": location,
     }
     if as_json:
         emit_json(result)
@@ -92,10 +93,11 @@ def demo_command(
 
 def _trail(engine: Engine, conversation_id: int) -> dict[str, Any]:
     """Find the canary's message and the chain of summaries from it up to the context."""
-    rows = engine.store.fetchall(
-        "SELECT m.message_id FROM messages_fts f JOIN messages m ON m.message_id = f.rowid"
-        " WHERE messages_fts MATCH ? AND m.conversation_id = ? ORDER BY m.seq LIMIT 1",
-        (f'"{CANARY}"', conversation_id),
+    store = engine.store
+    rows = store.fetchall(
+        f"SELECT m.message_id FROM messages m WHERE m.message_id IN ({store.match_ids_sql})"
+        " AND m.conversation_id = ? ORDER BY m.seq LIMIT 1",
+        (store.word_query(f'"{CANARY}"'), conversation_id),
     )
     if not rows:
         return {}

@@ -11,7 +11,9 @@ from rich.markup import escape
 from .. import doctor
 from ..backup import restore as restore_store
 from ..engine import database_target, files_dir_for
+from ..errors import StoreError
 from ..redact import new_key as make_key
+from ..store import is_postgres_url
 from .output import EXIT_ERROR, State, emit_json, json_option, pass_state, stderr, stdout
 
 
@@ -36,7 +38,8 @@ def stats_command(state: State, as_json: bool) -> None:
         f"active context {stats['context_items']:,} items ({stats['context_tokens']:,} tokens)"
     )
     stdout.print(
-        f"on disk        {sizes['database'] / 1e6:.1f} MB + {sizes['wal'] / 1e6:.1f} MB WAL"
+        f"on disk        {sizes['database'] / 1e6:.1f} MB"
+        + (f" + {sizes['wal'] / 1e6:.1f} MB WAL" if "wal" in sizes else " (tables and indexes)")
     )
     summ = stats["summarizer"]
     where = "offline" if summ["offline"] else "model provider"
@@ -174,7 +177,14 @@ def restore_command(state: State, source: Path, yes: bool, as_json: bool) -> Non
     large files) is kept aside as NAME.before-restore-TIME. Stop the agents writing to the
     store first.
     """
-    target = Path(database_target(state.db, state.config))
+    chosen = database_target(state.db, state.config)
+    if is_postgres_url(chosen):
+        raise StoreError(
+            "lossless restore replaces a SQLite file; to put a SQLite backup into PostgreSQL,"
+            f" copy it into an empty schema with: lossless migrate-store {source} '<url>'"
+            " (or restore a pg_dump with pg_restore)"
+        )
+    target = Path(chosen)
     if not yes and not as_json:
         click.confirm(
             f"Replace {target} with {source}? (the current one is kept aside)", abort=True
