@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from lossless import Config, Engine
-from lossless.store import SQLiteStore
+from lossless.store import SQLiteStore, is_postgres_url
 from lossless.store import migrations as migrations_module
+from lossless.store.postgres import PostgresStore
 from lossless.summarize import ScriptedSummarizer, SummaryRequest
 
 #: ``ingest``: batches of BATCH_SIZE messages; odd batches go through after_turn (which
@@ -169,6 +170,8 @@ def main(argv: list[str]) -> None:
     if "--hold" in rest:
         at = rest.index("--hold")
         name, owner = HOLD_STEPS[operation]
+        if owner is SQLiteStore and is_postgres_url(db):
+            owner = PostgresStore
         hold_at(name, int(rest[at + 1]), owner)
         rest = rest[:at] + rest[at + 2 :]
     if operation == "migrate":

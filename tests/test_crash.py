@@ -37,8 +37,9 @@ import pytest
 import crash_child as child
 from lossless import Config, Engine, doctor
 from lossless.ingest.reconcile import BATCH_MESSAGES
+from lossless.migrate_store import migrate_store
 from lossless.sample import write_session
-from lossless.store import SQLiteStore
+from lossless.store import Store, is_postgres_url, open_store
 from lossless.store.migrations import MIGRATIONS
 from lossless.summarize import ScriptedSummarizer
 from lossless.transplant import TransplantError
@@ -153,10 +154,11 @@ def kill_child(
 # --- checks ------------------------------------------------------------------------------------
 
 
-def assert_whole(store: SQLiteStore) -> None:
+def assert_whole(store: Store) -> None:
     """Nothing damaged, nothing written half."""
     assert doctor.check(store) == []
-    assert store.fetchall("PRAGMA integrity_check") == [("ok",)]
+    if store.backend == "sqlite":
+        assert store.fetchall("PRAGMA integrity_check") == [("ok",)]
     assert (
         store.fetchall(
             "SELECT conversation_id FROM messages GROUP BY conversation_id"
@@ -188,7 +190,7 @@ def assert_whole(store: SQLiteStore) -> None:
     ), "a message summarized twice"
 
 
-def messages_of(store: SQLiteStore, session: str) -> list[tuple[Any, ...]]:
+def messages_of(store: Store, session: str) -> list[tuple[Any, ...]]:
     """(role, content, external id) of a conversation's messages in order ([] if none)."""
     conv = store.find_conversation(session)
     if conv is None:
@@ -227,6 +229,21 @@ def copy_db(src: Path, dest: Path) -> Path:
     return dest
 
 
+def place(src: Path, new_db: Callable[[], str]) -> str:
+    """A fresh store on the back end under test holding what the SQLite store *src* holds
+    (a file copy, or ``migrate-store`` into a PostgreSQL schema of its own)."""
+    target = new_db()
+    if not is_postgres_url(target):
+        return str(copy_db(src, Path(target)))
+    source, copy = open_store(src), open_store(target)
+    try:
+        migrate_store(source, copy)
+    finally:
+        source.close()
+        copy.close()
+    return target
+
+
 def fast_summarizer() -> ScriptedSummarizer:
     return ScriptedSummarizer(default=child.summary_text)
 
@@ -255,10 +272,10 @@ def import_case(tmp_path_factory: pytest.TempPathFactory) -> ImportCase:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_killed_import_keeps_whole_batches_and_importing_again_completes_it(
-    import_case: ImportCase, tmp_path: Path, seed: int
+    import_case: ImportCase, tmp_path: Path, seed: int, new_db: Callable[[], str]
 ) -> None:
     rng = random.Random(f"import:{seed}")
-    db = tmp_path / "store.db"
+    db = new_db()
     reference = import_case.reference
     batches = -(-len(reference) // BATCH_MESSAGES)
     if is_hold(seed):
@@ -299,10 +316,10 @@ def test_a_killed_import_keeps_whole_batches_and_importing_again_completes_it(
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_killed_ingest_loop_keeps_every_acknowledged_batch_exactly_once(
-    tmp_path: Path, seed: int
+    tmp_path: Path, seed: int, new_db: Callable[[], str]
 ) -> None:
     rng = random.Random(f"ingest:{seed}")
-    db = tmp_path / "store.db"
+    db = new_db()
     Engine.open(db, config=child.INGEST_CONFIG).close()
     if is_hold(seed):
         n = rng.randint(1, child.BATCHES)
@@ -384,10 +401,15 @@ def condensed_case(
 
 
 def _kill_compaction(
-    case: CompactionCase, operation: str, config: Config, tmp_path: Path, seed: int
+    case: CompactionCase,
+    operation: str,
+    config: Config,
+    tmp_path: Path,
+    seed: int,
+    new_db: Callable[[], str],
 ) -> None:
     rng = random.Random(f"{operation}:{seed}")
-    db = copy_db(case.start, tmp_path / "store.db")
+    db = place(case.start, new_db)
     if is_hold(seed):
         n = rng.randint(1, case.passes)
         run = kill_child(tmp_path, operation, db, "--hold", str(n), when=holding)
@@ -418,16 +440,16 @@ def _kill_compaction(
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_killed_run_of_leaf_passes_loses_nothing_and_compacting_again_finishes_it(
-    leaf_case: CompactionCase, tmp_path: Path, seed: int
+    leaf_case: CompactionCase, tmp_path: Path, seed: int, new_db: Callable[[], str]
 ) -> None:
-    _kill_compaction(leaf_case, "leaf", child.LEAF_CONFIG, tmp_path, seed)
+    _kill_compaction(leaf_case, "leaf", child.LEAF_CONFIG, tmp_path, seed, new_db)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_killed_run_of_condensed_passes_loses_nothing_and_compacting_again_finishes_it(
-    condensed_case: CompactionCase, tmp_path: Path, seed: int
+    condensed_case: CompactionCase, tmp_path: Path, seed: int, new_db: Callable[[], str]
 ) -> None:
-    _kill_compaction(condensed_case, "condensed", child.CONDENSED_CONFIG, tmp_path, seed)
+    _kill_compaction(condensed_case, "condensed", child.CONDENSED_CONFIG, tmp_path, seed, new_db)
 
 
 # --- transplant --------------------------------------------------------------------------------
@@ -470,10 +492,10 @@ def transplant_case(tmp_path_factory: pytest.TempPathFactory) -> TransplantCase:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_killed_transplant_is_applied_whole_or_not_at_all_and_then_exactly_once(
-    transplant_case: TransplantCase, tmp_path: Path, seed: int
+    transplant_case: TransplantCase, tmp_path: Path, seed: int, new_db: Callable[[], str]
 ) -> None:
     rng = random.Random(f"transplant:{seed}")
-    db = copy_db(transplant_case.start, tmp_path / "store.db")
+    db = place(transplant_case.start, new_db)
     if is_hold(seed):
         run = kill_child(tmp_path, "transplant", db, "--hold", "1", when=holding)
         assert "holding" in run.lines
