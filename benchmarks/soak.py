@@ -2,14 +2,17 @@
 
     python benchmarks/soak.py                                   # 4 processes × 2 threads, 60 s
     python benchmarks/soak.py --processes 8 --threads 1 --seconds 600
+    python benchmarks/soak.py --postgres postgresql://postgres@127.0.0.1:5432/test
 
 Every worker thread runs a random mix, for the set time, over a shared set of conversations:
 a turn (``after_turn`` with one to three new messages, each with a unique marker, compacting
 when the context grows), an assembly, a search, and now and then a full compaction. The
-parent samples the database and WAL size every second. At the end it checks that every
-acknowledged message is stored exactly once (by its marker), that each conversation holds
-exactly the acknowledged messages, and that ``doctor`` finds nothing; it reports throughput and
-p50/p95/p99 latency per operation. Not part of the test run.
+parent samples the database and WAL size every second (with ``--postgres URL`` the store is
+a fresh schema of that database, dropped at the end, and the size is that of its tables). At
+the end it checks that every acknowledged message is stored exactly once (by its marker),
+that each conversation holds exactly the acknowledged messages, and that ``doctor`` finds
+nothing; it reports throughput and p50/p95/p99 latency per operation. Not part of the test
+run.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing as mp
+import os
 import queue as queue_module
 import random
 import shutil
@@ -31,6 +35,7 @@ from typing import Any
 
 from lossless import Config, Engine
 from lossless.doctor import check
+from lossless.store import open_store
 from lossless.summarize import ScriptedSummarizer, SummaryRequest
 
 from common import corpus_messages, load_average, machine, percentiles, save
@@ -106,11 +111,26 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--conversations", type=int, default=16)
+    parser.add_argument(
+        "--postgres", metavar="URL", help="soak a PostgreSQL schema of this database instead"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lossless-soak-"))
     args.db = str(work / "soak.db")
+    schema = f"lossless_soak_{os.getpid()}"
+    if args.postgres:
+        import psycopg
+
+        with psycopg.connect(args.postgres, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(f"CREATE SCHEMA {schema}")
+        sep = "&" if "?" in args.postgres else "?"
+        args.db = f"{args.postgres}{sep}options=-csearch_path%3D{schema},public"
+    sizer = None
     try:
         Engine.open(args.db, config=Config()).close()  # create and migrate once
+        sizer = open_store(args.db) if args.postgres else None
         load_before = load_average()
         queue: Any = mp.Queue()
         procs = [mp.Process(target=worker, args=(p, args, queue)) for p in range(args.processes)]
@@ -120,14 +140,18 @@ def main() -> None:
         sizes: list[tuple[float, int, int]] = []
         results = []
         while len(results) < len(procs):
-            db, wal = Path(args.db), Path(args.db + "-wal")
-            sizes.append(
-                (
-                    round(time.monotonic() - started, 1),
-                    db.stat().st_size,
-                    wal.stat().st_size if wal.exists() else 0,
+            if sizer is not None:
+                on_disk = sizer.database_size()
+                sizes.append((round(time.monotonic() - started, 1), on_disk["database"], 0))
+            else:
+                db, wal = Path(args.db), Path(args.db + "-wal")
+                sizes.append(
+                    (
+                        round(time.monotonic() - started, 1),
+                        db.stat().st_size,
+                        wal.stat().st_size if wal.exists() else 0,
+                    )
                 )
-            )
             with contextlib.suppress(queue_module.Empty):  # keep sampling sizes meanwhile
                 results.append(queue.get(timeout=1.0))
         for p in procs:
@@ -149,14 +173,16 @@ def main() -> None:
                 for c in engine.conversations()
                 if c.conversation.session_id.startswith("soak-")
             }
+            find = "strpos" if engine.store.backend == "postgresql" else "instr"
             markers = engine.store.fetchall(
-                "SELECT substr(content, 1, instr(content, ']')) AS m, count(*) FROM messages"
+                f"SELECT substr(content, 1, {find}(content, ']')) AS m, count(*) FROM messages"
                 " GROUP BY m HAVING count(*) > 1"
             )
             problems = check(engine.store)
         exact = dict(acked) == stored
         report = {
             "machine": machine(),
+            "backend": "postgresql" if args.postgres else "sqlite",
             "processes": args.processes,
             "threads": args.threads,
             "seconds": round(elapsed, 1),
@@ -204,11 +230,18 @@ def main() -> None:
         )
         for e in errors[:5]:
             print("  error:", e)
-        save("soak", report)
+        save("soak-postgres" if args.postgres else "soak", report)
         if not exact or markers or problems:
             sys.exit(1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if args.postgres:
+            if sizer is not None:
+                sizer.close()
+            import psycopg
+
+            with psycopg.connect(args.postgres, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 if __name__ == "__main__":
