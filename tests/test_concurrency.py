@@ -11,7 +11,10 @@ import threading
 import time
 from pathlib import Path
 
-from lossless import Engine
+import pytest
+
+from lossless import Config, Engine
+from lossless.store import sqlite as sqlite_store
 
 BATCH = 10
 
@@ -165,3 +168,39 @@ def test_a_busy_conversation_does_not_block_another(engine: Engine) -> None:
     assert blocked_done.wait(timeout=10)
     waiter.join(timeout=10)
     assert [m.content for m in engine.messages("busy")] == ["waits its turn"]
+
+
+def test_the_wal_stays_bounded_while_readers_never_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Passive checkpoints never reset the WAL while some reader is always on an older
+    # snapshot; the store checkpoints it itself once it passes the limit.
+    monkeypatch.setattr(sqlite_store, "WAL_LIMIT_BYTES", 1 << 20)
+    db = tmp_path / "wal.db"
+    wal = Path(f"{db}-wal")
+    stop = threading.Event()
+    with Engine.open(db, config=Config()) as writer, Engine.open(db, config=Config()) as reader:
+        writer.ingest("s", {"role": "user", "content": "first"})
+
+        def read_forever() -> None:
+            while not stop.is_set():
+                with reader.store.read():
+                    reader.store.fetchall("SELECT count(*) FROM messages")
+                    time.sleep(0.001)
+
+        readers = [threading.Thread(target=read_forever) for _ in range(2)]
+        for thread in readers:
+            thread.start()
+        peak = 0
+        try:
+            for i in range(80):  # ~8 MB of messages, in batches
+                writer.ingest_batch(
+                    "s", [{"role": "user", "content": f"{i}-{j} " + "x" * 2000} for j in range(50)]
+                )
+                peak = max(peak, wal.stat().st_size if wal.exists() else 0)
+        finally:
+            stop.set()
+            for thread in readers:
+                thread.join(timeout=10)
+        assert writer.store.message_count() == 1 + 80 * 50
+    assert peak < 4 << 20, f"the WAL grew to {peak / 1e6:.1f} MB under a 1 MB limit"

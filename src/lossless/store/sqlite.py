@@ -24,6 +24,8 @@ from .migrations import MIGRATIONS
 __all__ = ["Checkpoint", "SQLiteStore", "content_hash"]
 
 BUSY_TIMEOUT_MS = 30_000
+#: A WAL larger than this is checkpointed and truncated after the commit that grew it.
+WAL_LIMIT_BYTES = 64 * 1024 * 1024
 
 
 class SQLiteStore(Store):
@@ -35,6 +37,7 @@ class SQLiteStore(Store):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.location = str(self.path)
+        self._wal_path = f"{self.path}-wal"
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -118,8 +121,25 @@ class SQLiteStore(Store):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise _write_error(self.path, exc) from exc
+            self._limit_wal(conn)
         else:
             conn.execute(f"RELEASE sp{depth}")
+
+    def _limit_wal(self, conn: sqlite3.Connection) -> None:
+        """Checkpoint and truncate the WAL once it passes :data:`WAL_LIMIT_BYTES`.
+
+        The automatic checkpoints are passive: while readers keep starting one after another
+        there is always one on an older snapshot, the WAL is never reset, and it grows with
+        every write. This one waits (through the busy handler) for the readers of older
+        snapshots to finish — a read transaction is milliseconds — then resets the file. A
+        failure only leaves the WAL as it was."""
+        try:
+            size = os.path.getsize(self._wal_path)
+        except OSError:
+            return
+        if size > WAL_LIMIT_BYTES:
+            with contextlib.suppress(sqlite3.OperationalError):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
