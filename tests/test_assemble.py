@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -26,8 +26,9 @@ def words(n: int, tag: str) -> str:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Engine:
-    return Engine.open(tmp_path / "a.db", config=SMALL, summarizer=ScriptedSummarizer())
+def engine(new_db: Callable[[], str]) -> Iterator[Engine]:
+    with Engine.open(new_db(), config=SMALL, summarizer=ScriptedSummarizer()) as eng:
+        yield eng
 
 
 def fill(engine: Engine, turns: int) -> None:

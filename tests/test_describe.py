@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -21,8 +21,9 @@ SMALL = Config().replace(
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Engine:
-    return Engine.open(tmp_path / "d.db", config=SMALL, summarizer=ScriptedSummarizer())
+def engine(new_db: Callable[[], str]) -> Iterator[Engine]:
+    with Engine.open(new_db(), config=SMALL, summarizer=ScriptedSummarizer()) as eng:
+        yield eng
 
 
 def compacted(engine: Engine) -> str:

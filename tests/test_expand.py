@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -20,8 +20,22 @@ SMALL = Config().replace(
 )
 
 
-def open_engine(path: Path) -> Engine:
-    return Engine.open(path, config=SMALL, summarizer=ScriptedSummarizer())
+EngineFactory = Callable[[str], Engine]
+
+
+@pytest.fixture
+def open_engine() -> Iterator[EngineFactory]:
+    """``open_engine(target)``: an engine on *target*, closed after the test."""
+    engines: list[Engine] = []
+
+    def make(target: str) -> Engine:
+        engine = Engine.open(target, config=SMALL, summarizer=ScriptedSummarizer())
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
 
 
 def compacted(engine: Engine, session: str = "s") -> str:
@@ -35,8 +49,10 @@ def compacted(engine: Engine, session: str = "s") -> str:
     return top
 
 
-def test_expand_walks_down_the_dag_to_the_messages(tmp_path: Path) -> None:
-    engine = open_engine(tmp_path / "e.db")
+def test_expand_walks_down_the_dag_to_the_messages(
+    open_engine: EngineFactory, new_db: Callable[[], str]
+) -> None:
+    engine = open_engine(new_db())
     top = compacted(engine)
     grant = engine.create_grant("s", token_cap=100_000)
     result = engine.expand(grant.grant_id, [top], include_messages=True)
@@ -47,8 +63,10 @@ def test_expand_walks_down_the_dag_to_the_messages(tmp_path: Path) -> None:
     assert not result.truncated
 
 
-def test_the_token_cap_stops_the_walk_and_is_charged_to_the_grant(tmp_path: Path) -> None:
-    engine = open_engine(tmp_path / "e.db")
+def test_the_token_cap_stops_the_walk_and_is_charged_to_the_grant(
+    open_engine: EngineFactory, new_db: Callable[[], str]
+) -> None:
+    engine = open_engine(new_db())
     top = compacted(engine)
     grant = engine.create_grant("s", token_cap=1_000)
     first = engine.expand(grant.grant_id, [top], include_messages=True, token_cap=60)
@@ -59,8 +77,10 @@ def test_the_token_cap_stops_the_walk_and_is_charged_to_the_grant(tmp_path: Path
         grants.charge(engine.store, grant.grant_id, 10_000)
 
 
-def test_depth_beyond_the_grant_is_refused(tmp_path: Path) -> None:
-    engine = open_engine(tmp_path / "e.db")
+def test_depth_beyond_the_grant_is_refused(
+    open_engine: EngineFactory, new_db: Callable[[], str]
+) -> None:
+    engine = open_engine(new_db())
     top = compacted(engine)
     grant = engine.create_grant("s", max_depth=1)
     with pytest.raises(GrantError, match="1 level"):
@@ -69,8 +89,10 @@ def test_depth_beyond_the_grant_is_refused(tmp_path: Path) -> None:
     assert max(n.level for n in shallow.nodes) <= 1
 
 
-def test_summaries_of_another_conversation_are_refused(tmp_path: Path) -> None:
-    engine = open_engine(tmp_path / "e.db")
+def test_summaries_of_another_conversation_are_refused(
+    open_engine: EngineFactory, new_db: Callable[[], str]
+) -> None:
+    engine = open_engine(new_db())
     compacted(engine, "s")
     theirs = compacted(engine, "other")
     grant = engine.create_grant("s")
@@ -78,8 +100,10 @@ def test_summaries_of_another_conversation_are_refused(tmp_path: Path) -> None:
         engine.expand(grant.grant_id, [theirs])
 
 
-def test_forged_revoked_and_expired_grants_are_refused(tmp_path: Path) -> None:
-    engine = open_engine(tmp_path / "e.db")
+def test_forged_revoked_and_expired_grants_are_refused(
+    open_engine: EngineFactory, new_db: Callable[[], str]
+) -> None:
+    engine = open_engine(new_db())
     top = compacted(engine)
     with pytest.raises(GrantError):
         engine.expand("grant_" + "0" * 32, [top])
@@ -98,17 +122,20 @@ def test_forged_revoked_and_expired_grants_are_refused(tmp_path: Path) -> None:
         engine.expand(expired.grant_id, [top])
 
 
-def test_grants_survive_a_restart(tmp_path: Path) -> None:
-    engine = open_engine(tmp_path / "e.db")
+def test_grants_survive_a_restart(open_engine: EngineFactory, new_db: Callable[[], str]) -> None:
+    db = new_db()
+    engine = open_engine(db)
     top = compacted(engine)
     grant = engine.create_grant("s")
     engine.close()
-    reopened = open_engine(tmp_path / "e.db")
+    reopened = open_engine(db)
     assert reopened.expand(grant.grant_id, [top]).nodes
 
 
-def test_the_cli_expands_under_a_grant_it_revokes(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    db = tmp_path / "e.db"
+def test_the_cli_expands_under_a_grant_it_revokes(  # type: ignore[no-untyped-def]
+    run_cli, open_engine: EngineFactory, new_db: Callable[[], str]
+) -> None:
+    db = new_db()
     engine = open_engine(db)
     top = compacted(engine)
     engine.close()

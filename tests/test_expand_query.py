@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
@@ -22,8 +22,8 @@ SMALL = Config().replace(
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Engine:
-    engine = Engine.open(tmp_path / "q.db", config=SMALL, summarizer=ScriptedSummarizer())
+def engine(db: str) -> Iterator[Engine]:
+    engine = Engine.open(db, config=SMALL, summarizer=ScriptedSummarizer())
     for i in range(14):
         engine.ingest(
             "s", {"role": "user", "content": f"status update {i}: " + "routine work " * 8}
@@ -38,7 +38,8 @@ def engine(tmp_path: Path) -> Engine:
                 },
             )
     engine.compact("s")
-    return engine
+    yield engine
+    engine.close()
 
 
 def test_the_answer_quotes_the_fact_with_its_citation_and_a_label(engine: Engine) -> None:
@@ -80,8 +81,7 @@ def test_nothing_matching_says_so_and_an_empty_question_is_refused(engine: Engin
         engine.expand_query("   ", conversation="s")
 
 
-def test_ask_on_the_command_line(run_cli, tmp_path: Path, engine: Engine) -> None:  # type: ignore[no-untyped-def]
-    db = str(engine.store.path)
+def test_ask_on_the_command_line(run_cli, db: str, engine: Engine) -> None:  # type: ignore[no-untyped-def]
     engine.close()
     res = run_cli("--db", db, "ask", "s", "which port did we choose for staging?")
     assert res.code == 0, res

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,10 @@ BODY = "\n".join(f"def handler_{i}(event):\n    return event.get({i!r})" for i i
 
 
 @pytest.fixture
-def small(tmp_path: Path) -> Engine:
+def small(db: str) -> Iterator[Engine]:
     config = Config().replace(large_file_token_threshold=500)
-    return Engine.open(tmp_path / "x.db", config=config)
+    with Engine.open(db, config=config) as engine:
+        yield engine
 
 
 def test_a_large_file_block_leaves_the_text_but_not_the_message(small: Engine) -> None:
@@ -80,9 +82,9 @@ def test_files_are_private_and_stored_once(small: Engine) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
-def test_data_dir_moves_the_files(tmp_path: Path) -> None:
+def test_data_dir_moves_the_files(tmp_path: Path, new_db: Callable[[], str]) -> None:
     config = Config().replace(large_file_token_threshold=500, data_dir=str(tmp_path / "data"))
-    with Engine.open(tmp_path / "x.db", config=config) as engine:
+    with Engine.open(new_db(), config=config) as engine:
         engine.ingest("s", {"role": "user", "content": f"<file>{BODY}</file>"})
         assert engine.files_dir == tmp_path / "data" / "files"
         assert any((tmp_path / "data" / "files" / "1").iterdir())

@@ -7,6 +7,7 @@ consistent (``doctor`` finds nothing) after every command.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,11 @@ def fill(engine: Engine, session: str = "s", turns: int = 16) -> None:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Engine:
-    eng = Engine.open(
-        tmp_path / "m.db", config=SMALL, summarizer=ScriptedSummarizer(default=numbered("v1"))
-    )
+def engine(db: str) -> Iterator[Engine]:
+    eng = Engine.open(db, config=SMALL, summarizer=ScriptedSummarizer(default=numbered("v1")))
     fill(eng)
-    return eng
+    yield eng
+    eng.close()
 
 
 def context_ids(engine: Engine, session: str = "s") -> list[str]:
@@ -123,9 +123,11 @@ def test_rewrite_all_goes_bottom_up_and_a_context_summary_keeps_its_place(
     )
 
 
-def test_doctor_lists_fallback_summaries_and_apply_repairs_them(tmp_path: Path) -> None:
+def test_doctor_lists_fallback_summaries_and_apply_repairs_them(
+    new_db: Callable[[], str],
+) -> None:
     eng = Engine.open(
-        tmp_path / "r.db",
+        new_db(),
         config=SMALL,
         summarizer=ScriptedSummarizer(default=SummarizerError("provider down")),
     )
@@ -147,6 +149,7 @@ def test_doctor_lists_fallback_summaries_and_apply_repairs_them(tmp_path: Path) 
     assert len(fixed.rewritten) == len(fallbacks)
     assert check(eng.store, degraded=True) == []
     assert all(eng.summary(s).content.startswith("repaired") for s, _ in live(eng))
+    eng.close()
 
 
 def test_dissolve_puts_the_sources_back_in_place(engine: Engine) -> None:
@@ -173,9 +176,11 @@ def test_dissolve_puts_the_sources_back_in_place(engine: Engine) -> None:
         engine.dissolve(leaf)
 
 
-def test_backfill_imports_compacts_to_one_root_and_transplants(tmp_path: Path) -> None:
+def test_backfill_imports_compacts_to_one_root_and_transplants(
+    tmp_path: Path, new_db: Callable[[], str]
+) -> None:
     transcript = write_session(tmp_path / "old.jsonl", 12, session_id="old-run")
-    eng = Engine.open(tmp_path / "b.db", config=SMALL, summarizer=ScriptedSummarizer())
+    eng = Engine.open(new_db(), config=SMALL, summarizer=ScriptedSummarizer())
     for i in range(3):
         eng.ingest("today", {"role": "user", "content": f"today {i}"})
 
@@ -195,14 +200,16 @@ def test_backfill_imports_compacts_to_one_root_and_transplants(tmp_path: Path) -
     assert check(eng.store) == []
     with pytest.raises(TransplantError, match="transplanted before"):
         eng.backfill(transcript, into="today", single_root=True, apply=True)
+    eng.close()
 
 
 def engine_content(engine: Engine, summary_id: str | None) -> str:
     return engine.summary(str(summary_id)).content
 
 
-def test_the_maintenance_commands_from_the_cli(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    db = tmp_path / "c.db"
+def test_the_maintenance_commands_from_the_cli(  # type: ignore[no-untyped-def]
+    run_cli, tmp_path: Path, db: str
+) -> None:
     with Engine.open(
         db, config=SMALL, summarizer=ScriptedSummarizer(default=SummarizerError("down"))
     ) as eng:

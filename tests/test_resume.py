@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,11 +101,12 @@ def build(engine: Engine) -> dict[str, str]:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Engine:
-    eng = Engine.open(tmp_path / "r.db", config=SMALL, summarizer=ScriptedSummarizer())
+def engine(db: str) -> Iterator[Engine]:
+    eng = Engine.open(db, config=SMALL, summarizer=ScriptedSummarizer())
     build(eng)
     eng.compact("work")
-    return eng
+    yield eng
+    eng.close()
 
 
 def test_the_parts_come_from_the_stored_session(engine: Engine) -> None:
@@ -145,11 +146,11 @@ def test_nothing_in_it_is_invented(engine: Engine) -> None:
         )
 
 
-def test_it_is_deterministic_across_stores(tmp_path: Path, engine: Engine) -> None:
-    other = Engine.open(tmp_path / "other.db", config=SMALL, summarizer=ScriptedSummarizer())
-    build(other)
-    other.compact("work")
-    assert other.resume("work").text == engine.resume("work").text
+def test_it_is_deterministic_across_stores(new_db: Callable[[], str], engine: Engine) -> None:
+    with Engine.open(new_db(), config=SMALL, summarizer=ScriptedSummarizer()) as other:
+        build(other)
+        other.compact("work")
+        assert other.resume("work").text == engine.resume("work").text
     assert engine.resume("work").text == engine.resume("work").text
 
 
@@ -180,9 +181,9 @@ def test_it_is_injected_after_the_summaries_and_stays_put_until_the_next_compact
     assert len(resumes) == 1 and "burst traffic case" in resumes[0]
 
 
-def test_injection_can_be_turned_off_and_needs_a_compaction(tmp_path: Path) -> None:
+def test_injection_can_be_turned_off_and_needs_a_compaction(new_db: Callable[[], str]) -> None:
     off = Engine.open(
-        tmp_path / "off.db",
+        new_db(),
         config=SMALL.replace(resume={"inject": False}),
         summarizer=ScriptedSummarizer(),
     )
@@ -191,19 +192,21 @@ def test_injection_can_be_turned_off_and_needs_a_compaction(tmp_path: Path) -> N
     assembled = off.assemble("work", token_budget=50_000, format="anthropic")
     assert assembled.resume_tokens == 0
     assert "Resume summary" not in json.dumps(assembled.messages)
+    off.close()
 
-    fresh = Engine.open(tmp_path / "fresh.db", config=SMALL, summarizer=ScriptedSummarizer())
+    fresh = Engine.open(new_db(), config=SMALL, summarizer=ScriptedSummarizer())
     build(fresh)
     assert fresh.resume("work").upto_seq is None
     assert "Resume summary" not in json.dumps(fresh.assemble("work", token_budget=50_000).messages)
     assert fresh.resume("work", latest=True).current_task == (
         "Now make the bucket size configurable through settings.toml."
     )
+    fresh.close()
 
 
-def test_it_is_bounded_and_says_what_it_left_out(tmp_path: Path) -> None:
+def test_it_is_bounded_and_says_what_it_left_out(new_db: Callable[[], str]) -> None:
     eng = Engine.open(
-        tmp_path / "big.db",
+        new_db(),
         config=SMALL.replace(resume={"max_tokens": 200}),
         summarizer=ScriptedSummarizer(),
     )
@@ -221,18 +224,20 @@ def test_it_is_bounded_and_says_what_it_left_out(tmp_path: Path) -> None:
         "lcm_expand_query (ask a question of the exact history below the summaries)."
     )
     assert GATE in text
+    eng.close()
 
 
-def test_lossless_resume_prints_it(run_cli, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    db = str(engine.store.path)
+def test_lossless_resume_prints_it(  # type: ignore[no-untyped-def]
+    run_cli, engine: Engine, db: str, new_db: Callable[[], str]
+) -> None:
     out = run_cli("--db", db, "resume", "work")
     assert out.code == 0 and out.out.rstrip().endswith("below the summaries).")
     assert GATE in out.out
     data = json.loads(run_cli("--db", db, "resume", "work", "--json").out)
     assert data["files_modified"] == ["tests/test_limits.py", "src/api/limits.py"]
-    fresh = tmp_path / "fresh.db"
+    fresh = new_db()
     with Engine.open(fresh, config=SMALL) as eng:
         eng.ingest("new", {"role": "user", "content": "hello there, start the work"})
-    nothing = run_cli("--db", str(fresh), "resume", "new")
+    nothing = run_cli("--db", fresh, "resume", "new")
     assert nothing.code == 1 and "has not been compacted yet" in nothing.err
-    assert "start the work" in run_cli("--db", str(fresh), "resume", "new", "--latest").out
+    assert "start the work" in run_cli("--db", fresh, "resume", "new", "--latest").out

@@ -135,8 +135,8 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    engine = Engine.open(tmp_path / "two.db", config=SMALL)
+def world(db: str) -> Iterator[World]:
+    engine = Engine.open(db, config=SMALL)
     for session in ("alpha", "beta"):  # two families, each with a session key of its own
         engine.conversation(session, create=True)
         engine.update_conversation(session, session_key=f"family-{session}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -57,9 +57,9 @@ def refs(request: SummaryRequest) -> list[str]:
 
 
 @pytest.fixture
-def scripted(tmp_path: Path) -> Iterator[tuple[Engine, ScriptedSummarizer]]:
+def scripted(db: str) -> Iterator[tuple[Engine, ScriptedSummarizer]]:
     summarizer = ScriptedSummarizer(model="model-x")
-    with Engine.open(tmp_path / "s.db", config=Config(), summarizer=summarizer) as engine:
+    with Engine.open(db, config=Config(), summarizer=summarizer) as engine:
         yield engine, summarizer
 
 
@@ -320,8 +320,8 @@ SESSION = [
 ]
 
 
-def _extractive_session(path: Path) -> SessionSummary:
-    with Engine.open(path, config=Config()) as engine:
+def _extractive_session(target: str) -> SessionSummary:
+    with Engine.open(target, config=Config()) as engine:
         for role, text in SESSION:
             message: dict[str, Any] = {"role": role, "content": text}
             if role == "tool":
@@ -330,8 +330,10 @@ def _extractive_session(path: Path) -> SessionSummary:
         return engine.summarize_session("sess")
 
 
-def test_the_extractive_summarizer_extracts_the_fields_deterministically(tmp_path: Path) -> None:
-    summary = _extractive_session(tmp_path / "a.db")
+def test_the_extractive_summarizer_extracts_the_fields_deterministically(
+    new_db: Callable[[], str],
+) -> None:
+    summary = _extractive_session(new_db())
     assert summary.model == "extractive"
     assert summary.decisions == (
         "We decided to use exponential backoff because the storage API throttles bursts.",
@@ -343,7 +345,7 @@ def test_the_extractive_summarizer_extracts_the_fields_deterministically(tmp_pat
     assert any("still open" in k for k in summary.key_points)
     assert "uploader retries" in summary.topics  # a pair of words stands in for its words
     assert "exponential backoff" in summary.summary  # the overview is the extractive summary
-    again = _extractive_session(tmp_path / "b.db")
+    again = _extractive_session(new_db())
     assert (again.summary, again.topics, again.decisions, again.code_references) == (
         summary.summary,
         summary.topics,
@@ -369,9 +371,11 @@ def test_an_extractive_update_keeps_earlier_decisions_and_adds_the_new_ones(
     )
 
 
-def test_a_guarded_extractive_summarizer_takes_the_deterministic_path_too(tmp_path: Path) -> None:
+def test_a_guarded_extractive_summarizer_takes_the_deterministic_path_too(
+    new_db: Callable[[], str],
+) -> None:
     config = Config().replace(guards={"offline": True})
-    with Engine.open(tmp_path / "g.db", config=config) as engine:
+    with Engine.open(new_db(), config=config) as engine:
         assert type(engine.summarizer).__name__ == "GuardedExtractiveSummarizer"
         engine.ingest("sess", {"role": "user", "content": "Decision: we'll use uv for installs."})
         summary = engine.summarize_session("sess")
@@ -397,10 +401,10 @@ def _long_session(engine: Engine, count: int) -> list[int]:
 
 
 def test_thousands_of_messages_are_chunked_and_the_last_one_reaches_the_summary(
-    tmp_path: Path,
+    new_db: Callable[[], str],
 ) -> None:
     config = Config().replace(sessions={"chunk_tokens": 5_000})
-    with Engine.open(tmp_path / "long.db", config=config) as engine:
+    with Engine.open(new_db(), config=config) as engine:
         ids = _long_session(engine, 3_000)
         summary = engine.summarize_session("long")
     assert summary.messages_processed == summary.message_count == 3_000
@@ -409,13 +413,15 @@ def test_thousands_of_messages_are_chunked_and_the_last_one_reaches_the_summary(
     assert "AURORA-7731" in summary.render()
 
 
-def test_chunks_chain_through_the_update_and_cover_every_message(tmp_path: Path) -> None:
+def test_chunks_chain_through_the_update_and_cover_every_message(
+    new_db: Callable[[], str],
+) -> None:
     def answer(request: SummaryRequest) -> str:
         return reply(f"up to {request.sources[-1].ref}: {request.sources[-1].text}")
 
     summarizer = ScriptedSummarizer(default=answer)
     config = Config().replace(sessions={"chunk_tokens": 5_000})
-    with Engine.open(tmp_path / "long.db", config=config, summarizer=summarizer) as engine:
+    with Engine.open(new_db(), config=config, summarizer=summarizer) as engine:
         ids = _long_session(engine, 3_000)
         summary = engine.summarize_session("long")
         versions = engine.session_summaries("long")
@@ -432,14 +438,16 @@ def test_chunks_chain_through_the_update_and_cover_every_message(tmp_path: Path)
     assert summary.messages_processed == 3_000
 
 
-def test_a_message_larger_than_a_chunk_is_sent_in_pieces_none_dropped(tmp_path: Path) -> None:
+def test_a_message_larger_than_a_chunk_is_sent_in_pieces_none_dropped(
+    new_db: Callable[[], str],
+) -> None:
     def answer(request: SummaryRequest) -> str:
         return reply(f"read {request.sources[-1].ref}")
 
     summarizer = ScriptedSummarizer(default=answer)
     config = Config().replace(sessions={"chunk_tokens": 200})
     words = [f"w{i}" for i in range(600)]
-    with Engine.open(tmp_path / "big.db", config=config, summarizer=summarizer) as engine:
+    with Engine.open(new_db(), config=config, summarizer=summarizer) as engine:
         engine.ingest("big", {"role": "user", "content": "before"})
         engine.ingest("big", {"role": "tool", "tool_call_id": "c", "content": " ".join(words)})
         summary = engine.summarize_session("big")
@@ -473,17 +481,17 @@ class Gate:
         return reply(f"summary up to {request.sources[-1].ref}")
 
 
-def _auto_engine(path: Path, summarizer: ScriptedSummarizer, interval: int = 5) -> Engine:
+def _auto_engine(target: str, summarizer: ScriptedSummarizer, interval: int = 5) -> Engine:
     config = Config().replace(sessions={"auto_summarize": True, "summarize_interval": interval})
-    return Engine.open(path, config=config, summarizer=summarizer)
+    return Engine.open(target, config=config, summarizer=summarizer)
 
 
 def test_auto_summarize_runs_when_the_count_crosses_the_interval_without_blocking_ingest(
-    tmp_path: Path,
+    new_db: Callable[[], str],
 ) -> None:
     gate = Gate()
     summarizer = ScriptedSummarizer(default=gate)
-    with _auto_engine(tmp_path / "auto.db", summarizer) as engine:
+    with _auto_engine(new_db(), summarizer) as engine:
         chat(engine, "sess", 4)
         assert engine.wait_for_session_summaries(5) == [] and summarizer.calls == 0
         chat(engine, "sess", 1, start=4)  # the 5th message: returns while the model works
@@ -502,18 +510,19 @@ def test_auto_summarize_runs_when_the_count_crosses_the_interval_without_blockin
     assert sum(v.messages_processed for v in versions) == 12
 
 
-def test_auto_summarize_is_off_by_default(tmp_path: Path) -> None:
+def test_auto_summarize_is_off_by_default(new_db: Callable[[], str]) -> None:
     summarizer = ScriptedSummarizer()
-    with Engine.open(tmp_path / "off.db", config=Config(), summarizer=summarizer) as engine:
+    with Engine.open(new_db(), config=Config(), summarizer=summarizer) as engine:
         chat(engine, "sess", 45)
         assert engine.wait_for_session_summaries(5) == []
         assert engine.session_summaries("sess") == []
     assert summarizer.calls == 0
 
 
-def test_engine_close_waits_for_a_queued_session_summary(tmp_path: Path) -> None:
+def test_engine_close_waits_for_a_queued_session_summary(new_db: Callable[[], str]) -> None:
     gate = Gate()
-    engine = _auto_engine(tmp_path / "close.db", ScriptedSummarizer(default=gate), interval=2)
+    db = new_db()
+    engine = _auto_engine(db, ScriptedSummarizer(default=gate), interval=2)
     chat(engine, "sess", 2)
     assert gate.started.wait(5)
     closer = threading.Thread(target=engine.close)
@@ -523,7 +532,7 @@ def test_engine_close_waits_for_a_queued_session_summary(tmp_path: Path) -> None
     gate.release.set()
     closer.join(10)
     assert not closer.is_alive()
-    with Engine.open(tmp_path / "close.db", config=Config()) as reopened:
+    with Engine.open(db, config=Config()) as reopened:
         (summary,) = reopened.session_summaries("sess")
     assert summary.summary.startswith("summary up to msg#")
 
@@ -531,8 +540,9 @@ def test_engine_close_waits_for_a_queued_session_summary(tmp_path: Path) -> None
 # --- CLI --------------------------------------------------------------------------------------
 
 
-def test_cli_summarize_and_sessions_show_the_version_history(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    db = str(tmp_path / "cli.db")
+def test_cli_summarize_and_sessions_show_the_version_history(  # type: ignore[no-untyped-def]
+    run_cli, db: str, tmp_path: Path
+) -> None:
     transcript = write_session(tmp_path / "s.jsonl", 10, session_id="sess-a")
     assert run_cli("--db", db, "import", str(transcript)).code == 0
 

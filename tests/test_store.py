@@ -1,4 +1,4 @@
-"""The SQLite store: migrations, file permissions, transactions."""
+"""The store: migrations, transactions, ids; the SQLite file's permissions and pragmas."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from conftest import postgres_base_url, postgres_schema
 from lossless import Engine, StoreError
 from lossless.store import SQLiteStore, open_store
 from lossless.store.migrations import MIGRATIONS
 
 
-def test_opening_a_new_database_applies_every_migration_once(db_path: Path) -> None:
-    store = SQLiteStore(db_path)
+def test_opening_a_new_database_applies_every_migration_once(db: str) -> None:
+    store = open_store(db)
     assert store.applied_migrations() == sorted(name for name, _ in MIGRATIONS)
     assert store.migrate() == []  # a second run has nothing to do
     store.close()
-    reopened = SQLiteStore(db_path)
+    reopened = open_store(db)
     assert reopened.migrate() == []
     reopened.close()
 
@@ -74,7 +75,13 @@ def test_an_exception_inside_a_transaction_leaves_nothing_behind(engine: Engine)
         raise RuntimeError("boom")
     assert engine.store.message_count(conv.conversation_id) == 0
     assert engine.store.fetchall("SELECT count(*) FROM context_items")[0][0] == 0
-    assert engine.store.fetchall("SELECT count(*) FROM messages_fts")[0][0] == 0
+    # the word index: SQLite's full-text table, PostgreSQL's column of ``messages``
+    fts = (
+        "messages_fts"
+        if engine.store.backend == "sqlite"
+        else "messages WHERE content_tsv IS NOT NULL"
+    )
+    assert engine.store.fetchall(f"SELECT count(*) FROM {fts}")[0][0] == 0
 
 
 def test_a_failed_nested_step_rolls_back_only_itself(engine: Engine) -> None:
@@ -96,9 +103,15 @@ def test_an_unwritable_location_gives_a_clear_error(tmp_path: Path) -> None:
         open_store(blocker / "lossless.db")
 
 
-def test_a_postgres_url_is_refused_with_advice_until_that_back_end_exists(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="SQLite file path"):
-        open_store("postgresql://127.0.0.1/test")
+def test_a_postgres_url_opens_the_postgres_back_end() -> None:
+    # A schema of its own: a bare server URL would create the store in ``public``.
+    with postgres_schema(postgres_base_url()) as url:
+        store = open_store(url)
+        try:
+            assert store.backend == "postgresql"
+            assert store.applied_migrations() == sorted(name for name, _ in MIGRATIONS)
+        finally:
+            store.close()
 
 
 def test_sqlite_url_opens_the_file(tmp_path: Path) -> None:
@@ -121,6 +134,16 @@ def test_messages_get_contiguous_seq_and_context_ordinals(engine: Engine) -> Non
 
 def test_large_batches_fill_the_trigram_index_on_catch_up(engine: Engine) -> None:
     engine.ingest_batch("s", [{"role": "user", "content": f"needle-{i} text"} for i in range(200)])
+    if engine.store.backend == "postgresql":
+        # PostgreSQL keeps its trigram index on every write: nothing is left to catch up,
+        # and the substring is found at once.
+        assert engine.store.pending_index_rows() == 0
+        assert engine.store.catch_up_indexes() == 0
+        hits = engine.store.fetchall(
+            "SELECT count(*) FROM messages WHERE content LIKE '%eedle-19 %'"
+        )[0][0]
+        assert hits == 1
+        return
     assert engine.store.pending_index_rows() == 200
     assert engine.store.catch_up_indexes() == 200
     assert engine.store.pending_index_rows() == 0
@@ -132,8 +155,8 @@ def test_large_batches_fill_the_trigram_index_on_catch_up(engine: Engine) -> Non
     assert engine.store.pending_index_rows() == 0
 
 
-def test_closed_store_says_to_reopen(db_path: Path) -> None:
-    store = SQLiteStore(db_path)
+def test_closed_store_says_to_reopen(db: str) -> None:
+    store = open_store(db)
     store.close()
     with pytest.raises(StoreError, match="open it again"):
         store.message_count()

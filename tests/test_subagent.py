@@ -6,7 +6,7 @@ query, refusals go back to it as tool errors, and the grant is revoked however i
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -28,11 +28,29 @@ SMALL = Config().replace(
 SECRET = "the vault code is 7731-ALPHA"
 
 
-def build(tmp_path: Path, script: list[object]) -> tuple[Engine, ScriptedSummarizer]:
+Build = Callable[[list[object]], tuple[Engine, ScriptedSummarizer]]
+
+
+@pytest.fixture
+def build(new_db: Callable[[], str]) -> Iterator[Build]:
+    """``build(script)``: an engine on a new store (closed after the test), and its model."""
+    engines: list[Engine] = []
+
+    def make(script: list[object]) -> tuple[Engine, ScriptedSummarizer]:
+        engine, model = populate(new_db(), script)
+        engines.append(engine)
+        return engine, model
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def populate(target: str, script: list[object]) -> tuple[Engine, ScriptedSummarizer]:
     """Two conversations, both compacted: ``s`` holds the staging-port fact below its
     summaries, ``other`` holds a secret the sub-agent of ``s`` must never read."""
     model = ScriptedSummarizer(agent=script)  # type: ignore[arg-type]
-    engine = Engine.open(tmp_path / "agent.db", config=SMALL, summarizer=model)
+    engine = Engine.open(target, config=SMALL, summarizer=model)
     for i in range(14):
         engine.ingest("s", {"role": "user", "content": f"status update {i}: " + "routine " * 10})
         if i == 3:
@@ -77,7 +95,7 @@ def fact_message(engine: Engine) -> str:
 
 
 def test_the_sub_agent_expands_reads_the_source_and_answers_with_citations(
-    tmp_path: Path,
+    build: Build,
 ) -> None:
     def answer(request: AgentRequest) -> str:
         # Answer from what the tool returned: the message id comes from the expansion.
@@ -85,7 +103,7 @@ def test_the_sub_agent_expands_reads_the_source_and_answers_with_citations(
         line = next(row for row in text.split("\n\n") if "9043" in row)
         return f"Port 9043, because 8043 clashed with the proxy {line.split(']')[0]}]."
 
-    engine, model = build(tmp_path, [])
+    engine, model = build([])
     top = top_summary(engine, "s")
     model.enqueue_agent(*[expand_call(top, include_messages=True), answer])
     result = engine.expand_query("which port did we choose for staging?", conversation="s")
@@ -102,9 +120,9 @@ def test_the_sub_agent_expands_reads_the_source_and_answers_with_citations(
 
 
 def test_a_sub_agent_reaching_outside_its_grant_is_refused_and_reads_nothing(
-    tmp_path: Path,
+    build: Build,
 ) -> None:
-    engine, model = build(tmp_path, [])
+    engine, model = build([])
     foreign = top_summary(engine, "other")
     model.enqueue_agent(
         *[
@@ -126,8 +144,8 @@ def test_a_sub_agent_reaching_outside_its_grant_is_refused_and_reads_nothing(
     assert live_grants(engine) == 0
 
 
-def test_a_tool_it_was_not_given_cannot_be_called(tmp_path: Path) -> None:
-    engine, model = build(tmp_path, [])
+def test_a_tool_it_was_not_given_cannot_be_called(build: Build) -> None:
+    engine, model = build([])
     model.enqueue_agent(
         *[
             AgentStep(
@@ -152,7 +170,7 @@ def test_a_tool_it_was_not_given_cannot_be_called(tmp_path: Path) -> None:
 
 
 def test_a_sub_agent_that_never_stops_is_made_to_answer_at_the_step_limit(
-    tmp_path: Path,
+    build: Build,
 ) -> None:
     top_holder: list[str] = []
 
@@ -161,7 +179,7 @@ def test_a_sub_agent_that_never_stops_is_made_to_answer_at_the_step_limit(
             return AgentStep(text="Out of steps: port 9043, I believe.")
         return expand_call(top_holder[0], max_depth=0, call_id=f"c{len(request.turns)}")
 
-    engine, model = build(tmp_path, [])
+    engine, model = build([])
     top_holder.append(top_summary(engine, "s"))
     model.enqueue_agent(*[keep_expanding] * 10)
     result = engine.expand_query("which port for staging?", conversation="s")
@@ -177,9 +195,9 @@ def test_a_sub_agent_that_never_stops_is_made_to_answer_at_the_step_limit(
     ids=["error", "timeout", "empty answer"],
 )
 def test_when_the_model_fails_the_deterministic_answer_is_given_with_a_note(
-    tmp_path: Path, failure: object
+    build: Build, failure: object
 ) -> None:
-    engine, _model = build(tmp_path, [failure])
+    engine, _model = build([failure])
     result = engine.expand_query("which port did we choose for staging?", conversation="s")
     assert result.mode == "deterministic"
     assert result.answer.startswith(LABEL)
@@ -189,8 +207,8 @@ def test_when_the_model_fails_the_deterministic_answer_is_given_with_a_note(
     assert live_grants(engine) == 0
 
 
-def test_the_grant_is_revoked_when_the_sub_agent_is_cancelled(tmp_path: Path) -> None:
-    engine, model = build(tmp_path, [])
+def test_the_grant_is_revoked_when_the_sub_agent_is_cancelled(build: Build) -> None:
+    engine, model = build([])
     model.enqueue_agent(*[expand_call(top_summary(engine, "s")), KeyboardInterrupt()])
     with pytest.raises(KeyboardInterrupt):
         engine.expand_query("which port?", conversation="s")
@@ -199,8 +217,8 @@ def test_the_grant_is_revoked_when_the_sub_agent_is_cancelled(tmp_path: Path) ->
     assert used and used[0][0] > 0  # the grant was really used before the cancel
 
 
-def test_expired_grants_are_swept_when_the_next_one_is_made(tmp_path: Path) -> None:
-    engine, _ = build(tmp_path, [])
+def test_expired_grants_are_swept_when_the_next_one_is_made(build: Build) -> None:
+    engine, _ = build([])
     grant = engine.create_grant("s", ttl_seconds=1)
     with engine.store.transaction() as conn:
         conn.execute(
@@ -216,15 +234,15 @@ def test_expired_grants_are_swept_when_the_next_one_is_made(tmp_path: Path) -> N
     assert swept[0][0] is not None
 
 
-def test_citations_the_sub_agent_never_saw_are_not_reported(tmp_path: Path) -> None:
-    engine, _model = build(tmp_path, ["The answer is in [msg#99999] and [sum_0123456789abcdef]."])
+def test_citations_the_sub_agent_never_saw_are_not_reported(build: Build) -> None:
+    engine, _model = build(["The answer is in [msg#99999] and [sum_0123456789abcdef]."])
     result = engine.expand_query("which port did we choose for staging?", conversation="s")
     assert result.mode == "model"
     assert result.citations == []
 
 
-def test_summaries_of_another_family_cannot_be_named(tmp_path: Path) -> None:
-    engine, model = build(tmp_path, [])
+def test_summaries_of_another_family_cannot_be_named(build: Build) -> None:
+    engine, model = build([])
     foreign = top_summary(engine, "other")
     with pytest.raises(NotFoundError, match="family"):
         engine.expand_query("what is the vault code?", conversation="s", summary_ids=[foreign])

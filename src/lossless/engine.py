@@ -8,6 +8,7 @@ Work on different conversations never waits on each other's locks.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import threading
@@ -106,13 +107,15 @@ def database_target(target: str | os.PathLike[str] | None, config: Config) -> st
 
 def files_dir_for(config: Config, database: Path | Store) -> Path:
     """Where large files are kept: ``data_dir/files``, else ``<database>-files`` beside a
-    SQLite file, else (a PostgreSQL store) ``files`` in the user data directory."""
+    SQLite file, else (a PostgreSQL store) ``files-postgresql-<hash of the URL>`` in the
+    user data directory."""
     if config.data_dir:
         return Path(config.data_dir).expanduser() / "files"
     if isinstance(database, Store):
         path = getattr(database, "path", None)
-        if path is None:
-            return default_db_path().parent / "files"
+        if path is None:  # a server's store: one folder per database and schema
+            digest = hashlib.sha256(database.location.encode()).hexdigest()[:12]
+            return default_db_path().parent / f"files-{database.backend}-{digest}"
         database = Path(path)
     return database.with_name(database.name + "-files")
 
