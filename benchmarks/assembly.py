@@ -2,6 +2,7 @@
 
     python benchmarks/assembly.py                              # 1k, 100k, 1M; all formats
     python benchmarks/assembly.py --sizes 1000,100000 --repeat 200 --formats anthropic
+    python benchmarks/assembly.py --backend postgres           # the same stores in PostgreSQL
 
 For each size, a store whose conversation holds that many messages is built once and cached in
 ``benchmarks/out/stores/`` (``common.compacted_store``: the history ingested with
@@ -16,12 +17,18 @@ engine's caches (the resume summary's text is built then), so it shows what a fr
 
 The targets (issue 4): p95 <= 5 ms at every size, and the 1M / 1k p95 ratio <= 1.5 (the cost
 follows the active context, not the history).
+
+``--backend postgres`` times the same calls on PostgreSQL copies of those stores
+(``common.postgres_store``: each copied once with ``migrate_store`` into the schema
+``lossless_bench_<size>_<summarizer>`` of ``LOSSLESS_BENCH_PG``, by default
+postgresql://postgres@127.0.0.1:5432/test, and kept); results go to ``assembly-postgres.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 from lossless import Engine
@@ -32,6 +39,7 @@ from common import (
     compacted_store,
     load_average,
     percentiles,
+    postgres_store,
     revision,
     save,
     store_info,
@@ -74,6 +82,12 @@ def main() -> None:
         help="how the cached stores are compacted (scripted: instant summaries of the same size)",
     )
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached stores")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="the cached SQLite stores, or their copies in PostgreSQL (common.postgres_store)",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     formats = [f for f in args.formats.split(",") if f]
@@ -81,11 +95,15 @@ def main() -> None:
         size: compacted_store(size, summarizer=args.summarizer, rebuild=args.rebuild)
         for size in sizes
     }
+    targets_by_size: dict[int, str | Path] = dict(paths)
+    if args.backend == "postgres":
+        # compacted_store above already rebuilt what --rebuild asked for; the copy follows it
+        targets_by_size = {size: postgres_store(size, summarizer=args.summarizer) for size in sizes}
     load_before = load_average()
     rows: list[dict[str, Any]] = []
     first_calls: dict[int, float] = {}
     infos = {size: store_info(path) for size, path in paths.items()}
-    engines = {size: Engine.open(path) for size, path in paths.items()}
+    engines = {size: Engine.open(target) for size, target in targets_by_size.items()}
     try:
         for size, engine in engines.items():
             # The first call after opening: caches empty (the resume summary's text, ...).
@@ -159,6 +177,7 @@ def main() -> None:
     print(f"1-minute load average: {load_before} before, {load_after} after (2 cores)")
     results = {
         "revision": revision(),
+        "backend": args.backend,
         "load_before": load_before,
         "load_after": load_after,
         "budget": args.budget,
@@ -167,7 +186,8 @@ def main() -> None:
         "first_call_ms": first_calls,
         **targets,
     }
-    print(f"results: {save('assembly', results)}")
+    name = "assembly" if args.backend == "sqlite" else f"assembly-{args.backend}"
+    print(f"results: {save(name, results)}")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ import json
 import os
 import platform
 import random
+import re
 import sqlite3
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -342,3 +344,125 @@ def store_info(path: Path) -> dict[str, Any]:
     """How a store made by :func:`compacted_store` was built."""
     info: dict[str, Any] = json.loads(path.with_suffix(".json").read_text())
     return info
+
+
+# --- PostgreSQL: a schema of the benchmark database per store -------------------------------
+
+#: The database the PostgreSQL runs use (``LOSSLESS_BENCH_PG`` names another); every store is
+#: a schema of its own in it, with ``public`` (where ``pg_trgm`` lives) after it on the path.
+PG_URL = os.environ.get("LOSSLESS_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def pg_url(schema: str) -> str:
+    """The URL of the store kept in *schema* of :data:`PG_URL`'s database."""
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(f"not a plain schema name: {schema!r}")
+    return f"{PG_URL}{'&' if '?' in PG_URL else '?'}options=-csearch_path%3D{schema},public"
+
+
+def pg_admin() -> Any:
+    """An autocommit psycopg connection to :data:`PG_URL` (for schemas, comments, VACUUM)."""
+    import psycopg
+
+    return psycopg.connect(PG_URL, autocommit=True)
+
+
+def create_pg_schema(schema: str) -> str:
+    """Create *schema* (and ``pg_trgm`` in ``public`` when it is missing); its store's URL."""
+    url = pg_url(schema)
+    with pg_admin() as conn:
+        if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'").fetchone():
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    return url
+
+
+def drop_pg_schema(schema: str) -> None:
+    """Drop *schema* and everything in it."""
+    pg_url(schema)  # checks the name
+    with pg_admin() as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _table_counts(store: Any) -> dict[str, int]:
+    from lossless.migrate_store import TABLES
+
+    return {t.name: int(store.fetchall(f"SELECT count(*) FROM {t.name}")[0][0]) for t in TABLES}
+
+
+def postgres_store(size: int, *, summarizer: str = "scripted", rebuild: bool = False) -> str:
+    """The URL of a PostgreSQL copy of :func:`compacted_store` (*size*, *summarizer*), made once.
+
+    The SQLite store is copied with ``migrate_store`` into the schema
+    ``lossless_bench_<size>_<summarizer>`` of :data:`PG_URL`, every table is then vacuumed and
+    analyzed (as autovacuum would in time: planner statistics, visibility map), and the
+    schema's comment records how the SQLite store was built. Later calls reuse the copy when
+    that comment matches the SQLite store's and every table has the source's row count; a copy
+    of an older build is dropped and made again, an interrupted one is continued.
+    """
+    from psycopg import sql
+
+    from lossless.migrate_store import MigrationError, MigrationProgress, migrate_store
+    from lossless.store import open_store
+
+    path = compacted_store(size, summarizer=summarizer, rebuild=rebuild)
+    stamp = json.dumps(store_info(path), sort_keys=True)
+    schema = f"lossless_bench_{size}_{summarizer}"
+    url = pg_url(schema)
+    with pg_admin() as conn:
+        row = conn.execute(
+            "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = %s",
+            (schema,),
+        ).fetchone()
+    if row is not None and (rebuild or (row[0] is not None and row[0] != stamp)):
+        drop_pg_schema(schema)  # a copy of another build of the SQLite store
+        row = None
+    source = open_store(path)
+    try:
+        if row is not None and row[0] == stamp:
+            target = open_store(url)
+            try:
+                if _table_counts(target) == _table_counts(source):
+                    return url
+            finally:
+                target.close()
+            drop_pg_schema(schema)
+        print(f"  copying the {size:,}-message store to PostgreSQL schema {schema}", flush=True)
+        started = time.perf_counter()
+        shown = [0.0]
+
+        def progress(p: MigrationProgress) -> None:
+            now = time.perf_counter()
+            if now - shown[0] >= 30 or p.done == p.total:
+                shown[0] = now
+                print(
+                    f"  copying {size:,}: {p.done:,} of {p.total:,} rows ({now - started:.0f} s)",
+                    flush=True,
+                )
+
+        for attempt in (1, 2):
+            target = open_store(create_pg_schema(schema))
+            try:
+                migrate_store(source, target, progress=progress)
+                break
+            except MigrationError as exc:
+                if attempt == 2:
+                    raise
+                print(f"  the copy in {schema} cannot be continued ({exc}); copying again")
+                drop_pg_schema(schema)
+            finally:
+                target.close()
+    finally:
+        source.close()
+    with pg_admin() as conn:
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+        for (table,) in tables:
+            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, table)))
+        conn.execute(
+            sql.SQL("COMMENT ON SCHEMA {} IS {}").format(sql.Identifier(schema), sql.Literal(stamp))
+        )
+    print(f"  copied in {time.perf_counter() - started:.0f} s (with VACUUM ANALYZE)", flush=True)
+    return url

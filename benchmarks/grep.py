@@ -2,6 +2,7 @@
 
     python benchmarks/grep.py                      # the 1M-message store of assembly.py
     python benchmarks/grep.py --size 100000 --repeat 20
+    python benchmarks/grep.py --backend postgres   # the same store copied into PostgreSQL
 
 The store is ``common.compacted_store`` (the one ``assembly.py`` builds and caches): one
 conversation of N messages drawn from a Zipf vocabulary (a few real words in most messages, a
@@ -13,6 +14,11 @@ every 500th, compacted into a summary DAG. ``Engine.grep`` is timed as an agent 
 Regex mode is shown to be bounded: an ordinary pattern with no recent match and a pathological
 one (catastrophic backtracking) must come back within the search's time bound (``max_seconds``
 of ``retrieval.grep.grep``) with ``truncated`` set.
+
+``--backend postgres`` runs the same queries on a PostgreSQL copy of that store
+(``common.postgres_store``: copied once with ``migrate_store`` into the schema
+``lossless_bench_<size>_<summarizer>`` of ``LOSSLESS_BENCH_PG``, by default
+postgresql://postgres@127.0.0.1:5432/test, and kept); results go to ``grep-postgres.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import time
+from pathlib import Path
 from typing import Any
 
 from lossless import Engine
@@ -31,6 +38,7 @@ from common import (
     compacted_store,
     load_average,
     percentiles,
+    postgres_store,
     revision,
     save,
     store_info,
@@ -127,16 +135,28 @@ def main() -> None:
         default="extractive",
         help="which cached store (see assembly.py)",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="the cached SQLite store, or its copy in PostgreSQL (common.postgres_store)",
+    )
     args = parser.parse_args()
     path = compacted_store(args.size, summarizer=args.summarizer)
     info = store_info(path)
+    target: str | Path = path
+    if args.backend == "postgres":
+        target = postgres_store(args.size, summarizer=args.summarizer)
     bound_s = inspect.signature(grep_store).parameters["max_seconds"].default
     bound_rows = inspect.signature(grep_store).parameters["max_rows"].default
     load_before = load_average()
     rows: list[dict[str, Any]] = []
     regex_rows: list[dict[str, Any]] = []
-    with Engine.open(path) as engine:
-        print(f"{info['messages']:,} messages stored; scope {args.scope}, limit {args.limit}")
+    with Engine.open(target) as engine:
+        print(
+            f"{info['messages']:,} messages stored; scope {args.scope}, limit {args.limit}"
+            + (f"; PostgreSQL ({engine.store.location})" if args.backend == "postgres" else "")
+        )
         for kind, pattern, sort in queries():
             stats, hits, calls = time_query(
                 engine,
@@ -221,6 +241,7 @@ def main() -> None:
     print(f"1-minute load average: {load_before} before, {load_after} after (2 cores)")
     results = {
         "revision": revision(),
+        "backend": args.backend,
         "load_before": load_before,
         "load_after": load_after,
         "store": info,
@@ -231,7 +252,8 @@ def main() -> None:
         "full_text": rows,
         "regex": regex_rows,
     }
-    print(f"results: {save('grep', results)}")
+    name = "grep" if args.backend == "sqlite" else f"grep-{args.backend}"
+    print(f"results: {save(name, results)}")
 
 
 if __name__ == "__main__":

@@ -719,7 +719,7 @@ def test_catastrophic_patterns_over_many_rows_stop_at_the_time_bound(
 def test_the_row_bound_stops_a_regex_scan(engine: Engine) -> None:
     conv = fresh()
     engine.ingest_batch(conv, [{"role": "user", "content": f"row {i}"} for i in range(40)])
-    result = grep(engine.store, "never-there", mode="regex", max_rows=10)
+    result = grep(engine.store, "n.v.r.th.re", mode="regex", max_rows=10)  # no literal to look up
     assert result.truncated and result.scanned <= 11 and result.hits == []
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from lossless import Config, Engine
 from lossless.retrieval.grep import GrepError
+from lossless.retrieval.grep import grep as grep_store
 from lossless.summarize import ScriptedSummarizer
 
 
@@ -80,8 +82,11 @@ def test_regex_mode_matches_and_is_bounded(engine: Engine) -> None:
     engine.ingest_batch("s", [{"role": "user", "content": f"filler {i}"} for i in range(50)])
     from lossless.retrieval.grep import grep
 
-    bounded = grep(engine.store, r"never-there", mode="regex", max_rows=10)
+    bounded = grep(engine.store, r"n.v.r.th.re", mode="regex", max_rows=10)
     assert bounded.truncated and bounded.scanned <= 11
+    # A literal the index can look up answers for the whole history at once.
+    looked_up = grep(engine.store, r"never-there", mode="regex", max_rows=10)
+    assert looked_up.hits == [] and not looked_up.truncated
     with pytest.raises(GrepError, match="not a valid regular expression"):
         engine.grep("(unclosed", mode="regex")
 
@@ -117,3 +122,46 @@ def test_time_filters_and_limits(engine: Engine) -> None:
         engine.grep("deploy", limit=500)
     with pytest.raises(GrepError, match="empty"):
         engine.grep("   ")
+
+
+def test_a_regex_with_a_required_literal_reaches_all_of_history_through_the_index(
+    engine: Engine,
+) -> None:
+    old = engine.ingest("s", {"role": "user", "content": "ticket OPS-00123 was reopened"})
+    filler = [{"role": "user", "content": f"routine note {i} about OPS work"} for i in range(400)]
+    engine.ingest_batch("s", filler)
+    conv = [engine.conversation("s").conversation_id]
+    found = grep_store(
+        engine.store, r"OPS-0012\d", mode="regex", conversation_ids=conv, max_rows=100
+    )
+    assert [h.id for h in found.hits] == [f"msg#{old.message_ids[0]}"]
+    assert not found.truncated
+    # Without a literal to look up, the same bound stops the scan in the newest rows.
+    scanned = grep_store(
+        engine.store, r"O.S.0.12\d", mode="regex", conversation_ids=conv, max_rows=100
+    )
+    assert scanned.hits == [] and scanned.truncated
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"deploy (timeout|script)",
+        r"(?i)DEPLOY",
+        r"getTable\w+Name",
+        r"\d{2} sec",
+        r"100%_done",
+        r"a\\b path",
+        r"日本語\w+",
+        r"x*timeout",
+    ],
+)
+def test_regex_results_are_those_of_scanning_every_message(engine: Engine, pattern: str) -> None:
+    seed(engine)
+    engine.ingest("s", {"role": "user", "content": r"100%_done at C:\a\b path"})
+    engine.ingest("s", {"role": "user", "content": "a deploy script with no timeout"})
+    compiled = re.compile(pattern)
+    expected = [f"msg#{m.message_id}" for m in engine.messages("s") if compiled.search(m.content)]
+    found = engine.grep(pattern, conversation="s", mode="regex", scope="messages")
+    assert sorted(h.id for h in found.hits) == sorted(expected)
+    assert expected, "the case should find something"

@@ -8,7 +8,10 @@
   word index cannot find, go through the trigram index.
 * ``regex`` — a regular expression over the text, newest first, bounded: at most
   ``max_rows`` rows scanned, ``max_seconds`` in all, and a time limit on each match, so a
-  catastrophic pattern cannot hang the caller.
+  catastrophic pattern cannot hang the caller. A pattern that requires a literal of three or
+  more characters (``OPS-0012\\d`` requires ``OPS-0012``) scans only the rows the trigram
+  index says contain it (SQLite's trigram table, PostgreSQL's ``pg_trgm``), so such a search
+  reaches back through all of history instead of the newest rows only.
 
 The conversation scope is a list of conversation ids (the engine defaults it to the current
 conversation's family); results carry ids (``msg#``, ``sum_``, ``file_``), conversation, time,
@@ -18,6 +21,7 @@ role or kind and a snippet.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 import time
 from collections.abc import Sequence
@@ -514,7 +518,7 @@ def _substring(
         where = "s.content ILIKE ?"
         args: list[Any] = ["%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%"]
     elif len(run) >= 3:
-        where = f"s.{key} IN (SELECT rowid FROM {table}_trigram WHERE content LIKE ?)"
+        where = f"s.{key} IN ({_trigram_rows(table)})"
         args = [f"%{run}%"]
     else:
         (newest,) = store.fetchall(f"SELECT coalesce(max({key}), 0) FROM {table}")[0]
@@ -535,6 +539,56 @@ def _substring(
         if wanted in r[6].lower()
     ]
     return hits[:limit], bounded
+
+
+def _trigram_rows(table: str) -> str:
+    """SQLite: the rows whose text may contain a LIKE pattern (one ``?``): what the trigram
+    index finds, and the rows holding a NUL character, past which it cannot see."""
+    key = "message_id" if table == "messages" else "rowid"
+    return (
+        f"SELECT rowid FROM {table}_trigram WHERE content LIKE ?"
+        f" UNION ALL SELECT {key} FROM {table} WHERE instr(content, char(0)) > 0"
+    )
+
+
+def required_literal(pattern: str) -> str | None:
+    """The longest run of literal text every match of *pattern* contains (at least three
+    characters, without LIKE's wildcards or NUL), or ``None``: then the search scans rows.
+
+    Read from Python's own parse of the pattern (the ``regex`` module's extra syntax makes it
+    fail, and so gives ``None``). Case-insensitive patterns give ``None`` (Unicode case
+    folding differs between the engines' LIKE and the pattern's matching), so the index only
+    ever narrows to rows that really hold the text."""
+    sre_parse: Any = importlib.import_module("re._parser")  # the stdlib's own parser
+
+    try:
+        parsed = sre_parse.parse(pattern)
+    except Exception:  # noqa: BLE001 - any pattern Python cannot read: no shortcut
+        return None
+    if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
+        return None
+    runs: list[str] = []
+
+    def walk(items: Any) -> None:
+        run: list[str] = []
+        for op, arg in items:
+            name = str(op)
+            if name == "LITERAL":
+                run.append(chr(arg))
+                continue
+            runs.append("".join(run))
+            run = []
+            if name == "SUBPATTERN" and arg[1] == 0 and arg[2] == 0:  # a plain group
+                walk(arg[3])
+            elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and arg[0] >= 1:
+                walk(arg[2])  # repeated at least once: its literals are required
+            elif name == "ATOMIC_GROUP":
+                walk(arg)
+        runs.append("".join(run))
+
+    walk(parsed)
+    pieces = [p for run in runs for p in re.split(r"[%_\x00]", run) if len(p) >= 3]
+    return max(pieces, key=len) if pieces else None
 
 
 def _files(store: Store, pattern: str, ids: Sequence[int] | None, limit: int) -> list[GrepHit]:
@@ -586,12 +640,23 @@ def _regex(
         "both": ["messages", "summaries"],
         "files": [],
     }[scope]
+    literal = required_literal(pattern)
     for table in tables:
         message = table == "messages"
         key = "message_id" if message else "rowid"
         time_col = "created_at" if message else "latest_at"
         extra, params = _scope_sql("s", ids, since, before, time_col)
         extra = extra.replace("s.conversation_id IN", "+s.conversation_id IN")
+        if literal is not None:
+            if store.backend == "postgresql":
+                extra += " AND s.content LIKE ?"  # pg_trgm serves LIKE
+                escaped = literal.replace("\\", "\\\\")
+                params = [*params, f"%{escaped}%"]
+            else:
+                if message:
+                    store.catch_up_indexes()
+                extra += f" AND s.{key} IN ({_trigram_rows(table)})"
+                params = [*params, f"%{literal}%"]
         cols = _hit_columns(message)
         below = 1 << 62  # newest first, a page at a time by row id: no sort, no OFFSET
         while len(hits) < limit:

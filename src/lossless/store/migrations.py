@@ -371,3 +371,19 @@ def m008_tool_executions_by_call(conn: sqlite3.Connection) -> None:
           WHERE call_message_id IS NOT NULL;
         """,
     )
+
+
+@migration
+def m009_rows_with_nul(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- FTS5 reads a text only up to its first NUL character, so the trigram index cannot
+        -- see what follows one. Substring and regex searches also look at these rows (few:
+        -- NUL is rare in text), found through these partial indexes instead of a scan.
+        CREATE INDEX messages_with_nul ON messages(message_id)
+          WHERE instr(content, char(0)) > 0;
+        CREATE INDEX summaries_with_nul ON summaries(summary_id)
+          WHERE instr(content, char(0)) > 0;
+        """,
+    )
