@@ -172,6 +172,9 @@ class PostgresStore(Store):
             timeout=60.0,
         )
         try:
+            # One direct attempt first: a wrong URL or a server that is down fails at once,
+            # with the server's own reason (the pool would retry until its timeout).
+            psycopg.connect(url, connect_timeout=int(CONNECT_TIMEOUT)).close()
             self._pool.open(wait=True, timeout=CONNECT_TIMEOUT)
         except (PoolTimeout, psycopg.Error) as exc:
             self._pool.close()
