@@ -34,7 +34,7 @@ import os
 import string
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -142,8 +142,9 @@ def fresh(prefix: str = "fz") -> str:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    """One engine per fuzzer; its examples write to conversations of their own."""
+def engine(new_db: Callable[[], str]) -> Iterator[Engine]:
+    """One engine per fuzzer (on each back end); its examples write to conversations of
+    their own."""
     config = Config().replace(
         fresh_tail_count=2,
         leaf_chunk_tokens=150,
@@ -153,7 +154,7 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
         condensed_min_fanout=2,
         large_file_token_threshold=200,
     )
-    with Engine.open(tmp_path / "fuzz.db", config=config) as eng:
+    with Engine.open(new_db(), config=config) as eng:
         yield eng
 
 
