@@ -204,10 +204,11 @@ class PostgresStore(Store):
         except Exception as exc:
             raise StoreError(f"no connection to {self.location}: {exc}") from exc
         conn = self._local.conn = PgConnection(raw)
+        # Read at once by transaction() into its BEGIN: no extra round trip for a snapshot.
+        raw.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ if snapshot else None
+        raw.read_only = True if snapshot else None
         try:
             with raw.transaction():
-                if snapshot:
-                    raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 yield conn
         except psycopg.OperationalError as exc:
             raise StoreError(
