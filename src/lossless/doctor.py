@@ -33,13 +33,14 @@ WITH RECURSIVE reach(summary_id) AS (
   SELECT summary_id FROM context_items WHERE item_type = 'summary'
   UNION
   SELECT sp.parent_summary_id FROM summary_parents sp JOIN reach r ON sp.summary_id = r.summary_id
+),
+placed(message_id) AS (
+  SELECT message_id FROM context_items WHERE message_id IS NOT NULL
+  UNION SELECT message_id FROM context_removals
+  UNION SELECT sm.message_id FROM summary_messages sm JOIN reach r ON r.summary_id = sm.summary_id
 )
 SELECT m.conversation_id, m.message_id FROM messages m
-WHERE NOT EXISTS (SELECT 1 FROM context_items ci WHERE ci.message_id = m.message_id)
-  AND NOT EXISTS (SELECT 1 FROM context_removals cr WHERE cr.message_id = m.message_id)
-  AND NOT EXISTS (
-    SELECT 1 FROM summary_messages sm JOIN reach r ON r.summary_id = sm.summary_id
-    WHERE sm.message_id = m.message_id)
+WHERE m.message_id IN (SELECT message_id FROM messages EXCEPT SELECT message_id FROM placed)
 ORDER BY m.message_id LIMIT ?
 """
 

@@ -43,6 +43,10 @@ Scope = Literal["messages", "summaries", "both", "files"]
 Sort = Literal["recency", "relevance", "hybrid"]
 
 MAX_LIMIT = 200
+#: A query whose rarest word is in at most this share of the rows (or this many rows) is
+#: answered from the word index and sorted, rather than by walking rows newest first.
+SELECTIVE_SHARE = 0.02
+SELECTIVE_ROWS = 2_000
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _REGEX_HINTS = re.compile(r"\.\*|\.\+|\\[dwsbDWSB]|\[[^\]]+\]|\(\?|[^\\]\|[^|]|^\^|\$$|\{\d")
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -412,8 +416,12 @@ def _fts(
         # The word index is the tsvector column: the same quoted terms, in the syntax of
         # websearch_to_tsquery (which never fails on user text); ts_rank_cd, negated so
         # that, as with bm25(), lower is better.
-        order = "s.message_id DESC" if message and sort == "recency" else order
-        order = "s.rowid DESC" if not message and sort == "recency" else order
+        if sort == "recency":
+            # Newest first by walking the key backwards suits words in many rows; for a
+            # selective query that walk reads the whole table to find a few matches (the
+            # planner cannot tell: it guesses a word's share), so the word index is used
+            # and its few matches sorted ("+ 0" keeps the key's index out of the plan).
+            order = f"s.{key} + 0 DESC" if _selective(store, table, query) else f"s.{key} DESC"
         sql = (
             f"SELECT {cols}, s.content, -ts_rank_cd(s.content_tsv, q) AS score FROM {table} s,"
             f" websearch_to_tsquery('english'::regconfig, ?) q WHERE s.content_tsv @@ q{extra}"
@@ -430,6 +438,17 @@ def _fts(
         )
         for r in rows
     ]
+
+
+def _selective(store: Store, table: str, query: str) -> bool:
+    """Whether an all-words query matches few rows: its rarest word is in at most
+    :data:`SELECTIVE_SHARE` of them (counts from the word index, cached by the store)."""
+    words = _WORD.findall(query)
+    stems = store.index_terms(" ".join(words)) if words else []
+    if not stems:
+        return False
+    counts, rows = store.term_documents(table, stems)
+    return min(counts.values()) <= max(SELECTIVE_ROWS, rows * SELECTIVE_SHARE)
 
 
 def _best_ranked(
@@ -524,7 +543,11 @@ def _substring(
         (newest,) = store.fetchall(f"SELECT coalesce(max({key}), 0) FROM {table}")[0]
         bounded = newest > SHORT_NEEDLE_ROWS
         find = "strpos" if store.backend == "postgresql" else "instr"
-        where = f"s.{key} > ? AND {find}(lower(s.content), lower(?)) > 0"
+        probe = run or needle
+        if probe.lower() == probe.upper():  # CJK and digits have no case: no lower() per row
+            where = f"s.{key} > ? AND {find}(s.content, ?) > 0"
+        else:
+            where = f"s.{key} > ? AND {find}(lower(s.content), lower(?)) > 0"
         args = [newest - SHORT_NEEDLE_ROWS, run or needle]
     wanted = needle.lower()
     fetch = limit if run == needle else limit * 4
