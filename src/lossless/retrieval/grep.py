@@ -441,14 +441,22 @@ def _fts(
 
 
 def _selective(store: Store, table: str, query: str) -> bool:
-    """Whether an all-words query matches few rows: its rarest word is in at most
-    :data:`SELECTIVE_SHARE` of them (counts from the word index, cached by the store)."""
+    """Whether an all-words query matches few rows: at most :data:`SELECTIVE_SHARE` of them
+    by the words' counts (from the store, cached), taken as independent; a phrase always
+    is (each row's positions must be checked, which only the index narrows cheaply)."""
+    if any(" " in term.strip() for term in _PHRASE.findall(query)):
+        return True
     words = _WORD.findall(query)
     stems = store.index_terms(" ".join(words)) if words else []
     if not stems:
         return False
     counts, rows = store.term_documents(table, stems)
-    return min(counts.values()) <= max(SELECTIVE_ROWS, rows * SELECTIVE_SHARE)
+    if rows <= 0:
+        return True
+    expected = float(rows)
+    for stem in stems:
+        expected *= min(1.0, counts[stem] / rows)
+    return expected <= max(SELECTIVE_ROWS, rows * SELECTIVE_SHARE)
 
 
 def _best_ranked(

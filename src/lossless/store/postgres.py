@@ -109,6 +109,10 @@ def _configure(raw: psycopg.Connection[Any]) -> None:
             text = super().load(data)
             return unescape_text(text if isinstance(text, str) else text.decode())
 
+    # Plans for the values given: prepared statements (psycopg prepares a query it sees
+    # often) would otherwise switch to a generic plan that cannot tell a rare word from a
+    # common one, and walk every row for a word in twenty.
+    raw.execute("SET plan_cache_mode = force_custom_plan")
     raw.adapters.register_loader("numeric", NumberLoader)
     for name in ("text", "varchar"):
         raw.adapters.register_loader(name, ExactTextLoader)
@@ -327,16 +331,27 @@ class PostgresStore(Store):
         ]
 
     def _term_counts(self, table: str, terms: Sequence[str]) -> dict[str, int]:
-        """Counted through the GIN index (a lexeme as its own one-word query)."""
-        out = {}
-        for term in terms:
-            rows = self.fetchall(
-                f"SELECT count(*) FROM {table}"
-                " WHERE content_tsv @@ to_tsquery('simple'::regconfig, quote_literal(?))",
-                (term,),
-            )
-            out[term] = int(rows[0][0])
-        return out
+        """Estimated from the statistics ``ANALYZE`` keeps of the word index (its most
+        common lexemes and their shares): no scan at all, where counting a common word's
+        rows takes a fifth of a second at a million messages. A lexeme outside the list is
+        rarer than the rarest in it; before the table is first analyzed every word counts
+        as rare (the table is then small, and any plan is cheap)."""
+        rows = self.fetchall(
+            "SELECT st.most_common_elems::text::text[], st.most_common_elem_freqs,"
+            " c.reltuples FROM pg_stats st"
+            " JOIN pg_namespace n ON n.nspname = st.schemaname"
+            " JOIN pg_class c ON c.relname = st.tablename AND c.relnamespace = n.oid"
+            " WHERE st.schemaname = current_schema() AND st.tablename = ?"
+            " AND st.attname = 'content_tsv'",
+            (table,),
+        )
+        if not rows or rows[0][0] is None:
+            return dict.fromkeys(terms, 0)
+        elems, freqs, total = rows[0]
+        total = max(float(total), 0.0)
+        share = dict(zip(elems, freqs, strict=False))
+        floor = min(freqs[: len(elems)], default=0.0) / 2
+        return {t: int(share.get(t, floor) * total) for t in terms}
 
     # --- backup ----------------------------------------------------------------------------
 
