@@ -140,3 +140,41 @@ def test_placeholders_are_translated_outside_quotes_only() -> None:
         "SELECT %s WHERE a LIKE '%%?%%' AND b = \"?\""
     )
     assert redact_url("postgresql://u:p@h/db") == "postgresql://u:***@h/db"
+
+
+def test_one_process_compacts_a_conversation_and_a_turn_elsewhere_leaves_it_to_that_one(
+    url: str,
+) -> None:
+    config = Config().replace(fresh_tail_count=2, leaf_chunk_tokens=200, leaf_target_tokens=40)
+    with Engine.open(url, config=config) as host_a, Engine.open(url, config=config) as host_b:
+        for i in range(12):
+            host_a.ingest("s", {"role": "user", "content": f"note {i}: " + "words " * 60})
+        conv = host_a.conversation("s").conversation_id
+        holding, release = threading.Event(), threading.Event()
+
+        def compact_slowly() -> None:
+            with host_a.store.compaction_lock(conv) as mine:
+                assert mine
+                holding.set()
+                release.wait(timeout=30)
+
+        holder = threading.Thread(target=compact_slowly)
+        holder.start()
+        assert holding.wait(timeout=10)
+        turn = host_b.after_turn("s", [{"role": "user", "content": "one more"}])
+        assert turn.compaction is not None and turn.compaction.passes == []  # left to host A
+        assert all(i.summary_id is None for i in host_b.context("s"))
+        waited = threading.Event()
+
+        def compact_by_hand() -> None:
+            host_b.compact("s")
+            waited.set()
+
+        manual = threading.Thread(target=compact_by_hand)
+        manual.start()
+        assert not waited.wait(timeout=0.5), "a manual compaction did not wait for host A"
+        release.set()
+        holder.join(timeout=10)
+        assert waited.wait(timeout=30)
+        manual.join(timeout=10)
+        assert any(i.summary_id is not None for i in host_b.context("s"))

@@ -464,6 +464,7 @@ class Engine:
         until: int | None = None,
         budget: int | None = None,
         deadline: float | None = None,
+        if_free: bool = False,
     ) -> CompactionReport:
         """Compact a conversation's active context.
 
@@ -473,10 +474,20 @@ class Engine:
         model's *budget*, the fresh tail is capped at ``fresh_tail_budget_share`` of it.
         After ``guards.run_seconds`` (or at *deadline*, ``time.monotonic()`` seconds) no model
         is called: the remaining passes fall back, so a slow provider cannot hold it longer.
+
+        One process compacts a conversation at a time (on PostgreSQL, across hosts); another
+        waits for it, or with *if_free* (what a turn does) leaves the work to it and returns
+        a report with no passes.
         """
         conv = self.conversation(conversation)
         compactor = Compactor(self, self.summarizer, budget=budget, deadline=deadline)
-        with self.lock(conv.conversation_id):
+        with (
+            self.lock(conv.conversation_id),
+            self.store.compaction_lock(conv.conversation_id, wait=not if_free) as mine,
+        ):
+            if not mine:
+                tokens = sum(i.tokens for i in self.store.context(conv.conversation_id))
+                return CompactionReport(conv.conversation_id, mode, tokens, tokens)
             if until is not None:
                 report = compactor.until_under(conv.conversation_id, until)
             elif mode == "incremental":
@@ -531,7 +542,11 @@ class Engine:
         run = self.config.guards.run_seconds
         deadline = None if run is None else time.monotonic() + run  # one for the whole turn
         report = self.compact(
-            conversation_id, mode="incremental", budget=token_budget, deadline=deadline
+            conversation_id,
+            mode="incremental",
+            budget=token_budget,
+            deadline=deadline,
+            if_free=True,
         )
         if token_budget is not None:
             threshold = int(token_budget * self.config.context_threshold)
@@ -542,7 +557,11 @@ class Engine:
             )
             if report.tokens_after > threshold:
                 over = self.compact(
-                    conversation_id, until=target, budget=token_budget, deadline=deadline
+                    conversation_id,
+                    until=target,
+                    budget=token_budget,
+                    deadline=deadline,
+                    if_free=True,
                 )
                 report.passes.extend(over.passes)
                 report.rounds = over.rounds

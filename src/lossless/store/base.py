@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,14 @@ class Store:
     def _lock_conversation(self, conn: Any, conversation_id: int) -> None:
         """Hold the conversation's write lock until the transaction ends (writers to one
         conversation never interleave, whatever process or host they run in)."""
+
+    @contextmanager
+    def compaction_lock(self, conversation_id: int, *, wait: bool = True) -> Iterator[bool]:
+        """Hold the right to compact a conversation for the block; yields whether it is
+        held (with *wait* false, ``False`` at once when another process has it). Here a
+        no-op: a store whose writers are one at a time needs none (a race that slips through
+        ends in a ConflictError, retried)."""
+        yield True
 
     def _index_messages(self, conn: Any, first_id: int, last_id: int, *, trigram: bool) -> None:
         """Index messages ``first_id..last_id`` for search (no-op where the engine does)."""

@@ -319,6 +319,28 @@ class PostgresStore(Store):
             (conversation_id,),
         )
 
+    @contextmanager
+    def compaction_lock(self, conversation_id: int, *, wait: bool = True) -> Iterator[bool]:
+        """A session advisory lock on a connection of its own, held while the conversation
+        is compacted (summarizer calls included): processes on any host compacting one
+        conversation would otherwise summarize the same stretch and all but one conflict.
+        Released when the block ends, or by the server if the process dies."""
+        if self._pool.closed:
+            raise StoreError(f"the store {self.location} is closed; open it again")
+        key = "hashtext(current_schema() || ':compaction'), (%s::bigint %% 2147483647)::int"
+        with self._pool.connection() as raw:
+            if wait:
+                raw.execute(f"SELECT pg_advisory_lock({key})", (conversation_id,))
+                held = True
+            else:
+                row = raw.execute(f"SELECT pg_try_advisory_lock({key})", (conversation_id,))
+                held = bool(row.fetchone()[0])  # type: ignore[index]
+            try:
+                yield held
+            finally:
+                if held:
+                    raw.execute(f"SELECT pg_advisory_unlock({key})", (conversation_id,))
+
     # --- search statistics ---------------------------------------------------------------
 
     def index_terms(self, text: str) -> list[str]:
