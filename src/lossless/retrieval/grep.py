@@ -24,6 +24,7 @@ import dataclasses
 import importlib
 import re
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -593,7 +594,9 @@ def required_literal(pattern: str) -> str | None:
     sre_parse: Any = importlib.import_module("re._parser")  # the stdlib's own parser
 
     try:
-        parsed = sre_parse.parse(pattern)
+        with warnings.catch_warnings():  # its FutureWarnings are about re's syntax, not ours
+            warnings.simplefilter("ignore")
+            parsed = sre_parse.parse(pattern)
     except Exception:  # noqa: BLE001 - any pattern Python cannot read: no shortcut
         return None
     if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
