@@ -112,11 +112,10 @@ def files_dir_for(config: Config, database: Path | Store) -> Path:
     if config.data_dir:
         return Path(config.data_dir).expanduser() / "files"
     if isinstance(database, Store):
-        path = getattr(database, "path", None)
-        if path is None:  # a server's store: one folder per database and schema
+        if database.path is None:  # a server's store: one folder per database and schema
             digest = hashlib.sha256(database.location.encode()).hexdigest()[:12]
             return default_db_path().parent / f"files-{database.backend}-{digest}"
-        database = Path(path)
+        database = database.path
     return database.with_name(database.name + "-files")
 
 

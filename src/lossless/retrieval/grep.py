@@ -33,6 +33,7 @@ import regex
 
 from ..errors import LosslessError
 from ..ingest.shapes import clean_text
+from ..store.base import in_chunks
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -486,9 +487,7 @@ def _best_ranked(
         score = {int(r[0]): float(r[1]) for r in candidates}
         kept: list[int] = []
         ids = list(score)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in in_chunks(ids):
             kept += [
                 int(r[0])
                 for r in store.fetchall(

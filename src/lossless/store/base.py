@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ConflictError, NotFoundError, StoreError
 from ..ingest.files import LargeFile, check_file_id
@@ -31,7 +31,9 @@ from ..model import (
 from ..timestamps import format_ts, now
 from .toollog import record_tool_executions
 
-__all__ = ["NO_LIMIT", "Checkpoint", "Store", "content_hash"]
+__all__ = ["NO_LIMIT", "Checkpoint", "Store", "content_hash", "in_chunks"]
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
 #: Batches at least this large leave the trigram index to :meth:`Store.catch_up_indexes`
@@ -72,6 +74,13 @@ class Checkpoint:
     last_entry_id: str | None
 
 
+def in_chunks(values: Sequence[T]) -> Iterator[tuple[list[T], str]]:
+    """*values* in slices short enough for one ``IN (...)`` list, each with its ``?`` marks."""
+    for start in range(0, len(values), _IN_CHUNK):
+        chunk = list(values[start : start + _IN_CHUNK])
+        yield chunk, ",".join("?" * len(chunk))
+
+
 def content_hash(text: str) -> str:
     """SHA-256 of a text (how transplant recognises content the target already holds)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -95,6 +104,8 @@ class Store:
     errors: tuple[type[Exception], ...] = ()
     #: Where the store lives, for messages (a file path or a URL without its password).
     location = ""
+    #: The file the store lives in (``None`` for a server's store).
+    path: Path | None = None
 
     # --- what a back end supplies ------------------------------------------------------------
 
@@ -372,9 +383,7 @@ class Store:
         wanted = list(dict.fromkeys(ids))
         found: set[str] = set()
         with self.read() as conn:
-            for start in range(0, len(wanted), _IN_CHUNK):
-                chunk = wanted[start : start + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in in_chunks(wanted):
                 found.update(
                     r[0]
                     for r in conn.execute(
@@ -526,9 +535,7 @@ class Store:
             return []
         parts: dict[int, list[StoredPart]] = {}
         ids = [r[0] for r in rows]
-        for start in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[start : start + _IN_CHUNK]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in in_chunks(ids):
             for p in conn.execute(
                 "SELECT part_id, message_id, ordinal, slot, part_type, text, tool_call_id,"
                 " tool_name, tool_input, tool_output, is_error, raw FROM message_parts"
@@ -634,9 +641,7 @@ class Store:
         out: dict[int, tuple[set[str], set[str]]] = {}
         ids = list(message_ids)
         with self.read() as conn:
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[start : start + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in in_chunks(ids):
                 for mid, kind, call in conn.execute(
                     "SELECT message_id, part_type, tool_call_id FROM message_parts"
                     f" WHERE message_id IN ({marks}) AND tool_call_id IS NOT NULL"
@@ -653,9 +658,7 @@ class Store:
         found: dict[int, StoredMessage] = {}
         queryable = [_row_id(i) for i in ids]
         with self.read() as conn:
-            for start in range(0, len(queryable), _IN_CHUNK):
-                chunk = queryable[start : start + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in in_chunks(queryable):
                 rows = conn.execute(
                     f"SELECT {self._MSG_COLS} FROM messages WHERE message_id IN ({marks})", chunk
                 ).fetchall()
@@ -699,9 +702,7 @@ class Store:
         found: dict[str, Summary] = {}
         queryable = [i for i in ids if isinstance(i, str) and i.isascii()]  # ids are ASCII
         with self.read() as conn:
-            for start in range(0, len(queryable), _IN_CHUNK):
-                chunk = queryable[start : start + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in in_chunks(queryable):
                 for row in conn.execute(
                     f"SELECT {self._SUM_READ} FROM summaries WHERE summary_id IN ({marks})", chunk
                 ):
@@ -738,9 +739,7 @@ class Store:
         out: dict[str, list[str]] = {sid: [] for sid in summary_ids}
         ids = list(out)
         with self.read() as conn:
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[start : start + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in in_chunks(ids):
                 for sid, parent in conn.execute(
                     "SELECT summary_id, parent_summary_id FROM summary_parents"
                     f" WHERE summary_id IN ({marks}) ORDER BY summary_id, ordinal",
@@ -1198,9 +1197,7 @@ class Store:
         found: set[int] = set()
         ids = list(summary_ids)
         with self.read() as conn:
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[start : start + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in in_chunks(ids):
                 found.update(
                     r[0]
                     for r in conn.execute(
@@ -1275,9 +1272,7 @@ class Store:
                 "SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?", (tgt,)
             ).fetchone()
             msg_map = {old: first_id + i for i, old in enumerate(message_ids)}
-            for start in range(0, len(message_ids), _IN_CHUNK):
-                chunk = list(message_ids[start : start + _IN_CHUNK])
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in in_chunks(message_ids):
                 rows = conn.execute(
                     "SELECT message_id, role, content, token_count, created_at, source_format,"
                     f" envelope, metadata FROM messages WHERE message_id IN ({marks})",
@@ -1331,9 +1326,7 @@ class Store:
                 ],
             )
             old_ids = list(sum_map)
-            for start in range(0, len(old_ids), _IN_CHUNK):
-                some = old_ids[start : start + _IN_CHUNK]
-                marks = ",".join("?" * len(some))
+            for some, marks in in_chunks(old_ids):
                 conn.executemany(
                     "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
                     " VALUES (?, ?, ?)",
@@ -1412,9 +1405,7 @@ class Store:
         if message_ids is not None:
             ids = list(message_ids)
             out: list[LargeFile] = []
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[start : start + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in in_chunks(ids):
                 out.extend(
                     LargeFile(*r)
                     for r in self.fetchall(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import StoreError
 from ..timestamps import format_ts, now
-from .base import _IN_CHUNK, Checkpoint, Store, content_hash
+from .base import Checkpoint, Store, content_hash, in_chunks
 from .migrations import MIGRATIONS
 
 __all__ = ["Checkpoint", "SQLiteStore", "content_hash"]
@@ -33,6 +33,7 @@ class SQLiteStore(Store):
 
     backend = "sqlite"
     errors = (sqlite3.Error,)
+    path: Path
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -304,9 +305,7 @@ class SQLiteStore(Store):
 
     def _index_summaries(self, conn: sqlite3.Connection, summary_ids: Sequence[str]) -> None:
         ids = list(summary_ids)
-        for start in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[start : start + _IN_CHUNK]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in in_chunks(ids):
             for table in ("summaries_fts", "summaries_trigram"):
                 conn.execute(
                     f"INSERT INTO {table} (rowid, content) SELECT rowid, content FROM summaries"
