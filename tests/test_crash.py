@@ -550,6 +550,19 @@ def _objects_by_migration() -> dict[str, set[tuple[str, str, str | None]]]:
     return made
 
 
+def _columns_before(migration: str) -> dict[str, list[str]]:
+    """Each table's columns as the migrations before *migration* left them."""
+    conn = sqlite3.connect(":memory:")
+    for name, fn in MIGRATIONS:
+        if name == migration:
+            break
+        fn(conn)
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    columns = {t: [r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+    conn.close()
+    return columns
+
+
 @dataclass(frozen=True)
 class MigrationCase:
     old: Path  # a store as the older release left it
@@ -572,11 +585,18 @@ def migration_case(
     expected_rows = conn.execute("SELECT count(*) FROM tool_executions").fetchone()[0]
     assert expected_rows > 1_000
     # Downgrade: drop what the later migrations made and forget that they ran. This is the
-    # schema the older release wrote, as long as later migrations only add objects.
+    # schema the older release wrote, as long as later migrations only add objects, or add
+    # columns to older tables (those columns are dropped, the table kept).
     conn.execute("BEGIN")
     for name in reversed(later):
+        before = _columns_before(name)
         for kind, ident, _ in sorted(objects[name], key=lambda o: o[0] != "table"):
-            conn.execute(f'DROP {kind.upper()} IF EXISTS "{ident}"')
+            if kind == "table" and ident in before:
+                current = [r[1] for r in conn.execute(f'PRAGMA table_info("{ident}")')]
+                for column in reversed([c for c in current if c not in before[ident]]):
+                    conn.execute(f'ALTER TABLE "{ident}" DROP COLUMN "{column}"')
+            else:
+                conn.execute(f'DROP {kind.upper()} IF EXISTS "{ident}"')
         conn.execute("DELETE FROM migrations WHERE name = ?", (name,))
     conn.execute("COMMIT")
     replay = sqlite3.connect(":memory:")

@@ -211,9 +211,14 @@ def test_an_unknown_shape_is_an_unknown_shape_error_saying_what_was_expected(
 ) -> None:
     from lossless import UnknownShapeError
 
-    for bad in ({"hello": "world"}, "text", 42, None, [], {"role": "wizard", "content": "x"}):
+    for bad in ({"hello": "world"}, "text", 42, None, [], {"role": None, "content": "x"}):
         with pytest.raises(UnknownShapeError, match=r"expected|must be|not"):
             engine.ingest(fresh(), bad)
+    # An item that names a role or type lossless does not know is kept, exactly.
+    odd = {"role": "wizard", "content": "x"}
+    conv = fresh()
+    engine.ingest(conv, odd)
+    assert [m.to_source() for m in engine.messages(conv)] == [odd]
 
 
 # --- transcript importers ------------------------------------------------------------------

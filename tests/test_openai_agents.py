@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("agents")
 
 from agents import Agent, FunctionTool, RunConfig, Runner, function_tool
-from agents.memory import Session
+from agents.memory import Session, SessionSettings
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
@@ -96,7 +96,8 @@ def test_the_session_implements_the_sdks_session_protocol(tmp_path: Path) -> Non
     engine = Engine.open(tmp_path / "a.db", config=SMALL)
     session = LosslessSession("user-42", engine)
     assert isinstance(session, Session)
-    assert session.session_id == "user-42" and session.session_settings is None
+    assert session.session_id == "user-42"
+    assert session.session_settings == SessionSettings()
     assert isinstance(session.engine, AsyncEngine) and session.engine.engine is engine
     engine.close()
     with pytest.raises(ValueError, match="token_budget"):
@@ -243,7 +244,7 @@ async def invoke(tool: FunctionTool, arguments: dict[str, Any]) -> str:
     return out
 
 
-def test_adding_the_same_items_again_stores_them_once(tmp_path: Path) -> None:
+def test_add_items_is_an_exact_append_repeats_and_reused_ids_included(tmp_path: Path) -> None:
     user = {"role": "user", "content": "yes"}
     answer = {
         "id": "msg_a1",
@@ -260,36 +261,43 @@ def test_adding_the_same_items_again_stores_them_once(tmp_path: Path) -> None:
         "arguments": "{}",
     }
     output = {"type": "function_call_output", "call_id": "call_1", "output": "port = 9001"}
+    fake = {**answer, "id": FAKE_RESPONSES_ID}
 
     async def main(engine: AsyncEngine) -> None:
-        session = LosslessSession("idem", engine)
+        session = LosslessSession("exact", engine)
         conv = (await session.conversation()).conversation_id
         await session.add_items([user])
-        await session.add_items([user])  # the same batch again, right after
+        await session.add_items([user])  # the user typed "yes" twice
         await session.add_items([call, output, answer])
-        await session.add_items([call, output, answer])
-        await session.add_items([user, call, output, answer])  # a replay of everything
-        assert len(await engine.messages(conv)) == 4
-        assert session.last_turn is not None and session.last_turn.ingest.message_ids == ()
-
-        await session.add_items([user])  # the same words at another position: a new message
-        assert [m.content for m in await engine.messages(conv)][-1] == "yes"
-        assert len(await engine.messages(conv)) == 5
-        assert await session.get_items() == [user, call, output, answer, user]
-
-        # the SDK's placeholder id names no item: two of them are two messages
-        fake = [
-            {
-                **answer,
-                "id": FAKE_RESPONSES_ID,
-                "content": [{"type": "output_text", "text": t, "annotations": []}],
-            }
-            for t in ("one", "two")
-        ]
-        await session.add_items(fake)
-        assert len(await engine.messages(conv)) == 7
+        await session.add_items([call, output, answer])  # a server that reuses call ids
+        await session.add_items([fake, fake])  # Chat Completions replies: one placeholder id
+        added = [user, user, call, output, answer, call, output, answer, fake, fake]
+        assert [m.to_source() for m in await engine.messages(conv)] == added
+        assert await session.get_items() == added
 
     run(main, tmp_path / "i.db")
+
+
+def test_items_lossless_does_not_know_and_pending_calls_come_back_exactly(
+    tmp_path: Path,
+) -> None:
+    items: list[Any] = [
+        {"role": "developer", "content": "Answer in French."},
+        {"role": "user", "content": "Search the web."},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"query": "q"}},
+        {"type": "program", "id": "pg_1", "call_id": "call_p", "code": "print(1)"},
+        {"type": "program_output", "call_id": "call_p", "output": "1"},
+        {"type": "a_kind_from_a_later_sdk", "id": "x_1", "note": "kept"},
+        {"type": "function_call", "call_id": "call_wait", "name": "approve", "arguments": "{}"},
+    ]
+
+    async def main(engine: AsyncEngine) -> None:
+        session = LosslessSession("kinds", engine)
+        await session.add_items(items)
+        assert await session.get_items() == items
+        assert await session.get_items(1) == items[-1:]  # the pending call, awaiting its output
+
+    run(main, tmp_path / "k.db")
 
 
 def test_adding_pydantic_items_stores_their_json(tmp_path: Path) -> None:
@@ -299,11 +307,41 @@ def test_adding_pydantic_items_stores_their_json(tmp_path: Path) -> None:
         session = LosslessSession("objects", engine)
         await session.add_items([item])  # type: ignore[list-item]
         await session.add_items([item])  # type: ignore[list-item]
-        (stored,) = await engine.messages((await session.conversation()).conversation_id)
-        assert stored.to_source() == item.model_dump(mode="json", exclude_unset=True)
-        assert stored.external_id == "msg_obj"
+        stored = await engine.messages((await session.conversation()).conversation_id)
+        assert [m.to_source() for m in stored] == [
+            item.model_dump(mode="json", exclude_unset=True)
+        ] * 2
 
     run(main, tmp_path / "o.db")
+
+
+def test_session_settings_limit_applies_unless_get_items_names_one(tmp_path: Path) -> None:
+    async def main(engine: AsyncEngine) -> None:
+        session = LosslessSession("settings", engine, session_settings={"limit": 2})
+        assert session.session_settings == SessionSettings(limit=2)
+        items = [{"role": "user", "content": f"note {i}"} for i in range(5)]
+        await session.add_items(items)
+        assert await session.get_items() == items[-2:]
+        assert await session.get_items(3) == items[-3:]
+        assert await session.get_items(-1) == items
+        with pytest.raises(TypeError, match="limitt"):
+            LosslessSession("bad", engine, session_settings={"limitt": 1})
+
+    run(main, tmp_path / "s.db")
+
+
+def test_a_cancelled_add_items_finishes_its_write_before_the_cancellation(tmp_path: Path) -> None:
+    async def main(engine: AsyncEngine) -> None:
+        session = LosslessSession("cancel", engine)
+        item = {"role": "user", "content": "keep me"}
+        task = asyncio.ensure_future(session.add_items([item]))
+        await asyncio.sleep(0)  # the write has started
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await session.get_items() == [item]
+
+    run(main, tmp_path / "c.db")
 
 
 def test_get_items_with_a_limit_returns_the_newest(tmp_path: Path) -> None:
@@ -351,13 +389,13 @@ def test_pop_item_takes_the_newest_message_out_of_the_context_and_keeps_it(tmp_p
         )
         assert len(await engine.messages(conv)) == 4
 
-        # taken back and added again by hand: back in the context, once
+        # taken back and added again by hand: an exact append, each add a new message
         popped = await session.pop_item()
         assert popped is not None
         await session.add_items([popped])
         await session.add_items([popped])
-        assert await session.get_items() == items
-        assert len(await engine.messages(conv)) == 5
+        assert await session.get_items() == [*items, popped]
+        assert len(await engine.messages(conv)) == 6
 
     run(main, tmp_path / "u.db")
 

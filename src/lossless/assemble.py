@@ -101,16 +101,12 @@ class _Block:
 
 def _blocks(message: StoredMessage, fmt: str) -> list[_Block]:
     """A stored message (any source shape) as neutral blocks for the *fmt* output."""
+    if fmt == "responses":
+        native = _responses_native(message)
+        if native is not None:
+            return [native]
     if not message.parts:
         return [_Block("text", text=message.content)] if message.content else []
-    if fmt == "responses" and message.source_format == "openai_responses":
-        # A Responses item of our own goes back whole (reasoning keeps its encrypted content).
-        types = {p.type for p in message.parts}
-        kind = (
-            "tool_call" if "tool_call" in types else "tool_result" if "tool_result" in types else ""
-        )
-        call = next((p.tool_call_id for p in message.parts if p.tool_call_id), "")
-        return [_Block("native", native=message.to_source(), call_id=call or "", name=kind)]
     same = fmt == "anthropic" and message.source_format == "anthropic"
     blocks: list[_Block] = []
     for part in message.parts:
@@ -149,6 +145,41 @@ def _blocks(message: StoredMessage, fmt: str) -> list[_Block]:
     return blocks
 
 
+#: Keys of a Chat Completions message that a Responses input message cannot carry.
+_CHAT_ONLY = frozenset({"tool_calls", "tool_call_id", "function_call", "name"})
+
+
+def _responses_native(message: StoredMessage) -> _Block | None:
+    """A message that is already a Responses input item, passed back exactly as stored.
+
+    That is every Responses item (reasoning keeps its encrypted content, messages their ids),
+    every item of a kind lossless does not know, and a plain chat message (``role`` and a
+    string ``content``: the SDK's easy input message, ``developer`` role included). An item
+    with a ``call_id`` pairs by it: ``*_output`` items are results, the others calls; hosted
+    tool calls (web search, file search, ...) carry no ``call_id`` and stand alone.
+    """
+    source = message.source_format
+    if source not in ("openai_responses", "unknown", "openai_chat"):
+        return None
+    item = message.to_source()
+    if not isinstance(item, dict):
+        return None
+    if source == "openai_chat" and (
+        not isinstance(item.get("content"), str)
+        or item.get("role") not in ("user", "assistant", "system", "developer")
+        or not _CHAT_ONLY.isdisjoint(item)
+    ):
+        return None
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        return _Block("native", native=item)
+    kind = item.get("type")
+    is_output = isinstance(kind, str) and kind.endswith("_output")
+    return _Block(
+        "native", native=item, call_id=call_id, name="tool_result" if is_output else "tool_call"
+    )
+
+
 def _is_call(b: _Block) -> bool:
     return b.kind == "call" or (b.kind == "native" and b.name == "tool_call")
 
@@ -175,15 +206,16 @@ def _turns(
     return out
 
 
-def _sanitize(turns: list[tuple[str, list[_Block]]]) -> list[str]:
-    """Drop tool results without their call and calls without their result; return what went."""
+def _sanitize(turns: list[tuple[str, list[_Block]]], *, pending_calls: bool = False) -> list[str]:
+    """Drop tool results without their call and calls without their result (unless
+    *pending_calls*: a call whose result has not come yet stays); return what went."""
     calls = {b.call_id for _, blocks in turns for b in blocks if _is_call(b)}
     results = {b.call_id for _, blocks in turns for b in blocks if _is_result(b)}
     dropped: list[str] = []
     for _, blocks in turns:
         keep = []
         for b in blocks:
-            if _is_call(b) and b.call_id not in results:
+            if _is_call(b) and b.call_id not in results and not pending_calls:
                 dropped.append(f"tool call {b.call_id}")
             elif _is_result(b) and b.call_id not in calls:
                 dropped.append(f"tool result {b.call_id}")
@@ -290,8 +322,12 @@ def assemble(
     token_budget: int,
     *,
     format: str = "anthropic",
+    pending_calls: bool = False,
 ) -> AssembledContext:
-    """The model-facing messages of a conversation within *token_budget* (see module doc)."""
+    """The model-facing messages of a conversation within *token_budget* (see module doc).
+
+    With *pending_calls*, a tool call whose result is not stored yet is kept (a host that
+    appends the result itself, such as the Agents SDK's runner, wants to see it)."""
     if format not in FORMATS:
         raise ValueError(f"unknown context format {format!r}; use one of: {', '.join(FORMATS)}")
     items = engine.store.context(conversation_id)
@@ -320,7 +356,7 @@ def assemble(
     if resume:  # right after the summaries, before the fresh tail
         at = 1 + max((n for n, i in enumerate(chosen) if i.summary_id is not None), default=-1)
         turns.insert(at, ("user", [_Block("text", text=resume)]))
-    dropped = _sanitize(turns)
+    dropped = _sanitize(turns, pending_calls=pending_calls)
     out = _RENDER[format](turns)
     return AssembledContext(
         messages=out,

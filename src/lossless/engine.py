@@ -615,15 +615,23 @@ class Engine:
         token_budget: int,
         *,
         format: str = "anthropic",
+        pending_calls: bool = False,
     ) -> AssembledContext:
         """The messages to send the model before its next turn, within *token_budget*.
 
         Summaries come first as XML, then the newest items that fit, then the fresh tail
-        (always, even over budget); tool calls and results are never left without each other.
+        (always, even over budget); tool calls and results are never left without each other
+        (with *pending_calls*, a call whose result is not stored yet stays).
         """
         conv = self.conversation(conversation)
         with self.store.read():  # one snapshot: the context and its rows agree
-            return assemble_context(self, conv.conversation_id, token_budget, format=format)
+            return assemble_context(
+                self,
+                conv.conversation_id,
+                token_budget,
+                format=format,
+                pending_calls=pending_calls,
+            )
 
     def grep(
         self,

@@ -123,6 +123,7 @@ TABLES: tuple[Table, ...] = (
             "source_format",
             "envelope",
             "metadata",
+            "host_meta",
         ),
         ("message_id",),
     ),

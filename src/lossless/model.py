@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 __all__ = [
+    "HOST_META",
     "ROLES",
     "ContextItem",
     "Conversation",
@@ -28,6 +29,21 @@ __all__ = [
 
 Role = Literal["user", "assistant", "system", "tool"]
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
+
+#: Kinds of host records (:attr:`StoredMessage.host_meta`): what a host wrote into its
+#: transcript beside the conversation. Stored and searchable like any message, but never
+#: read as the user's words (not the goal, not the current task, not what leads a summary).
+HOST_META: tuple[str, ...] = (
+    "command",  # a slash command the user ran (/compact, /init, ...)
+    "caveat",  # the host's own note to the model (Claude Code's isMeta entries)
+    "command_output",  # what a local command printed
+    "hook_output",  # what a hook added to the context
+    "synthetic",  # a reply the host made up, not the model's
+    "host_summary",  # the host's own compaction summary
+    "compact_boundary",  # where the host compacted
+    "attachment",  # a file, reminder or other context the host attached
+    "system",  # any other system record of the host
+)
 
 #: Part types. Unknown source blocks are kept whole as ``other``.
 PART_TYPES: tuple[str, ...] = (
@@ -188,6 +204,9 @@ class StoredMessage:
     envelope: Any
     metadata: Mapping[str, Any] | None
     parts: tuple[StoredPart, ...]
+    #: What kind of host record this is (``command``, ``caveat``, ``hook_output``, ...), or
+    #: ``None`` for the conversation's own messages: see :data:`lossless.model.HOST_META`.
+    host_meta: str | None = None
 
     def to_source(self) -> Any:
         """The message exactly as it was ingested, in its source format."""

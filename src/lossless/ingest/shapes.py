@@ -10,6 +10,8 @@ Supported shapes (``source_format``):
 * ``openclaw`` — the messages inside OpenClaw/pi session files (``toolCall`` blocks,
   ``toolResult`` role)
 * ``lossless`` — the project's own :class:`~lossless.model.Message`
+* ``unknown`` — any other item that names a ``type`` or a ``role`` (a new SDK release's item,
+  a host's own record): stored whole and read back exactly, never refused
 
 How the round trip stays exact: the message is split into an *envelope* (every key, with the
 block-carrying keys — the *slots* — left as placeholders) and parts (one per block, each with
@@ -21,6 +23,7 @@ re-create a block. Unknown block types are kept whole as ``other`` parts.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -49,7 +52,16 @@ __all__ = [
     "rebuild",
 ]
 
-FORMATS: tuple[str, ...] = ("openai_chat", "openai_responses", "anthropic", "openclaw", "lossless")
+FORMATS: tuple[str, ...] = (
+    "openai_chat",
+    "openai_responses",
+    "anthropic",
+    "openclaw",
+    "lossless",
+    "unknown",
+)
+
+logger = logging.getLogger(__name__)
 
 #: Tokens charged for an image or other binary attachment (its bytes are not text).
 ATTACHMENT_TOKENS = 1_000
@@ -185,6 +197,8 @@ class NormalizedMessage:
     #: With redaction: the secrets replaced, and the encrypted original (when kept).
     redactions: int = 0
     sealed: bytes | None = None
+    #: A host's own record (a command, caveat, hook output, ...), not the conversation's.
+    host_meta: str | None = None
 
 
 # --- detection -----------------------------------------------------------------------------
@@ -291,10 +305,13 @@ def detect_format(message: Any) -> str:
             return "anthropic"
     if role in _CHAT_ROLES:
         return "openai_chat"
+    if isinstance(kind, str) or role is not None:
+        return "unknown"  # an item of a kind lossless does not know yet: kept verbatim
     raise UnknownShapeError(
-        f"unknown message shape (keys: {', '.join(sorted(map(str, message))) or 'none'}); "
-        f"expected an OpenAI chat message (role + content), a Responses item (type), an "
-        f"Anthropic message (role + content blocks) or a lossless.Message"
+        f"unknown message shape (keys: {', '.join(sorted(map(str, message))) or 'none'}): it"
+        f" has no 'role' and no 'type'; expected an OpenAI chat message (role + content), a"
+        f" Responses item (type), an Anthropic message (role + content blocks) or a"
+        f" lossless.Message"
     )
 
 
@@ -325,7 +342,12 @@ def normalize(
     data = message if isinstance(message, Message) else _as_data(message)
     if fmt != "lossless" and not isinstance(data, Mapping):
         raise UnknownShapeError(f"a {fmt} message must be a mapping, not {type(data).__name__}")
-    norm = _NORMALIZERS[fmt](data)
+    try:
+        norm = _NORMALIZERS[fmt](data)
+    except UnknownShapeError:
+        if format is not None or not isinstance(data, Mapping) or not _keeps_as_unknown(data):
+            raise  # a format the caller named must fit
+        norm = _normalize_unknown(data)
     _fold_plain_text(norm)
     return _finish(norm, external_id, created_at, metadata, counter)
 
@@ -628,12 +650,6 @@ def _normalize_openai_chat(data: Mapping[str, Any]) -> NormalizedMessage:
             )
         )
         slots["function_call"] = SCALAR
-    ext = _raw_id(data.get("id"))
-    if ext is None and is_tool and isinstance(data.get("tool_call_id"), str):
-        ext = "tool_result:" + data["tool_call_id"]
-    if ext is None and isinstance(calls, list) and calls and isinstance(calls[0], Mapping):
-        first = calls[0].get("id")
-        ext = "tool_calls:" + first if isinstance(first, str) else None
     return NormalizedMessage(
         role=role,
         content=_join(parts),
@@ -641,7 +657,6 @@ def _normalize_openai_chat(data: Mapping[str, Any]) -> NormalizedMessage:
         parts=parts,
         source_format="openai_chat",
         envelope=_envelope(data, slots),
-        external_id=ext,
     )
 
 
@@ -684,7 +699,6 @@ def _normalize_openai_responses(data: Mapping[str, Any]) -> NormalizedMessage:
             parts=parts,
             source_format="openai_responses",
             envelope=_envelope(data, slots),
-            external_id=ext,
         )
     if not isinstance(kind, str):
         raise UnknownShapeError("a Responses item needs a string 'type'")
@@ -709,16 +723,15 @@ def _normalize_openai_responses(data: Mapping[str, Any]) -> NormalizedMessage:
         part.tool_input = _parse_args(raw_input)
     else:
         part.text = _str(data.get("text"))
-    if ext is None and raw_call_id is not None:
-        ext = f"{kind}:{raw_call_id}"
     return NormalizedMessage(
         role=role,
-        content=_join([part]),
+        # An item whose own fields say nothing in words (a tool search's output, ...) is
+        # still searched and counted by the strings it holds.
+        content=_join([part]) or _item_text(data),
         token_count=0,
         parts=[part],
         source_format="openai_responses",
         envelope={"f": {}, "s": {WHOLE: SCALAR}},
-        external_id=ext,
     )
 
 
@@ -774,7 +787,6 @@ def _normalize_anthropic(data: Mapping[str, Any]) -> NormalizedMessage:
         parts=parts,
         source_format="anthropic",
         envelope=_envelope(data, slots),
-        external_id=_raw_id(data.get("id")),
     )
 
 
@@ -921,12 +933,82 @@ def _normalize_lossless(data: Any) -> NormalizedMessage:
     )
 
 
+# Items lossless does not know -------------------------------------------------------------
+
+#: Roles of any supported shape, for an unknown item that names one.
+_ANY_ROLE = {**_CHAT_ROLES, **_OPENCLAW_ROLE_MAP}
+#: Keys of an unknown item whose strings are labels, not text.
+_LABEL_KEYS = frozenset({"type", "id", "call_id", "role", "status", "object", "signature"})
+_warned: set[str] = set()
+
+
+def _keeps_as_unknown(data: Any) -> bool:
+    """An item that names a type or a role: kept verbatim when its shape does not fit."""
+    return isinstance(data, Mapping) and (
+        isinstance(data.get("type"), str) or isinstance(data.get("role"), str)
+    )
+
+
+def _loose_text(value: Any, out: list[str], depth: int = 0) -> None:
+    """The strings of an unknown item (labels left out), depth first, for search and tokens."""
+    if depth > 32:
+        return
+    if isinstance(value, str):
+        if value:
+            out.append(clean_text(value))
+    elif isinstance(value, Mapping):
+        for key, inner in value.items():
+            if key not in _LABEL_KEYS:
+                _loose_text(inner, out, depth + 1)
+    elif isinstance(value, list):
+        for inner in value:
+            _loose_text(inner, out, depth + 1)
+
+
+def _item_text(data: Mapping[str, Any]) -> str:
+    """Every string an item holds, labels left out, one per line."""
+    texts: list[str] = []
+    _loose_text(data, texts)
+    return "\n".join(texts)
+
+
+def unknown_kind(data: Mapping[str, Any]) -> str:
+    """How an unknown item names itself: its type, else its role."""
+    kind = data.get("type")
+    return kind if isinstance(kind, str) else f"role {data.get('role')}"
+
+
+def _normalize_unknown(data: Mapping[str, Any]) -> NormalizedMessage:
+    """An item of a type or role lossless does not know: stored whole (read back exactly),
+    its strings as its plain text; a warning names the kind once per process."""
+    kind = unknown_kind(data)
+    if kind not in _warned:
+        _warned.add(kind)
+        logger.warning(
+            "stored an item of a kind lossless does not know (%s) verbatim; it reads back"
+            " exactly and its text is searchable",
+            clean_text(kind)[:80],
+        )
+    role = data.get("role")
+    text = _item_text(data)
+    part = NormalizedPart(slot=WHOLE, type="other", text=text or None, raw=data)
+    return NormalizedMessage(
+        role=_ANY_ROLE.get(role, "assistant") if isinstance(role, str) else "assistant",
+        content=text or dumps(data),
+        token_count=0,
+        parts=[part],
+        source_format="unknown",
+        envelope={"f": {}, "s": {WHOLE: SCALAR}},
+    )
+
+
 _NORMALIZERS: dict[str, Callable[[Any], NormalizedMessage]] = {
     "openai_chat": _normalize_openai_chat,
     "openai_responses": _normalize_openai_responses,
     "anthropic": _normalize_anthropic,
     "openclaw": _normalize_openclaw,
     "lossless": _normalize_lossless,
+    "unknown": _normalize_unknown,
 }
 
 

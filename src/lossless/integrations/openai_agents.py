@@ -5,25 +5,20 @@
 
 * ``get_items()`` returns the *assembled* context, never the raw history: the summaries that
   replaced old turns (the spec's XML, marked as untrusted history), the resume summary, then
-  the newest items, as Responses input items within ``token_budget``; a tool call and its
-  output are always both there or both left out. ``get_items(limit)`` returns its newest
-  *limit* items.
-* ``add_items(items)`` stores the items and runs :meth:`~lossless.engine.Engine.after_turn`,
-  which compacts when needed. Adding items again never stores them twice (below).
+  the newest items within ``token_budget``, each exactly as it was added (ids, types and
+  roles kept, items of kinds lossless does not know included). A tool call whose output has
+  not come yet is there; any other call and its output are both there or both left out.
+  ``get_items(limit)`` returns its newest *limit* items; without *limit*, the session's
+  ``session_settings.limit`` decides, as in the SDK's own sessions.
+* ``add_items(items)`` stores every item, in order, as a new message (an exact append: a
+  repeated item, a reused id such as the SDK's ``__fake_id__`` placeholder, the same words
+  twice are each kept), then runs :meth:`~lossless.engine.Engine.after_turn`, which compacts
+  when needed. A cancelled call still finishes its write before the cancellation goes on,
+  so the caller knows what is stored.
 * ``pop_item()`` takes the newest message out of the active context and returns it as it was
   added. The message stays stored, and the recall tools still find it.
 * ``clear_session()`` archives the conversation and goes on in a new one of the same family:
   the next ``get_items()`` is empty, and the recall tools still search everything.
-
-External ids make ``add_items`` idempotent. An item keeps its own ``id`` (Responses items:
-``msg_...``, ``fc_...``, ``rs_...``) unless it is the SDK's placeholder ``__fake_id__``; a tool
-output is named by its call (``function_call_output:call_1``); any other item (the user's
-input, say) gets ``agents:<position>:<digest>`` from its position in the conversation and its
-content. Items already at the end of the active context, in the same order, are skipped
-before any of that, so adding the same batch twice in a row stores it once; identical text
-at another position is a message of its own. An item added again after ``pop_item`` took it
-back is stored again under its id plus ``#2`` (``#3``, ...), since the first copy is no longer
-in the context.
 
 :func:`recall_tools` gives the agent ``lcm_grep``, ``lcm_describe``, ``lcm_expand_query`` and
 ``chat_context_query`` as function tools, bound to the session's conversation family.
@@ -35,16 +30,15 @@ core imports.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from ..aio import AsyncEngine
 from ..assemble import AssembledContext
 from ..engine import Engine, TurnResult
 from ..errors import LosslessError
-from ..ingest.shapes import NormalizedMessage, safe_id
+from ..ingest.shapes import NormalizedMessage
 from ..model import Conversation
 from ..timestamps import format_ts, now
 
@@ -53,15 +47,16 @@ INSTALL_HINT = "the OpenAI Agents SDK integration needs the SDK: pip install 'lo
 try:
     from agents import FunctionTool, function_tool
     from agents.items import TResponseInputItem
-    from agents.models.fake_id import FAKE_RESPONSES_ID
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
     from pydantic import Field
 except ModuleNotFoundError as exc:  # the optional dependency is missing: say how to add it
     if (exc.name or "").partition(".")[0] not in ("agents", "openai", "pydantic"):
         raise
     raise ModuleNotFoundError(INSTALL_HINT, name=exc.name) from exc
-
-if TYPE_CHECKING:
-    from agents.memory import SessionSettings  # openai-agents 0.16 and later
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "INSTALL_HINT", "LosslessSession", "recall_tools"]
 
@@ -70,6 +65,8 @@ DEFAULT_TOKEN_BUDGET = 100_000
 
 #: Where a conversation keeps what this session knows of it (in ``conversations.metadata``).
 STATE_KEY = "openai_agents"
+
+T = TypeVar("T")
 
 
 class LosslessSession:
@@ -91,7 +88,7 @@ class LosslessSession:
         engine: AsyncEngine | Engine,
         *,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         if token_budget < 1:
             raise ValueError(
@@ -100,7 +97,14 @@ class LosslessSession:
         self.session_id = session_id
         self.engine = engine if isinstance(engine, AsyncEngine) else AsyncEngine(engine)
         self.token_budget = token_budget
-        self.session_settings = session_settings
+        #: The SDK's session settings (``limit``: how many items ``get_items()`` returns).
+        if isinstance(session_settings, Mapping):
+            session_settings = dict(session_settings)
+        self.session_settings: SessionSettings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
         #: What the last :meth:`add_items` did: the ingest and the compaction report.
         self.last_turn: TurnResult | None = None
         self._current: Conversation | None = None
@@ -129,28 +133,36 @@ class LosslessSession:
         :meth:`get_items` returns, with the figures)."""
         conv = await self.conversation()
         return await self.engine.assemble(
-            conv.conversation_id, self.token_budget, format="responses"
+            conv.conversation_id, self.token_budget, format="responses", pending_calls=True
         )
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The assembled context as Responses input items (its newest *limit* with a limit)."""
+        """The assembled context as Responses input items: its newest *limit* (default: the
+        session settings' ``limit``; ``None`` or a negative number means all of it)."""
         async with self._serial():
             items = (await self.assemble()).messages
-        if limit is not None:
-            items = items[-limit:] if limit > 0 else []
+        wanted = resolve_session_limit(limit, self.session_settings)
+        if wanted is not None and wanted >= 0:
+            items = items[-wanted:] if wanted else []
         return cast(list[TResponseInputItem], items)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Store *items* (idempotently) and compact if needed (``after_turn``)."""
+        """Store every item as a new message, in order, and compact if needed
+        (``after_turn``)."""
         if not items:
             return
-        async with self._serial():
-            conv = await self.conversation()
-            conv_id = conv.conversation_id
-            norms = await asyncio.to_thread(_prepare, self.engine.engine, conv_id, list(items))
-            self.last_turn = await self.engine.after_turn(
-                conv_id, norms, token_budget=self.token_budget
-            )
+        batch = list(items)
+
+        async def write() -> None:
+            async with self._serial():
+                conv = await self.conversation()
+                conv_id = conv.conversation_id
+                norms = await asyncio.to_thread(_prepare, self.engine.engine, batch)
+                self.last_turn = await self.engine.after_turn(
+                    conv_id, norms, token_budget=self.token_budget
+                )
+
+        await _settled(write())
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Take the newest message out of the active context and return it as it was added.
@@ -158,10 +170,14 @@ class LosslessSession:
         The message stays stored (and searchable). ``None`` when the active context holds no
         message at its end: it is empty, or everything in it was compacted.
         """
-        async with self._serial():
-            conv = await self.conversation()
-            popped = await asyncio.to_thread(_pop, self.engine.engine, conv.conversation_id)
-        return cast(TResponseInputItem | None, popped)
+
+        async def take() -> Any:
+            async with self._serial():
+                conv = await self.conversation()
+                message = await self.engine.pop_context(conv.conversation_id)
+            return None if message is None else message.to_source()
+
+        return cast(TResponseInputItem | None, await _settled(take()))
 
     async def clear_session(self) -> None:
         """Archive the conversation and go on in a new, empty one of the same family.
@@ -169,11 +185,18 @@ class LosslessSession:
         Nothing is deleted: the archived conversation keeps its messages and summaries, and
         the recall tools (which search the family) still find them.
         """
-        async with self._serial():
-            conv = await self.conversation()
-            self._current = await asyncio.to_thread(
-                _archive_and_continue, self.engine.engine, conv.conversation_id, self.session_id
-            )
+
+        async def clear() -> None:
+            async with self._serial():
+                conv = await self.conversation()
+                self._current = await asyncio.to_thread(
+                    _archive_and_continue,
+                    self.engine.engine,
+                    conv.conversation_id,
+                    self.session_id,
+                )
+
+        await _settled(clear())
 
 
 def recall_tools(session: LosslessSession) -> list[FunctionTool]:
@@ -369,68 +392,29 @@ def _data(item: Any) -> Any:
     return item
 
 
-def _fingerprint(item: Any) -> str:
-    text = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+def _prepare(engine: Engine, items: list[Any]) -> list[NormalizedMessage]:
+    """The items to store, normalized (an id inside an item is kept with it; it is not a
+    key: hosts reuse them)."""
+    return [engine.normalize(_data(item)) for item in items]
 
 
-def _external_id(item: Any, position: int) -> str:
-    """The item's own id, its tool call's, or one from its position and content."""
-    if isinstance(item, Mapping):
-        own = item.get("id")
-        if isinstance(own, str) and own and own != FAKE_RESPONSES_ID:
-            return own
-        kind, call = item.get("type"), item.get("call_id")
-        if isinstance(kind, str) and isinstance(call, str) and call:
-            return f"{kind}:{call}"
-    return f"agents:{position}:{_fingerprint(item)}"
-
-
-def _overlap(tail: Sequence[Any], batch: Sequence[Any]) -> int:
-    """How many of *batch*'s first items are already the last items of *tail*, in order."""
-    for k in range(min(len(tail), len(batch)), 0, -1):
-        if list(tail[-k:]) == list(batch[:k]):
-            return k
-    return 0
-
-
-def _prepare(engine: Engine, conversation_id: int, items: list[Any]) -> list[NormalizedMessage]:
-    """The items to store, normalized with their external ids (those already at the end of
-    the active context left out)."""
-    store = engine.store
-    data = [_data(item) for item in items]
-    tail_ids: list[int] = []
-    for ctx_item in reversed(store.context(conversation_id)):
-        if ctx_item.message_id is None or len(tail_ids) == len(data):
+async def _settled(work: Awaitable[T]) -> T:
+    """Run *work* to its end even when the caller is cancelled meanwhile, then let the
+    cancellation go on: a cancelled write still lands whole or not at all, and the caller
+    knows which (what the SDK's own sessions promise)."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
             break
-        tail_ids.append(ctx_item.message_id)
-    tail = [m.to_source() for m in store.get_messages_by_id(tail_ids[::-1])]
-    fresh = data[_overlap(tail, data) :]
-    popped = set(_state(store.get_conversation(conversation_id)).get("popped", ()))
-    position = store.message_count(conversation_id)
-    norms = []
-    for n, item in enumerate(fresh, start=1):
-        base = safe_id(_external_id(item, position + n))
-        ext, copy = base, 1
-        while ext in popped:  # taken back by pop_item: this is a new copy in the context
-            copy += 1
-            ext = f"{base}#{copy}"
-        norms.append(engine.normalize(item, external_id=ext))
-    return norms
-
-
-def _pop(engine: Engine, conversation_id: int) -> Any:
-    """Take the newest message out of the context; record its id so that adding it again
-    stores a new copy."""
-    with engine.lock(conversation_id):
-        message = engine.pop_context(conversation_id)
-        if message is None:
-            return None
-        if message.external_id is not None:
-            state = _state(engine.conversation(conversation_id))
-            state["popped"] = [*state.get("popped", ()), message.external_id]
-            engine.update_conversation(conversation_id, metadata={STATE_KEY: state})
-    return message.to_source()
+        except asyncio.CancelledError:
+            if task.done():
+                raise  # the work itself was cancelled
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
 
 
 def _archive_and_continue(engine: Engine, conversation_id: int, session_id: str) -> Conversation:

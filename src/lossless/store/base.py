@@ -45,8 +45,8 @@ NO_LIMIT = 2**62
 _TOOL_PARTS = frozenset({"tool_call", "tool_result"})
 _MESSAGE_INSERT = (
     "INSERT INTO messages (message_id, conversation_id, seq, role, content, token_count,"
-    " created_at, external_id, source_format, envelope, metadata)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " created_at, external_id, source_format, envelope, metadata, host_meta)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _PART_INSERT = (
     "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot, part_type, text,"
@@ -449,6 +449,7 @@ class Store:
                         m.source_format,
                         None if m.envelope is None else dumps(m.envelope),
                         dumps(m.metadata) if m.metadata else None,
+                        m.host_meta,
                     )
                 )
                 for j, p in enumerate(m.parts):
@@ -527,7 +528,7 @@ class Store:
 
     _MSG_COLS = (
         "message_id, conversation_id, seq, role, content, token_count, created_at, external_id,"
-        " source_format, envelope, metadata"
+        " source_format, envelope, metadata, host_meta"
     )
 
     def _messages_with_parts(self, conn: Any, rows: list[tuple[Any, ...]]) -> list[StoredMessage]:
@@ -572,6 +573,7 @@ class Store:
                 envelope=_loads(r[9]),
                 metadata=_loads(r[10]),
                 parts=tuple(parts.get(r[0], ())),
+                host_meta=r[11],
             )
             for r in rows
         ]
@@ -1275,7 +1277,7 @@ class Store:
             for chunk, marks in in_chunks(message_ids):
                 rows = conn.execute(
                     "SELECT message_id, role, content, token_count, created_at, source_format,"
-                    f" envelope, metadata FROM messages WHERE message_id IN ({marks})",
+                    f" envelope, metadata, host_meta FROM messages WHERE message_id IN ({marks})",
                     chunk,
                 ).fetchall()
                 conn.executemany(

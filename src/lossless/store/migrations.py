@@ -387,3 +387,12 @@ def m009_rows_with_nul(conn: sqlite3.Connection) -> None:
           WHERE instr(content, char(0)) > 0;
         """,
     )
+
+
+@migration
+def m010_host_meta(conn: sqlite3.Connection) -> None:
+    # What a host wrote into its transcript that is not the conversation itself (a slash
+    # command, a caveat, a command's output, hook output, a synthetic reply, the host's own
+    # compaction summary): stored like any message, but never read as the user's words.
+    # NULL for every real message.
+    conn.execute("ALTER TABLE messages ADD COLUMN host_meta TEXT")

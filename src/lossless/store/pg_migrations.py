@@ -303,4 +303,12 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         SELECT 1;
         """,
     ),
+    (
+        "m010_host_meta",
+        """
+        -- A host's own records in its transcript (commands, caveats, hook output, synthetic
+        -- replies, its compaction summaries): stored, never read as the user's words.
+        ALTER TABLE messages ADD COLUMN host_meta TEXT;
+        """,
+    ),
 ]

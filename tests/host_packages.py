@@ -1,0 +1,110 @@
+"""Real hosts for the end-to-end tests: their own packages, installed once per run outside the
+repository (``LOSSLESS_TEST_HOSTS``, default ``~/.cache/lossless-test-hosts``).
+
+Each helper installs what is missing and returns where it is; a registry that cannot be
+reached skips the test with that reason (the only reason these tests may skip).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+#: Pinned host versions: a test says which host it drove.
+CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.331"
+CODEX = "@openai/codex@0.169.0"
+
+
+def hosts_dir() -> Path:
+    """The folder the hosts are installed into (outside the repository)."""
+    root = os.environ.get("LOSSLESS_TEST_HOSTS") or Path.home() / ".cache" / "lossless-test-hosts"
+    path = Path(root).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextmanager
+def _install_lock(name: str) -> Iterator[None]:
+    """One installer at a time per host (parallel test processes share the folder)."""
+    with (hosts_dir() / f".{name}.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def npm_host(spec: str, binary: str) -> Path:
+    """The path of *binary* from the npm package *spec*, installed on first use."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip(f"npm is not installed, so {spec} cannot be installed to drive it")
+    folder = hosts_dir() / spec.lstrip("@").replace("/", "-").replace("@", "-")
+    exe = folder / "node_modules" / ".bin" / binary
+    with _install_lock(folder.name):
+        if not exe.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(
+                [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", spec],
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
+            if done.returncode != 0 or not exe.exists():
+                pytest.skip(
+                    f"npm could not install {spec} (is the registry reachable?):"
+                    f" {done.stderr.strip()[-400:]}"
+                )
+    return exe
+
+
+def pypi_sdist(name: str, version: str) -> Path:
+    """The unpacked source distribution of *name* == *version* from PyPI (downloaded once)."""
+    folder = hosts_dir() / f"sdist-{name}-{version}"
+    marker = folder / ".unpacked"
+    with _install_lock(folder.name):
+        if not marker.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    "--dest",
+                    str(folder),
+                    f"{name}=={version}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            archives = sorted(folder.glob("*.tar.gz"))
+            if done.returncode != 0 or not archives:
+                pytest.skip(
+                    f"pip could not download the {name} {version} sdist (is PyPI reachable?):"
+                    f" {done.stderr.strip()[-400:]}"
+                )
+            with tarfile.open(archives[0]) as archive:
+                if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+                    archive.extractall(folder, filter="data")
+                else:
+                    archive.extractall(folder)
+            marker.write_text(json.dumps({"archive": archives[0].name}))
+    (unpacked,) = [p for p in folder.iterdir() if p.is_dir()]
+    return unpacked
