@@ -23,7 +23,11 @@ pytest.importorskip("agents")
 from agents import Agent, FunctionTool, RunConfig, Runner, function_tool
 from agents.memory import Session, SessionSettings
 from agents.models.fake_id import FAKE_RESPONSES_ID
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from openai import AsyncOpenAI
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
 
 from lossless import Config, Engine
 from lossless.aio import AsyncEngine
@@ -508,3 +512,53 @@ def test_the_docs_example_prints_what_the_docs_show(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout == shown
+
+
+def test_identical_chat_completions_replies_are_all_kept(
+    tmp_path: Path, httpserver: HTTPServer
+) -> None:
+    # A Chat Completions model gives every reply the placeholder id "__fake_id__"; the agent
+    # is told to go on twice with no new input, and answers the same words each time.
+    def reply(request: Request) -> Response:
+        body = json.loads(request.data)
+        return Response(
+            json.dumps(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": "Working on it."},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+            ),
+            content_type="application/json",
+        )
+
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(reply)
+    client = AsyncOpenAI(base_url=httpserver.url_for("/v1"), api_key="local", max_retries=0)
+    agent = Agent(name="worker", model=OpenAIChatCompletionsModel("local-model", client))
+
+    async def main(engine: AsyncEngine) -> list[Any]:
+        session = LosslessSession("job", engine)
+        await Runner.run(agent, "Start the job.", session=session, run_config=NO_TRACING)
+        for _ in range(2):
+            await Runner.run(agent, [], session=session, run_config=NO_TRACING)
+        return await session.get_items()
+
+    items = run(main, tmp_path / "cc.db", Config())
+    said = [
+        (i["role"], i["content"] if isinstance(i["content"], str) else i["content"][0]["text"])
+        for i in items
+    ]
+    assert said == [("user", "Start the job.")] + [("assistant", "Working on it.")] * 3
+    assert {i.get("id") for i in items[1:]} == {FAKE_RESPONSES_ID}
+    # The third request carried both earlier replies.
+    last = json.loads(httpserver.log[-1][0].data)["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "assistant"]
