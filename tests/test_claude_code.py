@@ -4,6 +4,7 @@ calls), the hook protocol over stdin/stdout, and the settings install."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import shlex
@@ -18,18 +19,21 @@ import pytest
 
 from lossless import Config, Engine
 from lossless.assemble import UNTRUSTED_NOTE
-from lossless.integrations import claude_code
-from lossless.integrations.claude_code import (
-    CONTEXT_LIMIT,
+from lossless.integrations.claude_code import CLAUDE_CODE
+from lossless.integrations.hooks import (
     DEFAULT_MAX_CHARS,
     EVENTS,
     HookInput,
     default_log_path,
     reinjection,
     run_hook,
+    session_start_output,
 )
 from lossless.resume import HEADER as RESUME_HEADER
 from lossless.sample import generate_session
+
+#: Claude Code's limit for a hook's added context, in characters (its documentation).
+CONTEXT_LIMIT = 10_000
 
 SESSION = "5b0c6a1e-2f4d-4c1a-9e8b-0d3f7a6c2b91"
 LOSSLESS = Path(sys.executable).parent / "lossless"
@@ -137,7 +141,7 @@ def hook(run_cli, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> Hook:  # ty
 
 
 def log_text() -> str:
-    path = default_log_path()
+    path = default_log_path(CLAUDE_CODE)
     return path.read_text(encoding="utf-8") if path.exists() else ""
 
 
@@ -215,7 +219,7 @@ def test_hooks_import_only_what_the_transcript_gained_between_calls(
     assert len({m.external_id for m in stored}) == len(lines) == len(stored)
 
 
-def test_the_hosts_compaction_summary_is_recorded_not_stored_as_a_message(
+def test_the_hosts_compaction_is_stored_as_its_own_record_never_as_the_users_words(
     hook: Hook, store: Callable[[], Engine], tmp_path: Path
 ) -> None:
     lines = lines_of(40)
@@ -226,10 +230,14 @@ def test_the_hosts_compaction_summary_is_recorded_not_stored_as_a_message(
     hook("SessionStart", payload("SessionStart", transcript, source="compact"))
 
     engine = store()
-    assert engine.store.message_count() == len(lines)
-    assert "HOST-SUMMARY" not in " ".join(m.content for m in engine.messages(SESSION))
+    assert engine.store.message_count() == len(lines) + 2
+    boundary, summary = engine.messages(SESSION)[-2:]
+    assert (boundary.host_meta, summary.host_meta) == ("compact_boundary", "host_summary")
+    assert "HOST-SUMMARY" in summary.content
     [recorded] = engine.conversation(SESSION).metadata["host_compactions"]
     assert recorded["summary_uuid"] == "compact-summary-1"
+    resume = engine.resume(SESSION, latest=True)
+    assert "HOST-SUMMARY" not in resume.text  # not the goal, not the current task
 
 
 # --- SessionStart: the context goes back ------------------------------------------------------
@@ -284,7 +292,7 @@ def test_a_summary_too_long_for_the_room_left_is_cut_with_a_pointer_to_it(
     conv = engine.conversation(SESSION).conversation_id
     engine.compact(conv, mode="full")
 
-    result = reinjection(engine, conv, max_chars=DEFAULT_MAX_CHARS)
+    result = reinjection(engine, conv, CLAUDE_CODE, max_chars=DEFAULT_MAX_CHARS)
 
     assert result.summaries_shown >= 1
     assert result.summaries_total > result.summaries_shown
@@ -310,7 +318,7 @@ def test_reinjected_context_is_measured_as_claude_code_counts_non_ascii_text(
         engine.compact(SESSION, mode="full")
         conv = engine.conversation(SESSION).conversation_id
         for limit in (1_200, 4_000, DEFAULT_MAX_CHARS):
-            out = claude_code.session_start_output(reinjection(engine, conv, max_chars=limit).text)
+            out = session_start_output(reinjection(engine, conv, CLAUDE_CODE, max_chars=limit).text)
             assert len(out.encode("utf-16-le")) // 2 <= limit  # JavaScript string length
             assert "🚀" in json.loads(out)["hookSpecificOutput"]["additionalContext"]
 
@@ -339,6 +347,173 @@ def test_session_start_on_resume_reinjects_only_once_the_host_has_compacted(
     text = context_of(resumed.out)
     assert text.startswith("[lossless] Claude Code resumed this conversation")
     assert RESUME_HEADER in text
+
+
+def hook_context_line(parent: str, text: str, n: int = 1) -> str:
+    """The attachment Claude Code writes for what a SessionStart hook added to the context."""
+    return json.dumps(
+        {
+            "parentUuid": parent,
+            "isSidechain": False,
+            "attachment": {
+                "type": "hook_additional_context",
+                "content": [text],
+                "hookName": "SessionStart",
+                "toolUseID": "SessionStart",
+                "hookEvent": "SessionStart",
+            },
+            "type": "attachment",
+            "uuid": f"hook-context-{n}",
+            "timestamp": "2026-03-03T09:00:02.000Z",
+            "renderedRole": "system",
+            "sessionId": SESSION,
+        }
+    )
+
+
+def test_a_resumed_window_gets_lossless_context_once_per_compaction(
+    hook: Hook, tmp_path: Path
+) -> None:
+    transcript = write(tmp_path / f"{SESSION}.jsonl", lines_of(80))
+    hook("PreCompact", payload("PreCompact", transcript, trigger="auto"))
+    write(transcript, host_compaction(last_uuid(transcript)), mode="a")
+    compact = hook("SessionStart", payload("SessionStart", transcript, source="compact"))
+    # Claude Code records what the hook added after the compaction, and keeps it in the
+    # window it resumes: a resume adds no second copy.
+    write(transcript, [hook_context_line(last_uuid(transcript), context_of(compact.out))], mode="a")
+    for _ in range(3):
+        again = hook("SessionStart", payload("SessionStart", transcript, source="resume"))
+        assert (again.code, again.out) == (0, "")
+    assert "holds lossless's context already" in log_text()
+
+    # The next compaction drops it: the next resume (no compact hook ran) puts it back once.
+    write(transcript, host_compaction(last_uuid(transcript), n=2), mode="a")
+    resumed = hook("SessionStart", payload("SessionStart", transcript, source="resume"))
+    assert context_of(resumed.out).startswith("[lossless] Claude Code resumed")
+    write(
+        transcript,
+        [hook_context_line(last_uuid(transcript), context_of(resumed.out), n=2)],
+        mode="a",
+    )
+    assert hook("SessionStart", payload("SessionStart", transcript, source="resume")).out == ""
+
+
+def test_session_start_after_a_compaction_no_hook_saw_imports_compacts_and_reinjects(
+    hook: Hook, store: Callable[[], Engine], tmp_path: Path
+) -> None:
+    # The hooks were installed after the session began: PreCompact never ran.
+    lines = lines_of(200)
+    transcript = write(tmp_path / f"{SESSION}.jsonl", lines)
+    write(transcript, host_compaction(last_uuid(transcript)), mode="a")
+
+    res = hook("SessionStart", payload("SessionStart", transcript, source="compact"))
+
+    text = context_of(res.out)
+    assert "<summary id=" in text and RESUME_HEADER in text
+    engine = store()
+    assert engine.store.message_count() == len(lines) + 2
+    assert any(i.summary_id for i in engine.context(SESSION))
+    assert "compaction_passes=" in log_text()
+
+
+def test_the_stop_hook_captures_each_turn_reading_only_what_the_transcript_gained(
+    hook: Hook, store: Callable[[], Engine], tmp_path: Path
+) -> None:
+    lines = lines_of(300)
+    cuts = [turn_start(lines, n) for n in (200, 600, 900)] + [len(lines)]
+    transcript = write(tmp_path / f"{SESSION}.jsonl", lines[: cuts[0]])
+    hook("Stop", payload("Stop", transcript, stop_hook_active=False))
+    assert message_count(store) == cuts[0]
+    for before, after in itertools.pairwise(cuts):
+        write(transcript, lines[before:after], mode="a")
+        res = hook(
+            "UserPromptSubmit" if after == len(lines) else "Stop", payload("Stop", transcript)
+        )
+        assert (res.code, res.out) == (0, "")
+        assert message_count(store) == after
+    # Each call read the lines the file gained, never the file again.
+    imports = [line for line in log_text().splitlines() if "import=" in line]
+    assert [line.split("import=")[1].split()[0] for line in imports] == [
+        "full",
+        "tail",
+        "tail",
+        "tail",
+    ]
+    assert [int(line.split("imported=")[1].split()[0]) for line in imports] == [
+        b - a for a, b in itertools.pairwise([0, *cuts])
+    ]
+
+
+def test_a_host_record_is_stored_but_never_read_as_the_users_request(
+    hook: Hook, store: Callable[[], Engine], tmp_path: Path
+) -> None:
+    def user(uuid: str, parent: str | None, content: Any, **extra: Any) -> str:
+        return json.dumps(
+            {
+                "parentUuid": parent,
+                "isSidechain": False,
+                "type": "user",
+                "message": {"role": "user", "content": content},
+                "uuid": uuid,
+                "timestamp": "2026-03-02T09:00:00.000Z",
+                "sessionId": SESSION,
+                **extra,
+            }
+        )
+
+    caveat = (
+        "<local-command-caveat>Caveat: the messages below were generated by the user while"
+        " running local commands.</local-command-caveat>"
+    )
+    lines = [
+        json.dumps({"type": "file-history-snapshot", "messageId": "u-0", "snapshot": {}}),
+        json.dumps({"type": "queue-operation", "operation": "enqueue", "sessionId": SESSION}),
+        user("c-1", None, caveat, isMeta=True),
+        user(
+            "c-2",
+            "c-1",
+            "<command-name>/init</command-name>\n<command-message>init</command-message>",
+        ),
+        user("c-3", "c-2", "<local-command-stdout>Initialized</local-command-stdout>"),
+        user("u-1", "c-3", "Add retries to the HTTP client, three at most"),
+        json.dumps(
+            {
+                "parentUuid": "u-1",
+                "isSidechain": False,
+                "type": "assistant",
+                "message": {
+                    "id": "msg_s",
+                    "role": "assistant",
+                    "model": "<synthetic>",
+                    "content": [{"type": "text", "text": "No response requested."}],
+                },
+                "uuid": "a-1",
+                "timestamp": "2026-03-02T09:00:01.000Z",
+                "sessionId": SESSION,
+            }
+        ),
+        user("u-2", "a-1", "/compact"),
+    ]
+    transcript = write(tmp_path / "renamed-copy.jsonl", lines)
+    hook("Stop", payload("Stop", transcript))
+    engine = store()
+    # The session is the entries' sessionId, not the file's name.
+    stored = engine.messages(SESSION)
+    assert [(m.external_id, m.host_meta) for m in stored] == [
+        ("c-1", "caveat"),
+        ("c-2", "command"),
+        ("c-3", "command_output"),
+        ("u-1", None),
+        ("a-1", "synthetic"),
+        ("u-2", None),
+    ]
+    resume = engine.resume(SESSION, latest=True)
+    assert resume.goal == ["Add retries to the HTTP client, three at most"]
+    # A second file with the same entries is the same conversation: nothing twice.
+    copy = write(tmp_path / "another-name.jsonl", lines)
+    hook("Stop", payload("Stop", copy))
+    assert len(store().messages(SESSION)) == len(stored)
+    assert [c.conversation.session_id for c in store().conversations()] == [SESSION]
 
 
 def test_session_start_for_a_session_never_stored_prints_nothing(
@@ -375,15 +550,19 @@ def test_session_start_on_a_large_imported_transcript_reads_nothing_again(
     engine = store()
 
     first = run_hook(
-        engine, HookInput.parse(json.dumps(payload("SessionStart", transcript, source="compact")))
+        engine,
+        HookInput.parse(json.dumps(payload("SessionStart", transcript, source="compact"))),
+        CLAUDE_CODE,
     )
     again = run_hook(
-        engine, HookInput.parse(json.dumps(payload("SessionStart", transcript, source="compact")))
+        engine,
+        HookInput.parse(json.dumps(payload("SessionStart", transcript, source="compact"))),
+        CLAUDE_CODE,
     )
 
-    assert (first.import_mode, first.imported) == ("tail", 0)  # only the two new lines read
+    assert (first.import_mode, first.imported) == ("tail", 2)  # only the two new lines read
     assert (again.import_mode, again.imported) == ("unchanged", 0)  # the file is not read
-    assert engine.store.message_count() == len(lines)
+    assert engine.store.message_count() == len(lines) + 2
     assert again.summaries_shown >= 1
     assert len(again.stdout) <= DEFAULT_MAX_CHARS
     assert "Current task: Turn 1998" in context_of(again.stdout)
@@ -423,11 +602,12 @@ def test_a_missing_transcript_is_logged_and_the_hook_exits_0(hook: Hook, tmp_pat
 def test_events_lossless_does_not_handle_exit_0_without_opening_the_store(
     hook: Hook, db_path: Path
 ) -> None:
-    res = hook("Stop", {"session_id": SESSION, "hook_event_name": "Stop"})
+    res = hook("Notification", {"session_id": SESSION, "hook_event_name": "Notification"})
     assert (res.code, res.out) == (0, "")
-    res = hook("PreCompact", {"session_id": SESSION, "hook_event_name": "UserPromptSubmit"})
+    res = hook("PreCompact", {"session_id": SESSION, "hook_event_name": "PreToolUse"})
     assert res.code == 0
-    assert "nothing to do on UserPromptSubmit" in log_text()
+    assert "nothing to do on Notification" in log_text()
+    assert "nothing to do on PreToolUse" in log_text()
     assert not db_path.exists()
 
 
@@ -499,7 +679,7 @@ def test_the_log_file_can_be_chosen(hook: Hook, tmp_path: Path) -> None:
     chosen = tmp_path / "logs" / "mine.log"
     hook("PreCompact", "{oops", "--log-file", str(chosen))
     assert "not JSON" in chosen.read_text()
-    assert not default_log_path().exists()
+    assert not default_log_path(CLAUDE_CODE).exists()
 
 
 # --- the real console script, as Claude Code runs it ------------------------------------------
@@ -558,13 +738,13 @@ def test_the_installed_commands_speak_the_hook_protocol_over_real_stdin_and_stdo
     broken = run("SessionStart", b"\x00 not json")
     assert (broken.returncode, broken.stdout) == (0, b"")
     with Engine.open(db, config=Config()) as engine:
-        assert engine.store.message_count() == len(lines)
+        assert engine.store.message_count() == len(lines) + 2  # with the host's two records
 
 
 # --- lossless hooks claude-code: print and install --------------------------------------------
 
 
-def test_hooks_prints_the_three_hooks_and_the_mcp_command_for_this_store(
+def test_hooks_prints_the_hooks_and_the_mcp_command_for_this_store(
     run_cli,
     db_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
@@ -633,7 +813,7 @@ def test_install_merges_into_user_settings_keeping_the_users_hooks_and_a_backup(
     assert "claude mcp add --scope user lossless" in res.out
     after = json.loads(path.read_text())
     assert after["model"] == "opus" and after["permissions"] == USER_SETTINGS["permissions"]
-    assert after["hooks"]["Stop"] == USER_SETTINGS["hooks"]["Stop"]
+    assert after["hooks"]["Stop"][0] == USER_SETTINGS["hooks"]["Stop"][0]
     assert after["hooks"]["PreCompact"][0] == USER_SETTINGS["hooks"]["PreCompact"][0]
     for event in EVENTS:
         assert len(ours(after, event)) == 1
@@ -666,7 +846,7 @@ def test_a_second_install_changes_nothing_and_a_new_path_replaces_the_old_entry(
         [command] = ours(after, event)
         assert command.startswith("/opt/lossless/bin/lossless --db ")
     assert after["hooks"]["PreCompact"][0] == USER_SETTINGS["hooks"]["PreCompact"][0]
-    assert after["hooks"]["Stop"] == USER_SETTINGS["hooks"]["Stop"]
+    assert after["hooks"]["Stop"][0] == USER_SETTINGS["hooks"]["Stop"][0]
     assert len(list(path.parent.glob("*.bak"))) == 2
 
 

@@ -555,9 +555,10 @@ def test_a_claude_code_compaction_appended_after_a_checkpoint_is_crossed(
     [report] = engine.bootstrap(path)
 
     assert report.mode == "tail"
-    assert report.imported == 2
-    assert stored_ids(engine) == ["u-1", "a-1", "u-2", "a-2"]
-    assert all("SUMMARY-TEXT" not in m.content for m in engine.messages(SID))
+    assert report.imported == 4
+    assert stored_ids(engine) == ["u-1", "a-1", "cb-1", "cs-1", "u-2", "a-2"]
+    [summary] = [m for m in engine.messages(SID) if "SUMMARY-TEXT" in m.content]
+    assert summary.host_meta == "host_summary"
     assert len(engine.conversation(SID).metadata["host_compactions"]) == 1
 
     # Reading everything again records the host compaction once, not twice.

@@ -688,23 +688,116 @@ def test_claude_code_history_on_both_sides_of_a_host_compaction_is_imported(
     [report] = engine.bootstrap(compacted_claude_code_session(tmp_path / f"{CC}.jsonl"))
 
     msgs = stored(engine, CC)
-    assert [m.external_id for m in msgs] == ["u-1", "a-1", "u-2", "a-2", "u-3"]
+    assert [m.external_id for m in msgs] == ["u-1", "a-1", "u-2", "cb-1", "cs-1", "a-2", "u-3"]
+    assert [m.host_meta for m in msgs] == [
+        None,
+        None,
+        None,
+        "compact_boundary",
+        "host_summary",
+        None,
+        None,
+    ]
     assert report.off_branch == 0
-    assert report.skipped["system compact_boundary"] == 1
-    assert report.skipped["host compaction summary"] == 1
     assert_consistent(engine)
 
 
-def test_claude_code_compact_summary_is_recorded_as_host_compaction_not_as_a_message(
+def test_claude_code_compact_summary_is_kept_as_the_hosts_record_and_as_a_compaction(
     engine: Engine, tmp_path: Path
 ) -> None:
     engine.bootstrap(compacted_claude_code_session(tmp_path / f"{CC}.jsonl"))
 
-    assert "HOST-COMPACT-SUMMARY" not in all_text(stored(engine, CC))
-    assert "being continued from a previous conversation" not in all_text(stored(engine, CC))
+    [summary] = [m for m in stored(engine, CC) if "HOST-COMPACT-SUMMARY" in m.content]
+    assert (summary.role, summary.host_meta) == ("user", "host_summary")
     [compaction] = engine.conversation(CC).metadata["host_compactions"]
     assert compaction["summary_uuid"] == "cs-1"
     assert compaction["boundary_uuid"] == "cb-1"
+    # Not the user's words: the goal of the resume summary is the first real request.
+    assert engine.resume(CC, latest=True).goal[0].startswith("Add cursor pagination")
+    assert_consistent(engine)
+
+
+@pytest.mark.parametrize("link", ["logical_parent", "preserved_segment", "none"])
+def test_a_compacted_transcript_whose_boundary_names_an_entry_not_in_the_file_imports_whole(
+    engine: Engine, tmp_path: Path, link: str
+) -> None:
+    path = compacted_claude_code_session(tmp_path / f"{CC}.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    boundary = next(obj for obj in lines if obj.get("subtype") == "compact_boundary")
+    missing = "e-not-in-this-file"
+    if link == "logical_parent":
+        boundary["logicalParentUuid"] = missing
+    elif link == "preserved_segment":
+        del boundary["logicalParentUuid"]
+        boundary["compactMetadata"]["preservedSegment"] = {"tailUuid": missing}
+    else:
+        del boundary["logicalParentUuid"]
+    write_jsonl(path, lines)
+
+    [report] = engine.bootstrap(path)
+
+    ids = [m.external_id for m in stored(engine, CC)]
+    assert ids == ["u-1", "a-1", "u-2", "cb-1", "cs-1", "a-2", "u-3"]
+    assert (report.off_branch, report.imported) == (0, 7)
+    assert_consistent(engine)
+
+
+def test_messages_off_the_active_branch_are_stored_in_the_sessions_branches_conversation(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # The user rewound to u-1 and asked again: a-1/u-2/a-2 are an abandoned branch.
+    path = write_jsonl(
+        tmp_path / f"{CC}.jsonl",
+        [
+            cc_user(CC, "u-1", None, "Plan the release", "2026-08-04T17:00:00.000Z"),
+            cc_assistant(
+                CC,
+                "a-1",
+                "u-1",
+                "m1",
+                [{"type": "text", "text": "Draft A"}],
+                "2026-08-04T17:00:01.000Z",
+            ),
+            cc_user(CC, "u-2", "a-1", "No, shorter", "2026-08-04T17:00:02.000Z"),
+            cc_assistant(
+                CC,
+                "a-2",
+                "u-2",
+                "m2",
+                [{"type": "text", "text": "Draft B"}],
+                "2026-08-04T17:00:03.000Z",
+            ),
+            cc_assistant(
+                CC,
+                "a-3",
+                "u-1",
+                "m3",
+                [{"type": "text", "text": "Draft C"}],
+                "2026-08-04T17:00:04.000Z",
+            ),
+        ],
+    )
+    [report] = engine.bootstrap(path)
+    assert [m.external_id for m in stored(engine, CC)] == ["u-1", "a-3"]
+    branches = engine.conversation(f"{CC}:branches")
+    assert [m.content for m in stored(engine, branches.session_id)] == [
+        "Draft A",
+        "No, shorter",
+        "Draft B",
+    ]
+    assert (report.off_branch, report.off_branch_stored) == (3, 3)
+    assert report.branch_conversation_id == branches.conversation_id
+    assert branches.session_key == engine.conversation(CC).session_key  # one family
+    # Found by a search of the session's family.
+    hits = engine.grep("Draft", conversation=CC).hits
+    assert sorted(h.conversation_id for h in hits) == sorted(
+        [engine.conversation(CC).conversation_id] + [branches.conversation_id] * 2
+    )
+    again = engine.bootstrap(path, session_id=None)
+    assert again[0].mode == "unchanged"
+    (tmp_path / "copy.jsonl").write_bytes(path.read_bytes())
+    [copied] = engine.bootstrap(tmp_path / "copy.jsonl")
+    assert (copied.imported, copied.off_branch_stored) == (0, 0)
     assert_consistent(engine)
 
 
@@ -1388,3 +1481,209 @@ def test_entry_ids_with_lone_surrogates_import_once(engine: Engine, tmp_path: Pa
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))  # rewritten: full re-read
     assert engine.bootstrap(path)[0].imported == 0
     assert [m.content for m in engine.messages("sur")] == ["first", "second"]
+
+
+# --- Codex CLI rollouts ------------------------------------------------------------------------
+
+CODEX_SESSION = "01a211dd-f8bf-7430-85a6-d837cc403ec3"
+
+
+class Rollout:
+    """Lines as Codex 0.169 writes them: ``{timestamp, ordinal, type, payload}``."""
+
+    def __init__(self, session: str = CODEX_SESSION) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self.line("session_meta", {"id": session, "session_id": session, "cwd": "/w"})
+
+    def line(self, kind: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        obj = {
+            "timestamp": f"2026-11-25T08:41:{len(self.lines):02d}.000Z",
+            "ordinal": len(self.lines),
+            "type": kind,
+            "payload": payload,
+            **extra,
+        }
+        self.lines.append(obj)
+        return obj
+
+    def item(self, payload: dict[str, Any], kinds: list[str] | None = None, **meta: Any) -> None:
+        if kinds is not None:
+            payload = {
+                **payload,
+                "internal_chat_message_metadata_passthrough": {"content_item_kinds": kinds},
+            }
+        self.line("response_item", payload, metadata={"history_sequence": len(self.lines), **meta})
+
+    def turn(self, said: str, reply: str, reply_id: str) -> None:
+        self.line("event_msg", {"type": "task_started"})
+        self.line("turn_context", {"cwd": "/w"})
+        self.item(
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "hook ctx"}],
+            },
+            ["hooks.additional_context"],
+        )
+        user = [{"type": "input_text", "text": said}]
+        self.item({"type": "message", "role": "user", "content": user}, ["user.text"])
+        self.line(
+            "event_msg",
+            {"type": "item_completed", "item": {"type": "UserMessage", "content": user}},
+        )
+        self.item(
+            {
+                "type": "reasoning",
+                "id": "rs_fixed",
+                "summary": [{"type": "summary_text", "text": f"thinking about {said}"}],
+            }
+        )
+        out = [{"type": "output_text", "text": reply, "annotations": []}]
+        self.line(
+            "event_msg",
+            {"type": "item_completed", "item": {"type": "AgentMessage", "id": reply_id}},
+        )
+        self.item(
+            {"type": "message", "role": "assistant", "id": reply_id, "content": out}, ["unknown"]
+        )
+        self.line("event_msg", {"type": "task_complete", "last_agent_message": reply})
+
+    def write(self, path: Path) -> Path:
+        return write_jsonl(path, self.lines)
+
+
+def codex_rollout() -> Rollout:
+    r = Rollout()
+    r.item(
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [
+                {
+                    "type": "input_text",
+                    "text": "<permissions instructions>read-only</permissions instructions>",
+                }
+            ],
+        },
+        ["permissions.instructions"],
+    )
+    r.item(
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {
+                    "type": "input_text",
+                    "text": "<environment_context><cwd>/w</cwd></environment_context>",
+                }
+            ],
+        },
+        ["environments.environment_context"],
+    )
+    r.turn("Port the parser to Rust", "Starting with the lexer.", "msg_fixed")
+    r.turn("same text", "Reply to: same text", "msg_fixed")
+    r.turn("same text", "Reply to: same text", "msg_fixed")
+    r.item(
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "exec_command",
+            "arguments": '{"cmd": "cargo test"}',
+        }
+    )
+    r.item({"type": "function_call_output", "call_id": "call_1", "output": "test result: ok"})
+    return r
+
+
+def test_a_codex_rollout_imports_every_message_once_identical_turns_included(
+    engine: Engine, tmp_path: Path
+) -> None:
+    rollout = codex_rollout()
+    path = rollout.write(tmp_path / f"rollout-2026-11-25T08-41-29-{CODEX_SESSION}.jsonl")
+
+    [report] = engine.bootstrap(path)
+
+    assert (report.format, report.session_id) == ("codex", CODEX_SESSION)
+    msgs = stored(engine, CODEX_SESSION)
+    items = [line["payload"] for line in rollout.lines if line["type"] == "response_item"]
+    assert [m.to_source() for m in msgs] == items  # each stored exactly, once
+    said = [m.content for m in msgs if m.role == "user" and m.host_meta is None]
+    assert said == ["Port the parser to Rust", "same text", "same text"]
+    replies = [m.content for m in msgs if m.role == "assistant" and m.parts[0].type == "text"]
+    assert replies.count("Reply to: same text") == 2  # the model server reused the id
+    assert {m.host_meta for m in msgs if m.role == "system"} == {"system", "hook_output"}
+    assert report.skipped["event_msg item_completed"] == 6
+    # The tool call and its output are parts lossless reads.
+    execution = engine.chat_context_query(conversation=CODEX_SESSION, kind="executions")
+    assert [e["tool_name"] for e in execution.to_dict()["executions"]] == ["exec_command"]
+    assert engine.resume(CODEX_SESSION, latest=True).goal[0] == "Port the parser to Rust"
+    assert_consistent(engine)
+
+    # Again: nothing twice. Grown: only the new lines are read.
+    assert engine.bootstrap(path)[0].mode == "unchanged"
+    rollout.turn("one more", "Done.", "msg_fixed")
+    rollout.write(path)
+    [grown] = engine.bootstrap(path)
+    assert (grown.mode, grown.imported) == ("tail", 4)
+    assert len(stored(engine, CODEX_SESSION)) == len(items) + 4
+
+
+def test_a_codex_compaction_keeps_its_summary_as_the_hosts_record(
+    engine: Engine, tmp_path: Path
+) -> None:
+    rollout = codex_rollout()
+    summary = [{"type": "output_text", "text": "SUMMARY: parser half ported", "annotations": []}]
+    rollout.item(
+        {"type": "message", "role": "assistant", "id": "msg_s", "content": summary},
+        ["unknown"],
+        compaction_output=True,
+    )
+    rollout.line(
+        "compacted",
+        {"message": "Another language model started... SUMMARY", "replacement_history": []},
+    )
+    rollout.turn("after the compaction", "Continuing.", "msg_fixed")
+    [report] = engine.bootstrap(rollout.write(tmp_path / "rollout.jsonl"))
+
+    kinds = [(m.content[:8], m.host_meta) for m in stored(engine, CODEX_SESSION)]
+    assert ("SUMMARY:", "host_summary") in kinds
+    assert report.skipped["compacted (its summary is the compaction_output item)"] == 1
+    assert engine.host_compaction_seq(CODEX_SESSION) is not None
+    # An older rollout keeps its summary only in the compacted line: then that is stored.
+    old = Rollout(session="old-session")
+    old.turn("hi", "hello", "m1")
+    old.line("compacted", {"message": "OLD-SUMMARY of the work"})
+    engine.bootstrap(old.write(tmp_path / "old.jsonl"))
+    [kept] = [m for m in stored(engine, "old-session") if "OLD-SUMMARY" in m.content]
+    assert kept.host_meta == "host_summary"
+
+
+def test_an_openclaw_trajectory_is_named_and_passed_over_never_filed_under_a_session(
+    engine: Engine, tmp_path: Path
+) -> None:
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    write_jsonl(folder / f"{SESSION}.jsonl", [oc_header(), oc_user("c0000001", None, "one")])
+    base = {"traceSchema": "openclaw-trajectory", "schemaVersion": 1, "sessionId": SESSION}
+    write_jsonl(
+        folder / f"{SESSION}.trajectory.jsonl",
+        [{**base, "type": "session.started", "seq": 1}, {**base, "type": "model.completed"}],
+    )
+    write_jsonl(
+        folder / f"{SESSION}.checkpoint.0f0e.jsonl", [oc_header(), oc_user("c9", None, "x")]
+    )
+    (folder / "junk.jsonl").write_text('{"foo": 1}\n')
+    (folder / "empty-session.jsonl").write_text(json.dumps(oc_header("empty")) + "\n")
+
+    reports = engine.import_path(folder)
+
+    by_name = {Path(r.path).name: r for r in reports}
+    assert by_name[f"{SESSION}.trajectory.jsonl"].mode == "passed_over"
+    assert "trajectory" in by_name[f"{SESSION}.trajectory.jsonl"].problems[0].reason
+    assert by_name["junk.jsonl"].mode == "failed"
+    assert by_name["empty-session.jsonl"].mode == "empty"
+    assert f"{SESSION}.checkpoint.0f0e.jsonl" not in by_name  # a host's copy of the session
+    assert [m.content for m in stored(engine, SESSION)] == ["one"]
+    # Nothing was created for the files that held no conversation.
+    assert [c.conversation.session_id for c in engine.conversations()] == [SESSION]

@@ -167,7 +167,7 @@ def message_sources(messages: Sequence[StoredMessage]) -> tuple[SourceItem, ...]
     return tuple(
         SourceItem(
             ref=f"msg#{m.message_id}",
-            role=m.role,
+            role=m.speaker,
             text=m.content,
             earliest_at=m.created_at,
             latest_at=m.created_at,

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -28,7 +29,7 @@ from .backup import BackupReport
 from .backup import backup as backup_store
 from .compaction import CompactionReport, Compactor
 from .config import Config, default_data_dir, load_config
-from .errors import ConflictError, ImportProblem, NotFoundError
+from .errors import ConflictError, ImportProblem, NotATranscript, NotFoundError
 from .ingest.files import LargeFile, externalize, read_file
 from .ingest.reconcile import Progress, ReconcileReport, reconcile_file
 from .ingest.shapes import NormalizedMessage, keep_text_in_parts, normalize, safe_id
@@ -245,6 +246,37 @@ class Engine:
             found = self.store.get_or_create_conversation(ref)
         self._by_session[ref] = found
         return found
+
+    def find_conversation(self, session_id: str) -> Conversation | None:
+        """The conversation of an external session id, or ``None`` (nothing is created)."""
+        try:
+            return self.conversation(session_id)
+        except NotFoundError:
+            return None
+
+    def message_count(self, conversation: ConversationRef) -> int:
+        """How many messages the conversation stores."""
+        return self.store.message_count(self.conversation(conversation).conversation_id)
+
+    def context_summaries(self, conversation: ConversationRef) -> list[tuple[Summary, list[str]]]:
+        """The summaries in the conversation's active context, in order, each with the ids of
+        the summaries it was made from."""
+        conv = self.conversation(conversation).conversation_id
+        summaries = self.store.context_summaries(conv)
+        parents = self.store.parents_of([s.summary_id for s in summaries])
+        return [(s, parents[s.summary_id]) for s in summaries]
+
+    def host_compaction_seq(self, conversation: ConversationRef) -> int | None:
+        """Where the host last compacted the conversation (the seq of its newest compaction
+        record), or ``None`` when it never did."""
+        conv = self.conversation(conversation).conversation_id
+        return self.store.host_record_seq(conv, ("compact_boundary", "host_summary"))
+
+    def reinjected_since(self, conversation: ConversationRef, seq: int, mark: str) -> bool:
+        """Whether a hook's output stored after *seq* holds *mark* (the host's window already
+        has what a hook put back)."""
+        conv = self.conversation(conversation).conversation_id
+        return self.store.host_record_mentions(conv, "hook_output", seq, mark)
 
     def conversations(self) -> list[ConversationStats]:
         """Every conversation with its counts."""
@@ -1032,7 +1064,12 @@ class Engine:
             try:
                 reports.extend(self.bootstrap(file, format=format, progress=advance))
             except ImportProblem as problem:
-                if root.is_dir() and file.suffix == ".json" and format is None:
+                if (
+                    root.is_dir()
+                    and file.suffix == ".json"
+                    and format is None
+                    and not isinstance(problem, NotATranscript)
+                ):
                     logger.info("passing over %s: %s", file, problem.reason)
                 else:
                     reports.append(ReconcileReport.failed(file, problem))
@@ -1080,10 +1117,21 @@ class Engine:
         }
 
 
+#: Copies a host keeps of a transcript beside it (OpenClaw's pre-compaction checkpoints and
+#: the backups of a file it found corrupt): the same session as the file itself, so a folder
+#: import leaves them to be named one by one.
+_HOST_COPIES = re.compile(r"\.checkpoint\.[^/]*\.jsonl$|\.jsonl\.corrupt-[^/]*\.jsonl$")
+
+
 def transcript_files(root: Path) -> list[Path]:
-    """The transcript files a path names: itself, or the ``.jsonl``/``.json`` files below it."""
+    """The transcript files a path names: itself, or the ``.jsonl``/``.json`` files below it
+    (hosts' own copies of a transcript left out)."""
     if root.is_file():
         return [root]
     if root.is_dir():
-        return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json"))
+        return sorted(
+            p
+            for p in root.rglob("*")
+            if p.is_file() and p.suffix in (".jsonl", ".json") and not _HOST_COPIES.search(p.name)
+        )
     raise NotFoundError(f"{root} does not exist; give a transcript file or a directory of them")

@@ -11,6 +11,7 @@ __all__ = [
     "ConflictError",
     "ImportProblem",
     "LosslessError",
+    "NotATranscript",
     "NotFoundError",
     "StoreError",
     "UnknownShapeError",
@@ -63,3 +64,8 @@ class ImportProblem(LosslessError):
         self.line = line
         self.reason = reason
         super().__init__(f"{path}:{line}: {reason}")
+
+
+class NotATranscript(ImportProblem):
+    """A file a host writes beside its transcripts (a trace, an index): recognised, and not
+    imported; a folder import passes it over and says so."""

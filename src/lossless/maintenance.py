@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .compaction import Compactor, message_sources, summary_sources
 from .errors import LosslessError
-from .ingest.transcripts import detect_transcript_format, first_value
+from .ingest.transcripts import detect_transcript_format, head_values
 from .model import ContextItem, Summary
 from .summarize.escalation import TRUNCATION_MARKER
 from .transplant import TransplantPlan
@@ -206,13 +206,13 @@ def backfill(
     if not file.is_file():
         raise LosslessError(f"{file} is not a file; give the path of one transcript")
     fmt = detect_transcript_format(file)
-    first, _ = first_value(file)
-    identity = fmt.identify(file, first)
+    head, _ = head_values(file)
+    identity = fmt.identify(file, head)
     report = BackfillReport(str(file), fmt.name, identity.session_id, single_root, into)
     if not apply:
         return report
     reports = engine.import_path(file)
-    failed = [r for r in reports if r.mode == "failed"]
+    failed = [r for r in reports if r.mode in ("failed", "passed_over")]
     if failed:
         raise failed[0].problems[0]
     conv = engine.conversation(identity.session_id)

@@ -208,6 +208,11 @@ class StoredMessage:
     #: ``None`` for the conversation's own messages: see :data:`lossless.model.HOST_META`.
     host_meta: str | None = None
 
+    @property
+    def speaker(self) -> str:
+        """Who a summary should say wrote it: its role, or ``host`` for a host's record."""
+        return self.role if self.host_meta is None else "host"
+
     def to_source(self) -> Any:
         """The message exactly as it was ingested, in its source format."""
         from .ingest.shapes import rebuild

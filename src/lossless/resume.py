@@ -150,6 +150,7 @@ def build_resume(
         likes = " OR ".join(["lower(substr(ltrim(content), 1, 40)) LIKE ?"] * len(_RESTATE_LIKE))
         restated = store.fetchall(
             "SELECT seq, content FROM messages WHERE conversation_id = ? AND role = 'user'"
+            " AND host_meta IS NULL"
             f" AND seq > ? AND seq <= ? AND ({likes}) ORDER BY seq DESC LIMIT 10",
             (conversation_id, max(first[0][0], low), limit, *_RESTATE_LIKE),
         )
@@ -195,9 +196,11 @@ def build_resume(
 
 
 def _requests(store: Store, conversation_id: int, limit: int, order: str) -> list[tuple[int, str]]:
-    """The first (``ASC``) or latest (``DESC``) user requests with text, up to *limit*."""
+    """The first (``ASC``) or latest (``DESC``) user requests with text, up to *limit* (the
+    user's own words: a host's records, such as slash commands, are not requests)."""
     rows = store.fetchall(
         "SELECT seq, content FROM messages WHERE conversation_id = ? AND role = 'user'"
+        " AND host_meta IS NULL"
         f" AND seq <= ? AND length(trim(content)) > 0 ORDER BY seq {order} LIMIT 20",
         (conversation_id, limit),
     )
@@ -227,7 +230,7 @@ def _unanswered(store: Store, conversation_id: int, seq: int, limit: int) -> boo
     """No assistant message after *seq* up to the boundary."""
     return not store.fetchall(
         "SELECT 1 FROM messages WHERE conversation_id = ? AND seq > ? AND seq <= ?"
-        " AND role = 'assistant' LIMIT 1",
+        " AND role = 'assistant' AND host_meta IS NULL LIMIT 1",
         (conversation_id, seq, limit),
     )
 

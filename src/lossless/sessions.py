@@ -398,7 +398,7 @@ def _sources(engine: Engine, chunk: Sequence[StoredMessage]) -> tuple[SourceItem
         ref = f"msg#{m.message_id}"
         if m.token_count <= budget:
             out.append(
-                SourceItem(ref, m.role, m.content, m.created_at, m.created_at, m.token_count)
+                SourceItem(ref, m.speaker, m.content, m.created_at, m.created_at, m.token_count)
             )
             continue
         # Pieces of about nine tenths of a chunk: token counts are not exactly proportional.
@@ -408,7 +408,7 @@ def _sources(engine: Engine, chunk: Sequence[StoredMessage]) -> tuple[SourceItem
             out.append(
                 SourceItem(
                     f"{ref} (part {n} of {len(pieces)})",
-                    m.role,
+                    m.speaker,
                     piece,
                     m.created_at,
                     m.created_at,

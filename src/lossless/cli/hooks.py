@@ -17,22 +17,34 @@ import click
 from ..engine import default_db_path
 from ..errors import LosslessError
 from ..integrations.claude_code import (
-    DEFAULT_MAX_CHARS,
+    CLAUDE_CODE,
     MCP_SERVER_NAME,
-    MIN_MAX_CHARS,
     SCOPES,
-    HookInput,
-    HookInputError,
-    SettingsChange,
-    default_log_path,
     mcp_add_command,
     mcp_server_entry,
     plan_mcp_json,
     plan_settings,
-    run_hook,
-    settings_hooks,
     settings_path,
 )
+from ..integrations.codex import (
+    CODEX,
+    CODEX_TIMEOUTS,
+    codex_home,
+    plan_hooks,
+    plan_trust,
+    trust_entries,
+)
+from ..integrations.hooks import (
+    DEFAULT_MAX_CHARS,
+    EVENTS,
+    MIN_MAX_CHARS,
+    HookInput,
+    HookInputError,
+    Host,
+    default_log_path,
+    run_hook,
+)
+from ..integrations.settings import SettingsChange, settings_hooks
 from .output import State, emit_json, json_option, pass_state, stderr
 
 logger = logging.getLogger(__name__)
@@ -43,77 +55,88 @@ LOG_BACKUPS = 3
 
 @click.group("hook")
 def hook_group() -> None:
-    """Run as an agent host's hook, reading the hook input on stdin (Claude Code).
+    """Run as an agent host's hook, reading the hook input on stdin (Claude Code, Codex).
 
-    `lossless hooks claude-code --install` puts the calls into Claude Code's settings. A hook
-    never fails the host: errors go to a log file and the exit code is always 0.
+    `lossless hooks claude-code --install` (or the Claude Code plugin) and `lossless hooks
+    codex --install` put the calls into the host's settings. A hook never fails the host:
+    errors go to a log file and the exit code is always 0.
     """
 
 
-@hook_group.command(
-    "claude-code",
-    # Claude Code must never see a usage error (exit 2 is a blocking error for hooks).
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-)
-@click.argument("event", required=False)
-@click.option(
-    "--max-chars",
-    metavar="N",
-    envvar="LOSSLESS_CLAUDE_CODE_MAX_CONTEXT_CHARS",
-    help=f"SessionStart: print at most N characters (default {DEFAULT_MAX_CHARS:,}; Claude"
-    " Code moves anything over 10,000 to a file). Env: LOSSLESS_CLAUDE_CODE_MAX_CONTEXT_CHARS.",
-)
-@click.option(
-    "--log-file",
-    metavar="PATH",
-    envvar="LOSSLESS_HOOK_LOG",
-    help="Log here (default: claude-code-hooks.log in the user log dir). Env: LOSSLESS_HOOK_LOG.",
-)
-@pass_state
-def claude_code_hook(
-    state: State, event: str | None, max_chars: str | None, log_file: str | None
-) -> None:
-    """Handle one Claude Code hook call: EVENT is PreCompact, SessionStart or SessionEnd.
+def _hook_command(host: Host) -> click.Command:
+    @click.command(
+        host.name,
+        # The host must never see a usage error (exit 2 is a blocking error for hooks).
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        help=f"""Handle one {host.title} hook call: EVENT is one of {", ".join(EVENTS)}.
 
-    PreCompact imports the session's transcript (only what is new) and compacts it with a full
-    sweep; SessionEnd imports it and compacts incrementally; SessionStart after a compaction
-    (source compact, or resume of a compacted session) prints lossless's newest summaries and
-    the resume summary as additionalContext JSON. Errors are logged; the exit code is 0.
-    """
-    package = logging.getLogger("lossless")
-    log = Path(log_file).expanduser() if log_file else default_log_path()
-    handler = _file_handler(log)
-    level = package.level
-    if handler is not None:
-        package.addHandler(handler)
-    package.setLevel(logging.INFO)
-    try:
-        out = _handle(state, event, max_chars, log)
-    finally:
-        package.setLevel(level)
+        UserPromptSubmit, Stop and SubagentStop store what the transcript gained since the
+        last call; PreCompact stores it and compacts with a full sweep; SessionEnd stores it
+        and compacts incrementally; SessionStart after a compaction (or on resuming a session
+        the host compacted, once per compaction) prints lossless's newest summaries and the
+        resume summary as additionalContext JSON. Errors are logged; the exit code is 0.
+        """,
+    )
+    @click.argument("event", required=False)
+    @click.option(
+        "--max-chars",
+        metavar="N",
+        envvar=["LOSSLESS_HOOK_MAX_CONTEXT_CHARS", "LOSSLESS_CLAUDE_CODE_MAX_CONTEXT_CHARS"],
+        help=f"SessionStart: print at most N characters (default {DEFAULT_MAX_CHARS:,};"
+        " Claude Code moves anything over 10,000 to a file). Env:"
+        " LOSSLESS_HOOK_MAX_CONTEXT_CHARS.",
+    )
+    @click.option(
+        "--log-file",
+        metavar="PATH",
+        envvar="LOSSLESS_HOOK_LOG",
+        help=f"Log here (default: {host.name}-hooks.log in the user log dir). Env:"
+        " LOSSLESS_HOOK_LOG.",
+    )
+    @pass_state
+    def command(
+        state: State, event: str | None, max_chars: str | None, log_file: str | None
+    ) -> None:
+        package = logging.getLogger("lossless")
+        log = Path(log_file).expanduser() if log_file else default_log_path(host)
+        handler = _file_handler(log)
+        level = package.level
         if handler is not None:
-            package.removeHandler(handler)
-            handler.close()
-    if out:
-        with contextlib.suppress(OSError):  # the host stopped reading: nothing more to do
-            click.echo(out)
+            package.addHandler(handler)
+        package.setLevel(logging.INFO)
+        try:
+            out = _handle(state, host, event, max_chars, log)
+        finally:
+            package.setLevel(level)
+            if handler is not None:
+                package.removeHandler(handler)
+                handler.close()
+        if out:
+            with contextlib.suppress(OSError):  # the host stopped reading: nothing more to do
+                click.echo(out)
+
+    return command
 
 
-def _handle(state: State, event: str | None, max_chars: str | None, log: Path) -> str:
+for _host in (CLAUDE_CODE, CODEX):
+    hook_group.add_command(_hook_command(_host))
+
+
+def _handle(state: State, host: Host, event: str | None, max_chars: str | None, log: Path) -> str:
     """Run the hook; what to print. Every error is logged and becomes empty output."""
     try:
         if sys.stdin is None or sys.stdin.isatty():
-            raise HookInputError("no hook input: stdin is a terminal (Claude Code pipes it in)")
+            raise HookInputError(f"no hook input: stdin is a terminal ({host.title} pipes it in)")
         buffer = getattr(sys.stdin, "buffer", None)
         text = buffer.read().decode("utf-8", "replace") if buffer else sys.stdin.read()
         hook = HookInput.parse(text, event)
-        outcome = run_hook(state.engine, hook, max_chars=_limit(max_chars))
+        outcome = run_hook(state.engine, hook, host, max_chars=_limit(max_chars))
     except LosslessError as exc:  # said in its own words: no traceback needed
-        logger.error("lossless hook claude-code %s failed: %s", event or "", exc)
+        logger.error("lossless hook %s %s failed: %s", host.name, event or "", exc)
         print(f"lossless: the hook failed: {exc} (logged in {log})", file=sys.stderr)
         return ""
     except Exception:  # the top of a host's hook: log everything, fail nothing
-        logger.exception("lossless hook claude-code %s failed", event or "")
+        logger.exception("lossless hook %s %s failed", host.name, event or "")
         print(f"lossless: the hook failed; see {log}", file=sys.stderr)
         return ""
     logger.info("%s", outcome.describe())
@@ -190,14 +213,15 @@ def claude_code_hooks(
 ) -> None:
     """Print Claude Code's hook settings and MCP server entry for this store, or --install them.
 
-    Three command hooks — PreCompact and SessionEnd import the transcript, SessionStart after a
-    compaction reinjects lossless's summaries — each calling this lossless by absolute path
+    Command hooks for UserPromptSubmit, Stop and SubagentStop (store each turn as it
+    finishes), PreCompact and SessionEnd (store and compact) and SessionStart (after a
+    compaction, reinject lossless's summaries), each calling this lossless by absolute path
     with the database made explicit (--db), so the hooks and `lossless mcp` share it.
     --install merges them into the settings file after showing the diff and asking (--yes
     skips the question): the file's other hooks stay, an older lossless entry is replaced,
     never duplicated, and the previous file is kept as a .bak copy. Claude Code keeps MCP
     servers outside settings.json: project scope writes .mcp.json, the other scopes print the
-    `claude mcp add` command to run.
+    `claude mcp add` command to run. (The Claude Code plugin is the other way to install.)
     """
     if as_json and install and not yes:
         raise click.UsageError("--install with --json needs --yes (there is no one to ask)")
@@ -206,7 +230,7 @@ def claude_code_hooks(
     config = str(Path(state.config_path).expanduser().resolve()) if state.config_path else None
     project = (project_dir or Path.cwd()).expanduser().resolve()
     path = settings_path(scope, project=project)
-    hooks = settings_hooks(exe, db=db, config=config)
+    hooks = settings_hooks(exe, CLAUDE_CODE, db=db, config=config)
     entry = mcp_server_entry(exe, db=db, config=config)
     mcp_json = project / ".mcp.json" if scope == "project" else None
     command = mcp_add_command(exe, scope=scope, db=db, config=config)
@@ -238,6 +262,101 @@ def claude_code_hooks(
         )
         return
     _report(changes, written, command if mcp_json is None else None)
+
+
+@hooks_group.command("codex")
+@click.option("--install", is_flag=True, help="Write them into hooks.json (shows the diff).")
+@click.option(
+    "--trust",
+    is_flag=True,
+    help="With --install: also record in config.toml that Codex may run them (their hashes).",
+)
+@click.option(
+    "--codex-home",
+    "codex_home_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Codex's folder (default: $CODEX_HOME, else ~/.codex).",
+)
+@click.option(
+    "--executable",
+    metavar="PATH",
+    help="The lossless command the hooks run (default: this one, by absolute path).",
+)
+@click.option("--yes", "-y", is_flag=True, help="Write without asking.")
+@json_option
+@pass_state
+def codex_hooks(
+    state: State,
+    install: bool,
+    trust: bool,
+    codex_home_dir: Path | None,
+    executable: str | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Print Codex's hooks.json entries for this store, or --install them.
+
+    The same hooks as Claude Code's (Codex speaks the same protocol): every turn stored as it
+    finishes, the session compacted before Codex compacts it, and lossless's summaries put
+    back after. --install merges them into $CODEX_HOME/hooks.json after showing the diff and
+    asking (--yes skips it), keeping the file's other hooks and a .bak copy. Codex runs only
+    hooks the user trusts: --trust records their hashes in config.toml (Codex 0.169's
+    scheme); without it, trust them in Codex, or run `codex exec
+    --dangerously-bypass-hook-trust`.
+    """
+    if as_json and install and not yes:
+        raise click.UsageError("--install with --json needs --yes (there is no one to ask)")
+    if trust and not install:
+        raise click.UsageError("--trust goes with --install")
+    home = (codex_home_dir or codex_home()).expanduser().resolve()
+    exe = executable or _executable()
+    config = str(Path(state.config_path).expanduser().resolve()) if state.config_path else None
+    hooks = settings_hooks(exe, CODEX, db=_database(state), config=config, timeouts=CODEX_TIMEOUTS)
+    path = home / "hooks.json"
+    if not install:
+        if as_json:
+            emit_json({"hooks_path": str(path), "hooks": {"hooks": hooks}})
+        else:
+            click.echo(f"# Codex hooks: merge into {path}")
+            click.echo("# (or run this command again with --install; add --trust to trust them)")
+            click.echo(json.dumps({"hooks": hooks}, indent=2, ensure_ascii=False))
+        return
+    change = plan_hooks(path, hooks)
+    entries = trust_entries(path, json.loads(change.after))
+    trusting = plan_trust(home / "config.toml", entries) if trust else None
+    diffs = [c.diff() for c in (change, trusting) if c is not None and c.changed]
+    if diffs and not as_json:
+        for diff in diffs:
+            click.echo(diff, nl=False)
+        if not yes and not click.confirm("Write these changes?", default=False, err=True):
+            stderr.print("nothing written", highlight=False)
+            return
+    backup = change.apply()
+    if trusting is not None:
+        trusting.apply()
+    if as_json:
+        emit_json(
+            {
+                "hooks_path": str(path),
+                "changed": change.changed,
+                "backup": str(backup) if backup else None,
+                "trusted": sorted(entries) if trust else [],
+            }
+        )
+        return
+    click.echo(
+        f"wrote {path}" + (f" (previous file kept as {backup})" if backup else "")
+        if change.changed
+        else f"{path}: already installed; nothing to change"
+    )
+    if trust:
+        click.echo(f"recorded their trust in {home / 'config.toml'}")
+    else:
+        stderr.print(
+            "Codex runs only hooks you trust: run this again with --trust, trust them in"
+            " Codex, or pass --dangerously-bypass-hook-trust to codex exec.",
+            highlight=False,
+        )
 
 
 def _print_settings(

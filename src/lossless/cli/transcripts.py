@@ -28,7 +28,7 @@ from .output import (
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(sorted(FORMATS)),
+    type=click.Choice(sorted(n for n, f in FORMATS.items() if f.not_a_transcript is None)),
     help="Transcript format (default: detected from the first line).",
 )
 @json_option
@@ -36,9 +36,11 @@ from .output import (
 def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_json: bool) -> None:
     """Import transcripts (files, or directories of .jsonl/.json files).
 
-    Understands OpenClaw session files, Claude Code transcripts and OpenAI-style message
-    lists. Re-importing, or importing a file that grew, stores only what is new. Malformed
-    lines are reported with their line number and skipped; the exit code is then 3.
+    Understands OpenClaw session files, Claude Code transcripts, Codex CLI rollouts and
+    OpenAI-style message lists, each told from its content. Re-importing, or importing a file
+    that grew, stores only what is new. Malformed lines are reported with their line number
+    and skipped; the exit code is then 3. A file that holds nothing to import creates
+    nothing; one that is not a transcript (a trace, an index) is named and passed over.
     """
     engine = state.engine()
     total = sum(file_size(p) for p in paths)
@@ -55,12 +57,23 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
     # Large batches leave the substring (trigram) index for later; finish it now so the
     # first search after an import does not pay for it.
     engine.store.catch_up_indexes()
-    problems = [p for r in reports for p in r.problems]
+    problems = [p for r in reports if r.mode != "passed_over" for p in r.problems]
     if as_json:
         emit_json([r.to_dict() for r in reports])
     else:
         for r in reports:
             if r.mode == "failed":
+                continue
+            if r.mode == "passed_over":
+                stdout.print(
+                    f"{escape(r.path)}: passed over: {escape(r.problems[0].reason)}",
+                    highlight=False,
+                )
+                continue
+            if r.mode == "empty":
+                stdout.print(
+                    f"{escape(r.path)}: no messages to import; nothing stored", highlight=False
+                )
                 continue
             skipped = ", ".join(f"{n} {k}" for k, n in sorted(r.skipped.items()))
             line = (
@@ -72,7 +85,12 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
             elif r.mode == "tail":
                 line += " (read only the appended tail)"
             if r.off_branch:
-                line += f", {r.off_branch} on abandoned branches"
+                line += (
+                    f", {r.off_branch} on abandoned branches (kept in conversation"
+                    f" {r.branch_conversation_id})"
+                    if r.branch_conversation_id
+                    else f", {r.off_branch} on abandoned branches"
+                )
             if skipped:
                 line += f"; skipped entries: {escape(skipped)}"
             stdout.print(line, highlight=False)
@@ -85,9 +103,13 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
                 )
     for p in problems:
         stderr.print(f"skipped {escape(str(p))}", highlight=False)
+    if not reports:
+        stderr.print("no transcript files found (.jsonl or .json)", highlight=False)
+        sys.exit(EXIT_PARTIAL)
     if problems:
+        stored = sum(r.imported + r.off_branch_stored for r in reports)
         stderr.print(
-            f"{len(problems)} line(s) could not be imported; every other line was. "
+            f"{len(problems)} line(s) could not be imported; {stored} message(s) were. "
             "Fix or remove those lines and import again: nothing is stored twice.",
             highlight=False,
         )

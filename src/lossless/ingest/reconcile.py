@@ -25,22 +25,21 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ImportProblem, LosslessError
+from ..errors import ImportProblem, LosslessError, NotATranscript, UnknownShapeError
 from ..model import Conversation
 from ..store.sqlite import Checkpoint
+from .entries import Entry, FileIdentity, Line, TranscriptFormat
 from .shapes import NormalizedMessage, safe_id
 from .transcripts import (
-    Entry,
-    FileIdentity,
-    TranscriptFormat,
     detect_transcript_format,
-    first_value,
     get_format,
     head_hash,
+    head_values,
     iter_json_array,
     read_lines,
 )
@@ -74,14 +73,19 @@ class ReconcileReport:
     imported: int = 0
     already_stored: int = 0
     off_branch: int = 0
+    #: Of the off-branch messages, how many this run stored (in ``branch_conversation_id``).
+    off_branch_stored: int = 0
+    branch_conversation_id: int | None = None
     missing_before_anchor: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     problems: list[ImportProblem] = field(default_factory=list)
 
     @classmethod
     def failed(cls, path: Path, problem: ImportProblem) -> ReconcileReport:
-        """The report of a file that could not be read as a transcript at all."""
-        return cls(str(path), "", "", 0, mode="failed", problems=[problem])
+        """The report of a file that could not be read as a transcript at all (mode
+        ``failed``), or that is not one (mode ``passed_over``: a trace, an index)."""
+        mode = "passed_over" if isinstance(problem, NotATranscript) else "failed"
+        return cls(str(path), "", "", 0, mode=mode, problems=[problem])
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for ``--json``)."""
@@ -94,6 +98,8 @@ class ReconcileReport:
             "imported": self.imported,
             "already_stored": self.already_stored,
             "off_branch": self.off_branch,
+            "off_branch_stored": self.off_branch_stored,
+            "branch_conversation_id": self.branch_conversation_id,
             "missing_before_anchor": self.missing_before_anchor,
             "skipped": dict(self.skipped),
             "problems": [{"line": p.line, "reason": p.reason} for p in self.problems],
@@ -111,6 +117,7 @@ class _Skeleton:
     entry: Entry | None = None
     answers: tuple[str, ...] = ()
     group: str | None = None
+    bridge: bool = False
 
 
 @dataclass
@@ -142,16 +149,18 @@ def reconcile_file(
     if not file.is_file():
         raise LosslessError(f"{file} is not a file; give the path of a transcript")
     fmt = get_format(format) if format else detect_transcript_format(file)
+    if fmt.not_a_transcript is not None:
+        raise NotATranscript(str(file), 1, fmt.not_a_transcript)
     try:
-        first, is_array = first_value(file)
+        head, is_array = head_values(file)
     except ImportProblem:
         if not format:
             raise
         # The format was given: read on, and report the broken first line like any other.
-        first, is_array = None, False
+        head, is_array = [], False
     if is_array and fmt.name != "messages":
         raise ImportProblem(str(file), 1, f"a JSON array is not a {fmt.name} transcript")
-    identity = fmt.identify(file, first)
+    identity = fmt.identify(file, head)
     if session_id:
         identity.session_id = session_id
     lane = "sidechain" if identity.lane_sessions == {} and fmt.name == "claude_code" else "main"
@@ -176,13 +185,17 @@ def _reconcile_lane(
     force_full: bool = False,
 ) -> tuple[ReconcileReport, int]:
     store = engine.store
-    conv = store.get_or_create_conversation(identity.session_id, session_key=identity.session_key)
-    with engine.lock(conv.conversation_id):
+    # A file that holds nothing to store creates nothing: the conversation is made only
+    # once there is a message for it.
+    conv = store.find_conversation(identity.session_id)
+    with engine.lock(conv.conversation_id) if conv is not None else nullcontext():
         resolved = safe_id(str(file.resolve()))  # a file name need not be UTF-8
         size = file.stat().st_size
         hh = head_hash(file)
-        cp = store.get_checkpoint(conv.conversation_id)
-        report = ReconcileReport(resolved, fmt.name, identity.session_id, conv.conversation_id)
+        cp = store.get_checkpoint(conv.conversation_id) if conv is not None else None
+        report = ReconcileReport(
+            resolved, fmt.name, identity.session_id, conv.conversation_id if conv else 0
+        )
         start, line_no = 0, 0
         if (
             not force_full
@@ -205,52 +218,93 @@ def _reconcile_lane(
         report.skipped = scan.skipped
         report.problems = scan.problems
         broken = [p.line for p in scan.problems]
-        path_entries, junction, off_branch, detached = _active_path(scan.entries, tree, broken)
-        report.off_branch = off_branch
-        messages = [e for e in path_entries if e.is_message]
-        ids = [e.entry_id for e in messages if e.entry_id is not None]
-        existing = store.existing_external_ids(conv.conversation_id, ids)
-        if report.mode == "tail":
-            unknown_junction = (
-                junction is not None
-                and not (cp is not None and junction == cp.last_entry_id)
-                and not store.existing_external_ids(conv.conversation_id, [junction])
+        branch = _active_path(scan.entries, tree, broken)
+        report.off_branch = len(branch.off)
+        messages = [e for e in branch.path if e.is_message]
+        if conv is None:
+            if not messages and not branch.off:
+                report.mode = "empty"  # nothing created, nothing recorded as imported
+                return report, sum(scan.other_lanes.values())
+            conv = store.get_or_create_conversation(
+                identity.session_id, session_key=identity.session_key
             )
-            if detached or unknown_junction:
-                # The new entries continue (or branch off) entries before the tail that we
-                # never imported, or that only the whole tree can place: read the whole file.
-                return _reconcile_lane(
-                    engine, file, fmt, identity, lane, is_array, progress, force_full=True
+            report.conversation_id = conv.conversation_id
+        with engine.lock(conv.conversation_id):
+            ids = [e.entry_id for e in messages if e.entry_id is not None]
+            existing = store.existing_external_ids(conv.conversation_id, ids)
+            if report.mode == "tail":
+                unknown_junction = (
+                    branch.junction is not None
+                    and not (cp is not None and branch.junction == cp.last_entry_id)
+                    and not store.existing_external_ids(conv.conversation_id, [branch.junction])
                 )
-        selected = messages
-        if report.mode == "full" and messages:
-            anchor, missing = _anchor(engine, conv, file, fmt, messages, existing, report)
-            if anchor >= 0:
-                report.missing_before_anchor = missing
-                selected = messages[anchor + 1 :]
-        todo = [e for e in selected if e.entry_id not in existing]
-        report.already_stored = len(selected) - len(todo) + (len(messages) - len(selected))
-        report.imported = _import(engine, conv, file, fmt, todo, report, progress, size)
-        final = Checkpoint(
-            conversation_id=conv.conversation_id,
-            path=resolved,
-            format=fmt.name,
-            header_id=identity.header_id,
-            head_hash=hh,
-            size=max(size, scan.end_offset),
-            offset=0 if is_array else scan.end_offset,
-            line_no=0 if is_array else scan.end_line,
-            last_line_start=scan.last_line_start,
-            last_line_hash=scan.last_line_hash,
-            last_entry_id=scan.last_entry_id or (cp.last_entry_id if cp and start else None),
-        )
-        with store.transaction():
-            store.put_checkpoint(final)
-            _record_host_facts(engine, conv, scan)
-        if report.imported:
+                if branch.detached or unknown_junction:
+                    # The new entries continue (or branch off) entries before the tail that
+                    # we never imported, or that only the whole tree can place: read it all.
+                    return _reconcile_lane(
+                        engine, file, fmt, identity, lane, is_array, progress, force_full=True
+                    )
+            selected = messages
+            if report.mode == "full" and messages:
+                anchor, missing = _anchor(engine, conv, file, fmt, messages, existing, report)
+                if anchor >= 0:
+                    report.missing_before_anchor = missing
+                    selected = messages[anchor + 1 :]
+            todo = [e for e in selected if e.entry_id not in existing]
+            report.already_stored = len(selected) - len(todo) + (len(messages) - len(selected))
+            report.imported = _import(engine, conv, file, fmt, todo, report, progress, size)
+            if branch.off:
+                _store_off_branch(engine, conv, identity, file, fmt, branch.off, existing, report)
+            final = Checkpoint(
+                conversation_id=conv.conversation_id,
+                path=resolved,
+                format=fmt.name,
+                header_id=identity.header_id,
+                head_hash=hh,
+                size=max(size, scan.end_offset),
+                offset=0 if is_array else scan.end_offset,
+                line_no=0 if is_array else scan.end_line,
+                last_line_start=scan.last_line_start,
+                last_line_hash=scan.last_line_hash,
+                last_entry_id=scan.last_entry_id or (cp.last_entry_id if cp and start else None),
+            )
+            with store.transaction():
+                store.put_checkpoint(final)
+                _record_host_facts(engine, conv, scan)
+        if report.imported or report.off_branch_stored:
             # Large batches leave the trigram index behind; an import finishes it.
             store.catch_up_indexes()
         return report, sum(scan.other_lanes.values())
+
+
+def _store_off_branch(
+    engine: Engine,
+    conv: Conversation,
+    identity: FileIdentity,
+    file: Path,
+    fmt: TranscriptFormat,
+    off: list[_Skeleton],
+    on_main: set[str],
+    report: ReconcileReport,
+) -> None:
+    """Keep the messages the active branch leaves out (an abandoned edit, a rewind) in the
+    session's ``<session>:branches`` conversation, a member of its family: stored, searchable,
+    never in the main context. Ids already stored in either conversation are skipped."""
+    store = engine.store
+    branches = store.get_or_create_conversation(
+        f"{identity.session_id}:branches",
+        session_key=identity.session_key or conv.session_key or identity.session_id,
+    )
+    report.branch_conversation_id = branches.conversation_id
+    ids = [e.entry_id for e in off if e.entry_id is not None]
+    seen = on_main | store.existing_external_ids(conv.conversation_id, ids)
+    seen |= store.existing_external_ids(branches.conversation_id, ids)
+    todo = [e for e in off if e.entry_id not in seen]
+    if todo:
+        with engine.lock(branches.conversation_id):
+            report.off_branch_stored = _import(
+                engine, branches, file, fmt, todo, report, None, file.stat().st_size
+            )
 
 
 def _last_line_unchanged(file: Path, cp: Checkpoint) -> bool:
@@ -323,29 +377,39 @@ def _note(scan: _Scan, entry: Entry, lane: str) -> None:
                 entry if scan.cache and entry.is_message else None,
                 entry.answers if entry.is_message else (),
                 entry.group if entry.is_message else None,
+                entry.bridge,
             )
         )
 
 
-def _active_path(
-    entries: list[_Skeleton], tree: bool, broken: Sequence[int] = ()
-) -> tuple[list[_Skeleton], str | None, int, bool]:
-    """The active branch in file order, the id it hangs from outside *entries*, off-branch count.
+@dataclass
+class _Branch:
+    """The active branch of a scan (file order), the id it hangs from outside the scan, the
+    messages off it, and whether one of those hangs from outside the scan."""
 
-    The last value says whether an off-branch message hangs from an entry outside
-    *entries* (only the whole file can tell whether it belongs to the branch). A parent that
-    is missing because its line could not be read (a line of *broken* between the entry and
-    the one before it) is bridged: the branch goes on from the entry before the broken line.
+    path: list[_Skeleton]
+    junction: str | None = None
+    off: list[_Skeleton] = field(default_factory=list)
+    detached: bool = False
+
+
+def _active_path(entries: list[_Skeleton], tree: bool, broken: Sequence[int] = ()) -> _Branch:
+    """The active branch: from the last entry back to the root through parent ids.
+
+    A parent that is missing because its line could not be read (a line of *broken* between
+    the entry and the one before it) is bridged: the branch goes on from the entry before the
+    broken line. So is the missing parent of a host's compaction boundary (``bridge``): the
+    halves on either side of a compaction are one conversation.
     """
     if not entries:
-        return [], None, 0, False
+        return _Branch([])
     linear = not tree or all(e.parent_id is None for e in entries)
     if linear:
-        return entries, None, 0, False
+        return _Branch(entries)
     by_id = {e.entry_id: e for e in entries if e.entry_id is not None}
     leaf = next((e for e in reversed(entries) if e.entry_id is not None), None)
     if leaf is None:
-        return [e for e in entries if e.is_message], None, 0, False
+        return _Branch([e for e in entries if e.is_message])
     on_path: set[str] = set()
     node: _Skeleton | None = leaf
     junction: str | None = None
@@ -353,15 +417,15 @@ def _active_path(
     while node is not None and node.entry_id is not None and node.entry_id not in on_path:
         on_path.add(node.entry_id)
         parent = node.parent_id
-        if parent is None:
+        if parent is None and not node.bridge:
             break
-        child, node = node, by_id.get(parent)
-        if node is None and broken:
+        child, node = node, by_id.get(parent) if parent is not None else None
+        if node is None and (broken or child.bridge):
             before = next(
                 (e for e in reversed(entries[: order[id(child)]]) if e.entry_id is not None), None
             )
             low = before.line_no if before is not None else 0
-            if any(low < line < child.line_no for line in broken):
+            if child.bridge or any(low < line < child.line_no for line in broken):
                 node = before
         if node is None:
             junction = parent
@@ -369,7 +433,7 @@ def _active_path(
     path = [e for e in entries if e.entry_id in on_path]
     off = [e for e in entries if e.is_message and e.entry_id not in on_path]
     detached = any(e.parent_id is not None and e.parent_id not in by_id for e in off)
-    return path, junction, len(off), detached
+    return _Branch(path, junction, off, detached)
 
 
 def _join_parallel_branches(entries: list[_Skeleton], on_path: set[str]) -> None:
@@ -462,18 +526,10 @@ def _content_key(role: str, content: str) -> bytes:
 def _load(
     engine: Engine, file: Path, fmt: TranscriptFormat, skel: _Skeleton, handle: Any = None
 ) -> NormalizedMessage | None:
-    from .transcripts import Line
-
     if skel.entry is not None:
         entry = skel.entry
         skel.entry = None  # used once; let it go
-        return engine.normalize(
-            entry.message,
-            format=entry.shape,
-            external_id=skel.entry_id,
-            created_at=entry.created_at,
-            metadata=entry.metadata,
-        )
+        return _normalize_entry(engine, entry, skel.entry_id)
     if handle is None:
         with file.open("rb") as own:
             return _load(engine, file, fmt, skel, own)
@@ -481,13 +537,32 @@ def _load(
     raw = handle.read(skel.end - skel.start)
     value = json.loads(raw)
     entry = fmt.entry(Line(skel.line_no, skel.start, skel.end, raw, value=value))
-    return engine.normalize(
-        entry.message,
-        format=entry.shape,
-        external_id=skel.entry_id,
-        created_at=entry.created_at,
-        metadata=entry.metadata,
-    )
+    return _normalize_entry(engine, entry, skel.entry_id)
+
+
+def _normalize_entry(engine: Engine, entry: Entry, external_id: str | None) -> NormalizedMessage:
+    """An entry's message, normalized with its stable id; one that does not fit the shape its
+    format expects is kept whole as an item of an unknown kind (never dropped)."""
+    try:
+        norm = engine.normalize(
+            entry.message,
+            format=entry.shape,
+            external_id=external_id,
+            created_at=entry.created_at,
+            metadata=entry.metadata,
+        )
+    except UnknownShapeError:
+        if entry.shape is None:
+            raise
+        norm = engine.normalize(
+            entry.message,
+            format="unknown",
+            external_id=external_id,
+            created_at=entry.created_at,
+            metadata=entry.metadata,
+        )
+    norm.host_meta = entry.host_meta
+    return norm
 
 
 def _import(

@@ -1,19 +1,17 @@
 """Transcript files: format detection and streaming, line-by-line reading.
 
-Three formats:
+The formats, one module each under :mod:`lossless.ingest.formats`:
 
-* ``openclaw`` — OpenClaw / pi session JSONL (version 3): a ``session`` header line, then
-  entries with ``id``/``parentId`` forming a tree. ``message`` entries carry user,
-  assistant and ``toolResult`` messages; every other entry type (model changes, the host's
-  own compaction summaries, labels, ...) is skipped and counted, but still links the tree.
-  Version 1 files (no ids) are read as a linear history.
-* ``claude_code`` — Claude Code transcripts: ``user``/``assistant`` entries with
-  ``uuid``/``parentUuid``; ``system`` entries with ``subtype: compact_boundary`` link across
-  a host compaction through ``logicalParentUuid``; the ``isCompactSummary`` user entry after
-  a boundary is the host's own summary, not user speech, and is kept out of the messages.
-  Sidechain (sub-agent) entries form their own conversation.
+* ``openclaw`` — OpenClaw / pi session JSONL: a ``session`` header, then an entry tree.
+* ``claude_code`` — Claude Code transcripts: an entry tree of ``uuid``/``parentUuid``, with the
+  host's own records kept and marked, and compactions joined into one branch.
+* ``codex`` — Codex CLI rollouts: ``session_meta``, then ``response_item`` lines (Responses
+  items) with the rest of Codex's bookkeeping skipped.
 * ``messages`` — a JSON array or JSONL of messages in any shape :mod:`.shapes` accepts
   (OpenAI chat, Responses items, Anthropic). Entries are keyed by their position.
+
+``openclaw_trajectory`` names OpenClaw's trace files, which are recognised and not imported.
+Each format is told from the content of the file's first line, never from its name.
 
 Reading is streaming: lines are parsed one at a time, and only ids, parent ids and byte
 offsets are kept between passes, so memory does not grow with the size of the messages.
@@ -22,83 +20,38 @@ offsets are kept between passes, so memory does not grow with the size of the me
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import json
-from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import ImportProblem, LosslessError
-from ..timestamps import parse_ts
-from .shapes import safe_id
+from .entries import Entry, FileIdentity, Line, TranscriptFormat
+from .formats.claude_code import ClaudeCodeFormat
+from .formats.codex import CodexFormat
+from .formats.messages import MessagesFormat
+from .formats.openclaw import OpenClawFormat, OpenClawTrajectoryFormat
 
 __all__ = [
     "FORMATS",
     "Entry",
+    "FileIdentity",
     "Line",
     "TranscriptFormat",
     "detect_transcript_format",
     "get_format",
     "head_hash",
+    "head_values",
     "read_lines",
 ]
 
 #: How many bytes of the first line identify a file (rotation detection).
 HEAD_BYTES = 4096
-
-
-@dataclass
-class Entry:
-    """One transcript entry: a message to import, or a skipped line that may link the tree."""
-
-    line_no: int
-    start: int
-    end: int
-    entry_id: str | None
-    parent_id: str | None
-    message: Any = None
-    shape: str | None = None
-    created_at: datetime | None = None
-    metadata: dict[str, Any] | None = None
-    skip: str | None = None
-    lane: str = "main"
-    title: str | None = None
-    host_compaction: dict[str, Any] | None = None
-    #: Tool call ids this entry answers, when it holds nothing but tool results.
-    answers: tuple[str, ...] = ()
-    #: The model response this entry is a part of (Claude Code writes one line per block).
-    group: str | None = None
-
-    @property
-    def is_message(self) -> bool:
-        """Whether this entry becomes a stored message."""
-        return self.skip is None and self.message is not None
-
-
-@dataclass
-class Line:
-    """A complete line of a JSONL file: its number, byte span and parsed value (or error)."""
-
-    line_no: int
-    start: int
-    end: int
-    raw: bytes
-    value: Any = None
-    error: str | None = None
-
-
-@dataclass
-class FileIdentity:
-    """What identifies one transcript file (its session and, for rotation checks, its head)."""
-
-    format: str
-    session_id: str
-    header_id: str | None
-    session_key: str | None = None
-    lane_sessions: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+#: How far into a file its identity is looked for (lines, bytes).
+HEAD_LINES = 64
+HEAD_SCAN_BYTES = 1 << 20
 
 
 def head_hash(path: Path) -> str:
@@ -139,186 +92,16 @@ def read_lines(handle: BinaryIO, start: int = 0, line_no: int = 0) -> Iterator[L
         yield Line(line_no, begin, offset, raw, value=value)
 
 
-class TranscriptFormat(ABC):
-    """How one transcript format maps lines to entries."""
-
-    name: str = ""
-    #: Entries form an id/parent tree whose active branch is imported.
-    tree: bool = True
-
-    @abstractmethod
-    def sniff(self, first: Any) -> bool:
-        """Whether the first parsed line looks like this format."""
-
-    @abstractmethod
-    def identify(self, path: Path, first: Any) -> FileIdentity:
-        """The session this file belongs to, from its first line (and name)."""
-
-    @abstractmethod
-    def entry(self, line: Line) -> Entry:
-        """Classify one parsed line."""
-
-
-def _str(value: Any) -> str | None:
-    """A non-empty string field; lone surrogates spelled out so it can be stored as an id."""
-    return safe_id(value) if isinstance(value, str) and value else None
-
-
-class OpenClawFormat(TranscriptFormat):
-    """OpenClaw / pi session JSONL."""
-
-    name = "openclaw"
-
-    def sniff(self, first: Any) -> bool:
-        return isinstance(first, Mapping) and first.get("type") == "session"
-
-    def identify(self, path: Path, first: Any) -> FileIdentity:
-        header = _str(first.get("id")) if isinstance(first, Mapping) else None
-        return FileIdentity(self.name, header or safe_id(path.stem), header)
-
-    def entry(self, line: Line) -> Entry:
-        obj = line.value
-        if not isinstance(obj, Mapping):
-            raise ValueError("an OpenClaw entry must be a JSON object")
-        kind = obj.get("type")
-        entry_id = _str(obj.get("id"))
-        parent = _str(obj.get("parentId"))
-        entry = Entry(line.line_no, line.start, line.end, entry_id, parent)
-        if kind == "session":
-            entry.skip = "session header"
-            entry.entry_id = None
-        elif kind == "message":
-            if entry_id is None:  # version 1: no ids, a linear history keyed by line
-                entry.entry_id = f"line:{line.line_no}"
-            message = obj.get("message")
-            if not isinstance(message, Mapping):
-                raise ValueError("message entry without a 'message' object")
-            entry.message = message
-            entry.shape = "openclaw"
-            entry.created_at = parse_ts(obj.get("timestamp")) or parse_ts(message.get("timestamp"))
-            entry.metadata = {"entry": {k: v for k, v in obj.items() if k != "message"}}
-        else:
-            entry.skip = str(kind) if isinstance(kind, str) else "entry without a type"
-            if kind == "session_info":
-                entry.title = _str(obj.get("name"))
-        return entry
-
-
-class ClaudeCodeFormat(TranscriptFormat):
-    """Claude Code session transcripts (``~/.claude/projects/<project>/<session>.jsonl``)."""
-
-    name = "claude_code"
-    _KNOWN = frozenset(
-        {"user", "assistant", "system", "summary", "file-history-snapshot", "attachment"}
-    )
-
-    def sniff(self, first: Any) -> bool:
-        if not isinstance(first, Mapping):
-            return False
-        if "sessionId" in first or "parentUuid" in first or "leafUuid" in first:
-            return True
-        return first.get("type") in ("summary", "file-history-snapshot") and "role" not in first
-
-    def identify(self, path: Path, first: Any) -> FileIdentity:
-        session = _str(first.get("sessionId")) if isinstance(first, Mapping) else None
-        agent = _str(first.get("agentId")) if isinstance(first, Mapping) else None
-        sidechain_file = bool(isinstance(first, Mapping) and first.get("isSidechain"))
-        if session is None:
-            # Older files open with summary lines that carry no session id; the file name is
-            # the session id in Claude Code's layout (made storable: it need not be UTF-8).
-            session = safe_id(path.stem)
-        if sidechain_file:
-            # A sub-agent's own file: its conversation sits in the parent session's family.
-            sub = f"{session}:agent-{agent or safe_id(path.stem).removeprefix('agent-')}"
-            return FileIdentity(self.name, sub, session, session_key=session)
-        return FileIdentity(
-            self.name,
-            session,
-            session,
-            session_key=session,
-            lane_sessions={"sidechain": (f"{session}:sidechain", session)},
-        )
-
-    def entry(self, line: Line) -> Entry:
-        obj = line.value
-        if not isinstance(obj, Mapping):
-            raise ValueError("a Claude Code entry must be a JSON object")
-        kind = obj.get("type")
-        entry_id = _str(obj.get("uuid"))
-        parent = _str(obj.get("parentUuid")) or _str(obj.get("logicalParentUuid"))
-        entry = Entry(line.line_no, line.start, line.end, entry_id, parent)
-        entry.lane = "sidechain" if obj.get("isSidechain") else "main"
-        if kind in ("user", "assistant"):
-            message = obj.get("message")
-            if not isinstance(message, Mapping):
-                raise ValueError(f"{kind} entry without a 'message' object")
-            if obj.get("isCompactSummary"):
-                entry.skip = "host compaction summary"
-                entry.host_compaction = {
-                    "summary_uuid": entry_id,
-                    "boundary_uuid": parent,
-                    "timestamp": obj.get("timestamp"),
-                    "line": line.line_no,
-                }
-                return entry
-            entry.message = message
-            entry.shape = "anthropic"
-            entry.created_at = parse_ts(obj.get("timestamp"))
-            if kind == "assistant":
-                entry.group = _str(message.get("id"))
-            else:
-                entry.answers = _tool_results(message.get("content"))
-            entry.metadata = {"entry": {k: v for k, v in obj.items() if k != "message"}}
-        elif kind == "system":
-            subtype = obj.get("subtype")
-            entry.skip = f"system {subtype}" if isinstance(subtype, str) else "system"
-        else:
-            entry.skip = str(kind) if isinstance(kind, str) else "entry without a type"
-            if kind == "summary" or kind == "ai-title":
-                entry.title = _str(obj.get("summary")) or _str(obj.get("aiTitle"))
-            if entry.entry_id is None:
-                entry.parent_id = None
-        return entry
-
-
-def _tool_results(content: Any) -> tuple[str, ...]:
-    """The tool_use ids a user message answers, if it is made of tool results only."""
-    if not isinstance(content, list) or not content:
-        return ()
-    ids: list[str] = []
-    for block in content:
-        if not isinstance(block, Mapping) or block.get("type") != "tool_result":
-            return ()
-        tool_id = _str(block.get("tool_use_id"))
-        if tool_id is None:
-            return ()
-        ids.append(tool_id)
-    return tuple(ids)
-
-
-class MessagesFormat(TranscriptFormat):
-    """A JSON array or JSONL file of messages in any supported shape."""
-
-    name = "messages"
-    tree = False
-
-    def sniff(self, first: Any) -> bool:
-        return isinstance(first, Mapping) and ("role" in first or "type" in first)
-
-    def identify(self, path: Path, first: Any) -> FileIdentity:
-        return FileIdentity(self.name, safe_id(path.stem), None)
-
-    def entry(self, line: Line) -> Entry:
-        obj = line.value
-        entry = Entry(line.line_no, line.start, line.end, f"pos:{line.line_no}", None)
-        entry.message = obj
-        if isinstance(obj, Mapping):
-            entry.created_at = parse_ts(obj.get("timestamp") or obj.get("created_at"))
-        return entry
-
-
+#: Every format, in the order detection tries them (the most specific first).
 FORMATS: dict[str, TranscriptFormat] = {
-    f.name: f for f in (OpenClawFormat(), ClaudeCodeFormat(), MessagesFormat())
+    f.name: f
+    for f in (
+        OpenClawTrajectoryFormat(),
+        OpenClawFormat(),
+        ClaudeCodeFormat(),
+        CodexFormat(),
+        MessagesFormat(),
+    )
 }
 
 
@@ -334,20 +117,35 @@ def get_format(name: str) -> TranscriptFormat:
 
 def first_value(path: Path) -> tuple[Any, bool]:
     """The first JSON line of *path* and whether the file is a JSON array."""
+    head, is_array = head_values(path, 1)
+    return (head[0] if head else None), is_array
+
+
+def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
+    """The first *lines* JSON lines of *path* (within the first MiB; lines that do not parse
+    after the first are left out) and whether the file is a JSON array."""
+    values: list[Any] = []
+    read = 0
     with path.open("rb") as handle:
         for line_no, raw in enumerate(handle, 1):
+            read += len(raw)
             text = raw.strip()
-            if not text:
-                continue
-            if text.startswith(b"["):
-                return None, True
-            try:
-                return json.loads(text), False
-            except (ValueError, RecursionError):
-                raise ImportProblem(
-                    str(path), line_no, "the first line is not JSON; is this a transcript?"
-                ) from None
-    return None, False
+            if text and not values:
+                if text.startswith(b"["):
+                    return [], True
+                try:
+                    values.append(json.loads(text))
+                except (ValueError, RecursionError):
+                    raise ImportProblem(
+                        str(path), line_no, "the first line is not JSON; is this a transcript?"
+                    ) from None
+            elif text:
+                # A broken later line is the import's to report, not identity's.
+                with contextlib.suppress(ValueError, RecursionError):
+                    values.append(json.loads(text))
+            if len(values) >= lines or read >= HEAD_SCAN_BYTES:
+                break
+    return values, False
 
 
 def detect_transcript_format(path: Path) -> TranscriptFormat:
@@ -363,7 +161,8 @@ def detect_transcript_format(path: Path) -> TranscriptFormat:
     raise ImportProblem(
         str(path),
         1,
-        "cannot tell the transcript format from the first line; pass --format " + "|".join(FORMATS),
+        "cannot tell the transcript format from the first line; pass --format "
+        + "|".join(name for name, fmt in FORMATS.items() if fmt.not_a_transcript is None),
     )
 
 

@@ -955,6 +955,30 @@ class Store:
             raise NotFoundError(f"no message msg#{message_id}; search with `lossless grep`")
         return int(rows[0][0])
 
+    def host_record_seq(self, conversation_id: int, kinds: Sequence[str]) -> int | None:
+        """The seq of the newest message that is a host record of one of *kinds*."""
+        marks = ", ".join("?" for _ in kinds)
+        with self.read() as conn:
+            row = conn.execute(
+                "SELECT max(seq) FROM messages WHERE conversation_id = ?"
+                f" AND host_meta IN ({marks})",
+                (conversation_id, *kinds),
+            ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def host_record_mentions(
+        self, conversation_id: int, kind: str, after_seq: int, needle: str
+    ) -> bool:
+        """Whether a host record of *kind* after *after_seq* holds *needle*."""
+        pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        with self.read() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM messages WHERE conversation_id = ? AND host_meta = ? AND seq > ?"
+                " AND content LIKE ? ESCAPE '\\' LIMIT 1",
+                (conversation_id, kind, after_seq, pattern),
+            ).fetchone()
+        return row is not None
+
     def pop_context_message(self, conversation_id: int) -> StoredMessage | None:
         """Take the newest context item out when it is a message, recording that it was taken
         out (it stays stored and searchable); ``None`` when the context is empty or ends in a

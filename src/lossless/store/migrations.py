@@ -396,3 +396,8 @@ def m010_host_meta(conn: sqlite3.Connection) -> None:
     # compaction summary): stored like any message, but never read as the user's words.
     # NULL for every real message.
     conn.execute("ALTER TABLE messages ADD COLUMN host_meta TEXT")
+    # Where a host compacted, and what a hook put back after it: found without a scan.
+    conn.execute(
+        "CREATE INDEX messages_host_meta ON messages(conversation_id, host_meta, seq)"
+        " WHERE host_meta IS NOT NULL"
+    )

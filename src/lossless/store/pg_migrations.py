@@ -309,6 +309,8 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         -- A host's own records in its transcript (commands, caveats, hook output, synthetic
         -- replies, its compaction summaries): stored, never read as the user's words.
         ALTER TABLE messages ADD COLUMN host_meta TEXT;
+        CREATE INDEX messages_host_meta ON messages(conversation_id, host_meta, seq)
+          WHERE host_meta IS NOT NULL;
         """,
     ),
 ]

@@ -58,7 +58,7 @@ class SourceItem:
     """One thing being summarized: a message (leaf) or a summary (condensed)."""
 
     ref: str  # msg#<id> or sum_<16 hex>
-    role: str  # user / assistant / tool / system, or "summary"
+    role: str  # user / assistant / tool / system, "host" (a host's own record) or "summary"
     text: str
     earliest_at: str
     latest_at: str

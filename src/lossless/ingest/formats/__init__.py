@@ -1,0 +1,1 @@
+"""The transcript formats lossless imports, one module per host."""
