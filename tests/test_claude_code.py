@@ -29,6 +29,7 @@ from lossless.integrations.hooks import (
     run_hook,
     session_start_output,
 )
+from lossless.integrations.settings import settings_hooks
 from lossless.resume import HEADER as RESUME_HEADER
 from lossless.sample import generate_session
 
@@ -345,7 +346,7 @@ def test_session_start_on_resume_reinjects_only_once_the_host_has_compacted(
     write(transcript, host_compaction(last_uuid(transcript)), mode="a")
     resumed = hook("SessionStart", payload("SessionStart", transcript, source="resume"))
     text = context_of(resumed.out)
-    assert text.startswith("[lossless] Claude Code resumed this conversation")
+    assert text.startswith("[lossless] Claude Code compacted this conversation")
     assert RESUME_HEADER in text
 
 
@@ -389,7 +390,7 @@ def test_a_resumed_window_gets_lossless_context_once_per_compaction(
     # The next compaction drops it: the next resume (no compact hook ran) puts it back once.
     write(transcript, host_compaction(last_uuid(transcript), n=2), mode="a")
     resumed = hook("SessionStart", payload("SessionStart", transcript, source="resume"))
-    assert context_of(resumed.out).startswith("[lossless] Claude Code resumed")
+    assert context_of(resumed.out).startswith("[lossless] Claude Code compacted")
     write(
         transcript,
         [hook_context_line(last_uuid(transcript), context_of(resumed.out), n=2)],
@@ -563,9 +564,10 @@ def test_session_start_on_a_large_imported_transcript_reads_nothing_again(
     assert (first.import_mode, first.imported) == ("tail", 2)  # only the two new lines read
     assert (again.import_mode, again.imported) == ("unchanged", 0)  # the file is not read
     assert engine.store.message_count() == len(lines) + 2
-    assert again.summaries_shown >= 1
-    assert len(again.stdout) <= DEFAULT_MAX_CHARS
-    assert "Current task: Turn 1998" in context_of(again.stdout)
+    assert first.summaries_shown >= 1
+    assert len(first.stdout) <= DEFAULT_MAX_CHARS
+    assert "Current task: Turn 1998" in context_of(first.stdout)
+    assert again.stdout == ""  # once per compaction
 
 
 # --- never failing the host -------------------------------------------------------------------
@@ -915,3 +917,26 @@ def test_install_refuses_a_settings_file_it_cannot_read(
     assert "is not valid JSON" in res.err
     assert path.read_text() == '{"hooks": {,}'
     assert not list(path.parent.glob("*.bak"))
+
+
+def test_the_plugin_carries_the_hooks_and_server_lossless_installs_into_settings() -> None:
+    root = Path(__file__).resolve().parents[1]
+    plugin = root / "hosts" / "claude-code"
+    hooks = json.loads((plugin / "hooks" / "hooks.json").read_text())
+    # One declaration: the plugin's hooks are what `lossless hooks claude-code` installs.
+    assert hooks["hooks"] == settings_hooks("lossless", CLAUDE_CODE)
+    assert set(hooks["hooks"]) == {
+        "SessionStart",
+        "UserPromptSubmit",
+        "Stop",
+        "SubagentStop",
+        "PreCompact",
+        "SessionEnd",
+    }
+    manifest = json.loads((plugin / ".claude-plugin" / "plugin.json").read_text())
+    assert manifest["name"] == "lossless"
+    servers = json.loads((plugin / ".mcp.json").read_text())["mcpServers"]
+    assert servers["lossless"]["args"][-1] == "mcp"
+    market = json.loads((root / ".claude-plugin" / "marketplace.json").read_text())
+    [entry] = market["plugins"]
+    assert (root / entry["source"]).resolve() == plugin

@@ -78,6 +78,8 @@ CAPTURE_EVENTS = ("UserPromptSubmit", "Stop", "SubagentStop")
 REINJECT_SOURCES = ("compact", "resume")
 #: How every reinjected context begins: what tells a window that already holds one.
 REINJECTION_MARK = "[lossless] "
+#: Where a conversation records the host compaction its last reinjection followed.
+REINJECTED_KEY = "reinjected_after_seq"
 #: A summary is only cut to fit when at least this much room is left for it.
 _MIN_CLIP_CHARS = 400
 
@@ -264,8 +266,12 @@ def _import(engine: Engine, path: Path, host: Host, outcome: HookOutcome) -> int
 def _capture(engine: Engine, hook: HookInput, host: Host, outcome: HookOutcome) -> None:
     """Stop, SubagentStop, UserPromptSubmit: store what the transcript gained; a sub-agent's
     own transcript too, when the host names one that exists."""
+    path = _transcript(hook)
+    if not path.is_file():  # the host writes it with the turn's first entry
+        outcome.note = "no transcript yet"
+        return
     try:
-        outcome.conversation_id = _import(engine, _transcript(hook), host, outcome)
+        outcome.conversation_id = _import(engine, path, host, outcome)
     except LosslessError as exc:
         if "holds no messages yet" not in str(exc):
             raise
@@ -303,21 +309,32 @@ def _reinject(
         return
     outcome.conversation_id = conversation_id
     compacted_at = engine.host_compaction_seq(conversation_id)
+    # Once per compaction: the window a host resumes keeps what a hook added after its last
+    # compaction (the transcript shows it), and one run may start with a resume and then
+    # compact (Codex fires both): the compaction a reinjection was for is recorded.
+    done_for = engine.conversation(conversation_id).metadata.get(REINJECTED_KEY)
     if hook.source == "resume":
         if compacted_at is None:
             outcome.note = f"resumed a session {host.title} never compacted: it has all of it"
             return
-        if engine.reinjected_since(conversation_id, compacted_at, REINJECTION_MARK):
+        if done_for == compacted_at or engine.reinjected_since(
+            conversation_id, compacted_at, REINJECTION_MARK
+        ):
             outcome.note = "the resumed window holds lossless's context already"
             return
-    elif not engine.context_summaries(conversation_id):
+    elif compacted_at is not None and done_for == compacted_at:
+        outcome.note = "lossless's context went back after this compaction already"
+        return
+    if not engine.context_summaries(conversation_id):
         # The host compacted a session no PreCompact hook saw: compact it now, so that the
         # window gets summaries and not only the resume summary.
         _compact(engine, conversation_id, outcome, "full")
-    result = reinjection(engine, conversation_id, host, max_chars=max_chars, source=hook.source)
+    result = reinjection(engine, conversation_id, host, max_chars=max_chars)
     outcome.summaries_shown = result.summaries_shown
     outcome.summaries_total = result.summaries_total
     outcome.stdout = session_start_output(result.text) if result.text else ""
+    if outcome.stdout and compacted_at is not None:
+        engine.update_conversation(conversation_id, metadata={REINJECTED_KEY: compacted_at})
 
 
 # --- the reinjected context ----------------------------------------------------------------
@@ -350,7 +367,6 @@ def reinjection(
     host: Host,
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
-    source: str | None = "compact",
 ) -> Reinjection:
     """The context to give the host back after it compacted *conversation_id*.
 
@@ -369,9 +385,8 @@ def reinjection(
         return Reinjection("")
     budget = max_chars - len(session_start_output(""))
     session = conversation.session_id
-    what = "resumed" if source == "resume" else "compacted"
     header = (
-        f"{REINJECTION_MARK}{host.title} {what} this conversation; lossless keeps all of it"
+        f"{REINJECTION_MARK}{host.title} compacted this conversation; lossless keeps all of it"
         f" (conversation {conversation_id}, session {session}: {count:,} messages). Below:"
         " lossless's summaries of the earlier work (the newest that fit), then a resume"
         " summary. The originals are one call away with the lossless MCP tools: lcm_grep"

@@ -79,10 +79,12 @@ def settings_hooks(
     timeouts: Mapping[str, int] = TIMEOUTS,
 ) -> dict[str, list[dict[str, Any]]]:
     """The ``hooks`` object for the host's settings: one matcher group per event."""
+    # Only SessionStart takes a matcher (its source); the other events take every call, and
+    # an entry without one says so (a host may hash or check the matcher it is given).
     return {
         event: [
             {
-                "matcher": MATCHERS[event],
+                **({"matcher": MATCHERS[event]} if MATCHERS[event] else {}),
                 "hooks": [
                     {
                         "type": "command",
@@ -131,7 +133,7 @@ def merge_hooks(
             for h in entries:
                 if not is_lossless_hook(h, host):
                     others.append(h)
-                elif not placed and group.get("matcher", "") == wanted["matcher"]:
+                elif not placed and group.get("matcher", "") == wanted.get("matcher", ""):
                     others.append(copy.deepcopy(entry))
                     placed = True
             if others:  # a group that held only a stale lossless entry goes

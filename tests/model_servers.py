@@ -1,0 +1,286 @@
+"""Local model servers for the real-host end-to-end tests: each speaks one provider's wire
+format (streamed, as the hosts ask) on 127.0.0.1 with scripted replies, and records every
+request it was sent.
+
+* :class:`AnthropicServer` — the Messages API (``POST /v1/messages``, server-sent events), as
+  Claude Code calls it. A compaction request (its last user text asks for "a detailed summary
+  of the conversation") is answered with ``<summary>SUMMARY-n ...</summary>``.
+* :class:`ResponsesServer` — OpenAI's Responses API (``POST /v1/responses``, server-sent
+  events), as Codex calls it. A compaction request (``request_kind: compaction`` in Codex's
+  turn metadata) is answered with ``SUMMARY-n ...``.
+
+Anything else is answered by ``reply(text)``: "yes" gets "Confirmed.", other text "Reply to:
+<text>", so the same words always get the same answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def reply(text: str) -> str:
+    """The scripted answer to the user's *text*."""
+    said = text.strip()
+    return "Confirmed." if said.lower() == "yes" else f"Reply to: {said[:200]}"
+
+
+def _texts(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    return [
+        str(b["text"])
+        for b in content or []
+        if isinstance(b, dict) and isinstance(b.get("text"), str)
+    ]
+
+
+class _Server:
+    """A threaded HTTP server that records requests; subclasses answer them."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.summaries = itertools.count(1)
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self) -> None:
+                body = json.dumps({"data": [], "models": []}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else {}
+                except ValueError:
+                    body = {}
+                request = {"path": self.path, "headers": dict(self.headers), "body": body}
+                owner.requests.append(request)
+                owner.answer(self, request)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def __enter__(self) -> _Server:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def answer(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def json(handler: BaseHTTPRequestHandler, data: Any, status: int = 200) -> None:
+        body = json.dumps(data).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    @staticmethod
+    def stream(
+        handler: BaseHTTPRequestHandler, events: Iterator[tuple[str, dict[str, Any]]]
+    ) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        for name, data in events:
+            handler.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        handler.wfile.flush()
+        handler.close_connection = True
+
+
+class AnthropicServer(_Server):
+    """The Anthropic Messages API, streamed (see the module doc)."""
+
+    COMPACTION = "detailed summary of the conversation"
+
+    def answer(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        path = request["path"]
+        if "/count_tokens" in path:
+            self.json(handler, {"input_tokens": 100})
+            return
+        if not path.startswith("/v1/messages"):
+            self.json(handler, {"error": {"type": "not_found", "message": path}}, 404)
+            return
+        text = self.text_for(request["body"])
+        self.stream(handler, self.events(text, request["body"].get("model", "m")))
+
+    def last_user_text(self, body: dict[str, Any]) -> str:
+        for message in reversed(body.get("messages") or []):
+            if message.get("role") == "user":
+                texts = _texts(message.get("content"))
+                if texts:
+                    return texts[-1]
+        return ""
+
+    def text_for(self, body: dict[str, Any]) -> str:
+        said = self.last_user_text(body)
+        if self.COMPACTION in said:
+            n = next(self.summaries)
+            return (
+                f"<analysis>scripted</analysis>\n<summary>SUMMARY-{n}: the work so far.</summary>"
+            )
+        # The user's words are the last text of the last user message (Claude Code puts its
+        # reminders before them).
+        return reply(said.split("</system-reminder>")[-1])
+
+    @staticmethod
+    def events(text: str, model: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        usage = {"input_tokens": 100, "output_tokens": 10}
+        yield (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_scripted",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": usage,
+                },
+            },
+        )
+        yield (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        )
+        yield (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": text},
+            },
+        )
+        yield "content_block_stop", {"type": "content_block_stop", "index": 0}
+        yield (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 10},
+            },
+        )
+        yield "message_stop", {"type": "message_stop"}
+
+
+class ResponsesServer(_Server):
+    """OpenAI's Responses API, streamed (see the module doc)."""
+
+    def answer(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        if not request["path"].rstrip("/").endswith("/responses"):
+            self.json(handler, {"error": {"message": request["path"]}}, 404)
+            return
+        n = len(self.requests)
+        if self.is_compaction(request):
+            text = f"SUMMARY-{next(self.summaries)}: the work so far."
+        else:
+            text = reply(self.last_user_text(request["body"]))
+        self.stream(handler, self.events(text, n))
+
+    @staticmethod
+    def is_compaction(request: dict[str, Any]) -> bool:
+        meta = request["headers"].get("x-codex-turn-metadata") or ""
+        try:
+            kind = json.loads(meta).get("request_kind")
+        except (ValueError, AttributeError):
+            kind = None
+        return kind == "compaction"
+
+    @staticmethod
+    def last_user_text(body: dict[str, Any]) -> str:
+        for item in reversed(body.get("input") or []):
+            if item.get("type", "message") == "message" and item.get("role") == "user":
+                text = "\n".join(_texts(item.get("content")))
+                if not text.startswith("<"):  # the environment context Codex adds
+                    return text
+        return ""
+
+    @staticmethod
+    def events(text: str, n: int) -> Iterator[tuple[str, dict[str, Any]]]:
+        item = {
+            "type": "message",
+            "id": f"msg_{n}",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+        yield "response.created", {"type": "response.created", "response": {"id": f"resp_{n}"}}
+        yield (
+            "response.output_item.added",
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {**item, "status": "in_progress", "content": []},
+            },
+        )
+        yield (
+            "response.output_text.delta",
+            {
+                "type": "response.output_text.delta",
+                "output_index": 0,
+                "content_index": 0,
+                "item_id": item["id"],
+                "delta": text,
+            },
+        )
+        yield (
+            "response.output_item.done",
+            {
+                "type": "response.output_item.done",
+                "output_index": 0,
+                "item": item,
+            },
+        )
+        usage = {
+            "input_tokens": 100,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 10,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 110,
+        }
+        yield (
+            "response.completed",
+            {
+                "type": "response.completed",
+                "response": {"id": f"resp_{n}", "usage": usage},
+            },
+        )

@@ -1,0 +1,154 @@
+"""The real Claude Code CLI (npm ``@anthropic-ai/claude-code``) driving lossless end to end.
+
+Claude Code runs in print mode (``claude -p``) against a local server that speaks the
+Anthropic Messages wire format with scripted replies (``ANTHROPIC_BASE_URL``), with lossless's
+plugin installed the way a user installs it (``claude plugin marketplace add`` + ``claude
+plugin install``). A session of several turns — the user says "yes" twice and gets the same
+answer twice — is compacted twice with ``/compact``, and goes on after each. Then: the store
+holds every turn exactly once, lossless's summaries reached the request after each
+compaction, and the transcript Claude Code wrote imports whole, once, into a fresh store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from host_packages import CLAUDE_CODE, npm_host
+from lossless import Config, Engine
+from model_servers import AnthropicServer, reply
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+TURNS_BEFORE = ["Plan the retry policy for the HTTP client", "yes", "yes"]
+TURNS_BETWEEN = ["Now write the backoff table", "Add jitter of ten percent"]
+TURNS_AFTER = ["Summarise what we decided about retries"]
+
+
+class Claude:
+    """``claude`` with a scratch home, the local model server and lossless on PATH."""
+
+    def __init__(self, exe: Path, tmp: Path, server: AnthropicServer) -> None:
+        self.exe = exe
+        self.project = tmp / "project"
+        self.project.mkdir()
+        self.store = tmp / "store.db"
+        self.log = tmp / "hooks.log"
+        self.env = {
+            "HOME": str(tmp / "home"),
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "ANTHROPIC_BASE_URL": server.url,
+            "ANTHROPIC_API_KEY": "sk-ant-local-test",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "LOSSLESS_DB": str(self.store),
+            "LOSSLESS_HOOK_LOG": str(self.log),
+            # A short fresh tail, so that lossless has summaries of this short session.
+            "LOSSLESS_FRESH_TAIL_COUNT": "4",
+            "XDG_CONFIG_HOME": str(tmp / "xdg-config"),
+            "XDG_DATA_HOME": str(tmp / "xdg-data"),
+        }
+        self.session: str | None = None
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(self.exe), *args],
+            cwd=self.project,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+        return done
+
+    def say(self, prompt: str) -> dict[str, Any]:
+        resume = ["--resume", self.session] if self.session else []
+        out = json.loads(self.run("-p", prompt, "--output-format", "json", *resume).stdout)
+        self.session = out["session_id"]
+        return dict(out)
+
+
+@pytest.fixture(scope="module")
+def claude_exe() -> Path:
+    return npm_host(CLAUDE_CODE, "claude")
+
+
+def test_claude_code_with_the_plugin_keeps_every_turn_and_gets_summaries_back(
+    claude_exe: Path, tmp_path: Path
+) -> None:
+    with AnthropicServer() as server:
+        claude = Claude(claude_exe, tmp_path, server)
+        # As a user installs it: the marketplace in this repository, the plugin from it.
+        assert claude.run("plugin", "validate", str(REPO / "hosts" / "claude-code")).returncode == 0
+        claude.run("plugin", "marketplace", "add", str(REPO))
+        claude.run("plugin", "install", "lossless@lossless", "--scope", "project")
+
+        for prompt in TURNS_BEFORE:
+            assert claude.say(prompt)["result"] == reply(prompt)
+        claude.say("/compact")
+        after_first = len(server.requests)
+        for prompt in TURNS_BETWEEN:
+            claude.say(prompt)
+        claude.say("/compact")
+        after_second = len(server.requests)
+        for prompt in TURNS_AFTER:
+            claude.say(prompt)
+        requests = list(server.requests)
+
+    session = claude.session
+    assert session is not None
+    log = claude.log.read_text(encoding="utf-8")
+    assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
+    for event in ("Stop session=", "UserPromptSubmit", "PreCompact/manual", "SessionStart/compact"):
+        assert event in log, log[-3000:]
+
+    # Every turn once, in order: the user's words and the scripted replies; "yes" twice.
+    prompts = TURNS_BEFORE + TURNS_BETWEEN + TURNS_AFTER
+    with Engine.open(claude.store, config=Config()) as engine:
+        messages = engine.messages(session)
+        said = [m.content for m in messages if m.role == "user" and m.host_meta is None]
+        answered = [
+            m.content
+            for m in messages
+            if m.role == "assistant"
+            and m.host_meta is None
+            and m.content.startswith(("Reply", "Conf"))
+        ]
+        assert said == prompts
+        assert answered == [reply(p) for p in prompts]
+        kinds = {m.host_meta for m in messages} - {None}
+        assert {"compact_boundary", "host_summary", "command"} <= kinds
+        assert engine.resume(session, latest=True).goal[0] == TURNS_BEFORE[0]
+        stored = [(m.external_id, m.content) for m in messages]
+
+    # lossless's context reached the model in the first request after each compaction.
+    for start in (after_first, after_second):
+        first = json.dumps(requests[start]["body"], ensure_ascii=False)
+        assert "[lossless] Claude Code compacted this conversation" in first
+        assert "<summary id=" in first and "lcm_grep" in first
+
+    # The transcript Claude Code wrote imports whole, once, into a fresh store; a copy of it
+    # under another name is the same conversation.
+    [transcript] = (tmp_path / "home" / ".claude" / "projects").rglob(f"{session}.jsonl")
+    with Engine.open(tmp_path / "fresh.db", config=Config()) as fresh:
+        [report] = [r for r in fresh.import_path(transcript) if r.session_id == session]
+        assert report.off_branch == 0 and not report.problems
+        assert [(m.external_id, m.content) for m in fresh.messages(session)] == stored
+        copy = tmp_path / "renamed.jsonl"
+        shutil.copy(transcript, copy)
+        assert sum(r.imported for r in fresh.import_path(copy)) == 0
+        assert [c.conversation.session_id for c in fresh.conversations()] == [session]
