@@ -590,7 +590,7 @@ def migration_case(
     conn.execute("BEGIN")
     for name in reversed(later):
         before = _columns_before(name)
-        for kind, ident, _ in sorted(objects[name], key=lambda o: o[0] != "table"):
+        for kind, ident, _ in sorted(objects[name], key=lambda o: o[0] == "table"):
             if kind == "table" and ident in before:
                 current = [r[1] for r in conn.execute(f'PRAGMA table_info("{ident}")')]
                 for column in reversed([c for c in current if c not in before[ident]]):

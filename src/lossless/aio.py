@@ -96,7 +96,12 @@ class AsyncEngine:
 
     # The engine's operations, one line each: the sync method runs in the pool.
     conversation = _offload(Engine.conversation)
+    find_conversation = _offload(Engine.find_conversation)
     conversations = _offload(Engine.conversations)
+    message_count = _offload(Engine.message_count)
+    context_summaries = _offload(Engine.context_summaries)
+    host_compaction_seq = _offload(Engine.host_compaction_seq)
+    reinjected_since = _offload(Engine.reinjected_since)
     update_conversation = _offload(Engine.update_conversation)
     archive = _offload(Engine.archive)
     pop_context = _offload(Engine.pop_context)

@@ -24,6 +24,7 @@ from . import (
 )
 from . import hooks as hook_commands
 from . import mcp as mcp_commands
+from . import sync as sync_commands
 from .output import State, stderr
 
 
@@ -57,6 +58,7 @@ def cli(ctx: click.Context, db: str | None, config_path: str | None) -> None:
 
 for command in (
     transcripts.import_command,
+    sync_commands.sync_command,
     conversations.conversations_command,
     conversations.show_command,
     sessions.sessions_command,

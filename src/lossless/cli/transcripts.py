@@ -57,55 +57,66 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
     # Large batches leave the substring (trigram) index for later; finish it now so the
     # first search after an import does not pay for it.
     engine.store.catch_up_indexes()
-    problems = [p for r in reports if r.mode != "passed_over" for p in r.problems]
     if as_json:
         emit_json([r.to_dict() for r in reports])
     else:
-        for r in reports:
-            if r.mode == "failed":
-                continue
-            if r.mode == "passed_over":
-                stdout.print(
-                    f"{escape(r.path)}: passed over: {escape(r.problems[0].reason)}",
-                    highlight=False,
-                )
-                continue
-            if r.mode == "empty":
-                stdout.print(
-                    f"{escape(r.path)}: no messages to import; nothing stored", highlight=False
-                )
-                continue
-            skipped = ", ".join(f"{n} {k}" for k, n in sorted(r.skipped.items()))
-            line = (
-                f"{escape(r.path)} → conversation {r.conversation_id} ({escape(r.session_id)}): "
-                f"{r.imported} imported, {r.already_stored} already stored"
-            )
-            if r.mode == "unchanged":
-                line += " (file unchanged)"
-            elif r.mode == "tail":
-                line += " (read only the appended tail)"
-            if r.off_branch:
-                line += (
-                    f", {r.off_branch} on abandoned branches (kept in conversation"
-                    f" {r.branch_conversation_id})"
-                    if r.branch_conversation_id
-                    else f", {r.off_branch} on abandoned branches"
-                )
-            if skipped:
-                line += f"; skipped entries: {escape(skipped)}"
-            stdout.print(line, highlight=False)
-            if r.missing_before_anchor:
-                stderr.print(
-                    f"warning: {r.missing_before_anchor} entries before the newest stored entry "
-                    f"are not in the store and were not imported (the store diverged from "
-                    f"{escape(r.path)})",
-                    highlight=False,
-                )
-    for p in problems:
-        stderr.print(f"skipped {escape(str(p))}", highlight=False)
+        print_reports(reports)
     if not reports:
         stderr.print("no transcript files found (.jsonl or .json)", highlight=False)
         sys.exit(EXIT_PARTIAL)
+    if report_problems(reports):
+        sys.exit(EXIT_PARTIAL)
+
+
+def print_reports(reports: list[ReconcileReport], *, quiet_unchanged: bool = False) -> None:
+    """One line per file and conversation: what was imported, skipped or passed over."""
+    for r in reports:
+        if r.mode == "failed" or (quiet_unchanged and r.mode == "unchanged"):
+            continue
+        if r.mode == "passed_over":
+            stdout.print(
+                f"{escape(r.path)}: passed over: {escape(r.problems[0].reason)}",
+                highlight=False,
+            )
+            continue
+        if r.mode == "empty":
+            stdout.print(
+                f"{escape(r.path)}: no messages to import; nothing stored", highlight=False
+            )
+            continue
+        skipped = ", ".join(f"{n} {k}" for k, n in sorted(r.skipped.items()))
+        line = (
+            f"{escape(r.path)} → conversation {r.conversation_id} ({escape(r.session_id)}): "
+            f"{r.imported} imported, {r.already_stored} already stored"
+        )
+        if r.mode == "unchanged":
+            line += " (file unchanged)"
+        elif r.mode == "tail":
+            line += " (read only the appended tail)"
+        if r.off_branch:
+            line += (
+                f", {r.off_branch} on abandoned branches (kept in conversation"
+                f" {r.branch_conversation_id})"
+                if r.branch_conversation_id
+                else f", {r.off_branch} on abandoned branches"
+            )
+        if skipped:
+            line += f"; skipped entries: {escape(skipped)}"
+        stdout.print(line, highlight=False)
+        if r.missing_before_anchor:
+            stderr.print(
+                f"warning: {r.missing_before_anchor} entries before the newest stored entry "
+                f"are not in the store and were not imported (the store diverged from "
+                f"{escape(r.path)})",
+                highlight=False,
+            )
+
+
+def report_problems(reports: list[ReconcileReport]) -> bool:
+    """Say on stderr which lines could not be imported; whether there were any."""
+    problems = [p for r in reports if r.mode != "passed_over" for p in r.problems]
+    for p in problems:
+        stderr.print(f"skipped {escape(str(p))}", highlight=False)
     if problems:
         stored = sum(r.imported + r.off_branch_stored for r in reports)
         stderr.print(
@@ -113,4 +124,4 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
             "Fix or remove those lines and import again: nothing is stored twice.",
             highlight=False,
         )
-        sys.exit(EXIT_PARTIAL)
+    return bool(problems)

@@ -1,0 +1,208 @@
+"""``lossless sync``: the installed hosts' transcripts found where their settings put them,
+imported once, and followed as they grow (``--watch``, a real child process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lossless import Config, Engine
+
+LOSSLESS = Path(sys.executable).parent / "lossless"
+SESSION = "9f1e2d3c-0000-4000-8000-00000000c0de"
+CODEX_SESSION = "01a211dd-0000-7000-8000-00000000c0de"
+
+
+def cc_line(uuid: str, parent: str | None, text: str, role: str = "user") -> dict[str, Any]:
+    content: Any = text if role == "user" else [{"type": "text", "text": text}]
+    return {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "type": role,
+        "message": {"role": role, "content": content},
+        "uuid": uuid,
+        "timestamp": "2026-11-25T09:00:00.000Z",
+        "sessionId": SESSION,
+    }
+
+
+def write_lines(path: Path, lines: list[dict[str, Any]], mode: str = "w") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open(mode, encoding="utf-8") as handle:
+        handle.writelines(json.dumps(line) + "\n" for line in lines)
+
+
+@pytest.fixture
+def hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """Where each host keeps its sessions here (from its own environment variables)."""
+    folders = {
+        "claude": tmp_path / "claude-config",
+        "codex": tmp_path / "codex-home",
+        "openclaw": tmp_path / "openclaw-state",
+    }
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(folders["claude"]))
+    monkeypatch.setenv("CODEX_HOME", str(folders["codex"]))
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(folders["openclaw"]))
+    return folders
+
+
+def claude_transcript(hosts: dict[str, Path]) -> Path:
+    return hosts["claude"] / "projects" / "-work-app" / f"{SESSION}.jsonl"
+
+
+def test_sync_imports_every_hosts_transcripts_once(
+    run_cli: Any, hosts: dict[str, Path], db_path: Path
+) -> None:
+    write_lines(
+        claude_transcript(hosts),
+        [cc_line("u1", None, "Fix the flaky test"), cc_line("a1", "u1", "On it.", "assistant")],
+    )
+    rollout = (
+        hosts["codex"] / "sessions" / "2026" / "11" / "25" / f"rollout-x-{CODEX_SESSION}.jsonl"
+    )
+    write_lines(
+        rollout,
+        [
+            {
+                "timestamp": "t",
+                "ordinal": 0,
+                "type": "session_meta",
+                "payload": {"id": CODEX_SESSION},
+            },
+            {
+                "timestamp": "t",
+                "ordinal": 1,
+                "type": "response_item",
+                "payload": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "Bump the version"}],
+                },
+            },
+        ],
+    )
+    sessions = hosts["openclaw"] / "agents" / "main" / "sessions"
+    write_lines(
+        sessions / "oc-1.jsonl",
+        [
+            {"type": "session", "version": 3, "id": "oc-1", "timestamp": "2026-11-25T09:00:00Z"},
+            {
+                "type": "message",
+                "id": "e1",
+                "parentId": None,
+                "message": {"role": "user", "content": [{"type": "text", "text": "Hi claw"}]},
+            },
+        ],
+    )
+    write_lines(
+        sessions / "oc-1.trajectory.jsonl",
+        [{"traceSchema": "openclaw-trajectory", "sessionId": "oc-1", "type": "session.started"}],
+    )
+
+    first = run_cli("--db", str(db_path), "sync", "--json")
+    assert first.code == 0, first
+    data = json.loads(first.out)
+    assert data["imported"] == 4
+    assert {f["host"] for f in data["folders"] if f["exists"]} == {
+        "claude-code",
+        "codex",
+        "openclaw",
+    }
+    again = run_cli("--db", str(db_path), "sync", "--json")
+    assert json.loads(again.out)["imported"] == 0
+    with Engine.open(db_path, config=Config()) as engine:
+        assert [m.content for m in engine.messages(SESSION)] == ["Fix the flaky test", "On it."]
+        assert [m.content for m in engine.messages(CODEX_SESSION)] == ["Bump the version"]
+        assert [m.content for m in engine.messages("oc-1")] == ["Hi claw"]
+        assert len(engine.conversations()) == 3  # the trajectory was not filed anywhere
+
+
+def test_sync_of_one_host_says_where_it_looked_when_nothing_is_there(
+    run_cli: Any, hosts: dict[str, Path], db_path: Path
+) -> None:
+    res = run_cli("--db", str(db_path), "sync", "--host", "codex")
+    assert res.code == 0
+    assert f"codex: {hosts['codex'] / 'sessions'} (not there)" in res.err
+    assert "0 message(s) imported" in res.out
+    bad = run_cli("--db", str(db_path), "sync", "--host", "emacs")
+    assert bad.code == 2 and "emacs" in bad.err
+
+
+class Follower:
+    """``lossless sync --watch --json`` as a child process; its report lines in a queue."""
+
+    def __init__(self, db: Path, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [str(LOSSLESS), "--db", str(db), "sync", "--watch", "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def next_report(self, timeout: float = 30) -> dict[str, Any]:
+        """The next report the watcher printed (JSON lines; the first pass is one object)."""
+        while True:
+            line = self.lines.get(timeout=timeout)
+            if line.startswith("{") and line.rstrip().endswith("}"):
+                data = json.loads(line)
+                if "mode" in data:
+                    return dict(data)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=30)
+
+
+def test_watch_imports_each_turn_as_it_lands_and_leaves_a_torn_line_for_later(
+    hosts: dict[str, Path], db_path: Path, tmp_path: Path
+) -> None:
+    transcript = claude_transcript(hosts)
+    write_lines(transcript, [cc_line("u1", None, "Start the migration")])
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg-data")}
+    follower = Follower(db_path, env)
+    try:
+        assert follower.proc.stderr is not None
+        for line in follower.proc.stderr:  # the first pass is done when it says it watches
+            if "watching" in line:
+                break
+
+        write_lines(transcript, [cc_line("a1", "u1", "Migrated 3 tables.", "assistant")], "a")
+        grown = follower.next_report()
+        assert (grown["mode"], grown["imported"]) == ("tail", 1)
+
+        # The host is half-way through writing a line: nothing of it is stored yet.
+        whole = json.dumps(cc_line("u2", "a1", "Now the indexes")) + "\n"
+        with transcript.open("a", encoding="utf-8") as handle:
+            handle.write(whole[:25])
+        torn = follower.next_report()
+        assert torn["imported"] == 0 and torn["problems"] == []
+        with transcript.open("a", encoding="utf-8") as handle:
+            handle.write(whole[25:])
+        done = follower.next_report()
+        assert done["imported"] == 1
+    finally:
+        code = follower.stop()
+    assert code == 0
+    with Engine.open(db_path, config=Config()) as engine:
+        assert [m.content for m in engine.messages(SESSION)] == [
+            "Start the migration",
+            "Migrated 3 tables.",
+            "Now the indexes",
+        ]
