@@ -26,7 +26,9 @@ def record_tool_executions(
     conversation) completes it with the output, ``ok`` or ``error``, the finish time and the
     duration. A result whose call is not stored still gets a row. Re-logging is harmless.
     """
-    where = "" if conversation_id is None else " AND m.conversation_id = ?"
+    # The id range is what selects the rows (a batch's ids are consecutive); the unary plus
+    # keeps the planner from walking the conversation's whole (conversation_id, seq) index.
+    where = "" if conversation_id is None else " AND +m.conversation_id = ?"
     params: list[object] = [first_id, last_id]
     if conversation_id is not None:
         params.append(conversation_id)
