@@ -34,8 +34,7 @@ def lines_for(count: int, session: str) -> list[str]:
     turns = max(1, count // 7)
     while True:
         lines = [
-            json.dumps(o)
-            for o in generate_session(turns, format="claude_code", session_id=session)
+            json.dumps(o) for o in generate_session(turns, format="claude_code", session_id=session)
         ]
         if len(lines) >= count:
             return lines

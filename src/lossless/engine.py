@@ -27,12 +27,13 @@ from .assemble import AssembledContext
 from .assemble import assemble as assemble_context
 from .backup import BackupReport
 from .backup import backup as backup_store
+from .codec import safe_id
 from .compaction import CompactionReport, Compactor
 from .config import Config, default_data_dir, load_config
 from .errors import ConflictError, ImportProblem, NotATranscript, NotFoundError
-from .ingest.files import LargeFile, externalize, read_file
+from .ingest.files import externalize, read_file
 from .ingest.reconcile import Progress, ReconcileReport, reconcile_file
-from .ingest.shapes import NormalizedMessage, keep_text_in_parts, normalize, safe_id
+from .ingest.shapes import keep_text_in_parts, normalize
 from .maintenance import BackfillReport, RewriteEntry, RewriteReport
 from .maintenance import backfill as backfill_transcript
 from .maintenance import degraded as degraded_summaries
@@ -43,6 +44,8 @@ from .model import (
     Conversation,
     ConversationStats,
     IngestResult,
+    LargeFile,
+    NormalizedMessage,
     SessionSummary,
     StoredMessage,
     StoredPart,

@@ -1,31 +1,48 @@
-"""Plain data types shared by every layer.
+"""Plain data types shared by every layer, one per stage of a message's life.
 
-``Message`` and ``Part`` are the project's own message shape (what callers may ingest
-directly). ``StoredMessage``/``StoredPart``/``Conversation`` are rows read back from the store.
+* ``Message`` and ``Part`` — the project's own message shape (what callers may ingest).
+* ``NormalizedMessage`` and ``NormalizedPart`` — any message shape made ready to store (plain
+  text, typed parts, the envelope that rebuilds the source), with the ``LargeFile`` records
+  of what was kept outside its text.
+* ``StoredMessage``, ``StoredPart``, ``Conversation``, ``Summary``, ``ContextItem``,
+  ``Checkpoint`` and the rest — rows as the store reads them back.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from .codec import CONTENT, LIST, SCALAR, WHOLE
+from .errors import NotFoundError
+
 __all__ = [
+    "FILE_ID",
     "HOST_META",
     "ROLES",
+    "Checkpoint",
     "ContextItem",
     "Conversation",
     "ConversationStats",
     "IngestResult",
+    "LargeFile",
     "Message",
+    "NormalizedMessage",
+    "NormalizedPart",
     "Part",
     "Role",
     "SessionSummary",
     "StoredMessage",
     "StoredPart",
     "Summary",
+    "check_file_id",
 ]
+
+#: What a large file's id looks like (``file_`` and 16 hex digits).
+FILE_ID = re.compile(r"^file_[0-9a-f]{16}$")
 
 Role = Literal["user", "assistant", "system", "tool"]
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
@@ -142,6 +159,71 @@ class Message:
         )
 
 
+def check_file_id(file_id: str) -> str:
+    """*file_id* if it is well formed; a clear error otherwise (no path is ever built from
+    anything else)."""
+    if not isinstance(file_id, str) or not FILE_ID.match(file_id):
+        raise NotFoundError(
+            f"{file_id!r} is not a file id; file ids look like file_0123456789abcdef"
+        )
+    return file_id
+
+
+@dataclass(frozen=True)
+class LargeFile:
+    """A file kept outside the context (one ``large_files`` row)."""
+
+    file_id: str
+    conversation_id: int
+    file_name: str | None
+    mime_type: str | None
+    byte_size: int
+    token_count: int
+    sha256: str
+    storage_path: str  # relative to the files directory
+    exploration_summary: str
+    message_id: int | None = None
+    created_at: str | None = None
+
+
+@dataclass
+class NormalizedPart:
+    """A part ready to store. ``raw`` is the original block; ``None`` means "the text"."""
+
+    slot: str
+    type: str
+    text: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_input: Any = None
+    tool_output: str | None = None
+    is_error: bool = False
+    raw: Any = None
+    raw_is_text: bool = False
+
+
+@dataclass
+class NormalizedMessage:
+    """A message ready to store."""
+
+    role: str
+    content: str
+    token_count: int
+    parts: list[NormalizedPart]
+    source_format: str
+    envelope: dict[str, Any] | None
+    external_id: str | None = None
+    created_at: datetime | None = None
+    metadata: dict[str, Any] | None = field(default=None)
+    #: Files this message's plain text refers to instead of holding (set at ingest).
+    large_files: list[LargeFile] = field(default_factory=list)
+    #: With redaction: the secrets replaced, and the encrypted original (when kept).
+    redactions: int = 0
+    sealed: bytes | None = None
+    #: A host's own record (a command, caveat, hook output, ...), not the conversation's.
+    host_meta: str | None = None
+
+
 @dataclass(frozen=True)
 class Conversation:
     """A conversation row: one agent session."""
@@ -214,10 +296,32 @@ class StoredMessage:
         return self.role if self.host_meta is None else "host"
 
     def to_source(self) -> Any:
-        """The message exactly as it was ingested, in its source format."""
-        from .ingest.shapes import rebuild
-
-        return rebuild(self)
+        """The message exactly as it was ingested, in its source format: the envelope's
+        slots filled with the parts' raw blocks."""
+        if self.envelope is None and self.source_format != "lossless":
+            # Stored without an envelope: a plain {"role", "content": str} message.
+            return {"role": self.role, "content": self.content}
+        envelope = self.envelope or {"f": {}, "s": {}}
+        slots: Mapping[str, str] = envelope.get("s", {})
+        by_slot: dict[str, list[Any]] = {}
+        for part in self.parts:
+            by_slot.setdefault(part.slot, []).append(part.raw)
+        if WHOLE in slots:
+            return by_slot[WHOLE][0]
+        out: dict[str, Any] = {}
+        for key, value in envelope.get("f", {}).items():
+            kind = slots.get(key)
+            if kind == SCALAR:
+                out[key] = by_slot[key][0]
+            elif kind == CONTENT:
+                out[key] = self.content
+            elif kind == LIST:
+                out[key] = by_slot.get(key, [])
+            else:
+                out[key] = value
+        if self.source_format == "lossless":
+            return Message.from_dict(out)
+        return out
 
 
 @dataclass(frozen=True)
@@ -352,3 +456,20 @@ class SessionSummary:
             if items:
                 parts.append(f"{title}:\n" + "\n".join(f"- {item}" for item in items))
         return "\n\n".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """How far a conversation was fed from a transcript file (``transcript_checkpoints``)."""
+
+    conversation_id: int
+    path: str
+    format: str
+    header_id: str | None
+    head_hash: str
+    size: int
+    offset: int
+    line_no: int
+    last_line_start: int
+    last_line_hash: str
+    last_entry_id: str | None

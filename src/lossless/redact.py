@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .codec import dumps, loads
 from .errors import ConfigError, LosslessError
-from .ingest.shapes import NormalizedMessage, dumps, loads
+from .model import NormalizedMessage
 
 __all__ = ["BUILTIN_PATTERNS", "KEY_VARIABLE", "Redactor", "Sealer", "new_key"]
 

@@ -20,9 +20,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .codec import content_hash
 from .errors import LosslessError
 from .model import Conversation, Summary
-from .store.sqlite import content_hash
 
 if TYPE_CHECKING:
     from .store.base import Store

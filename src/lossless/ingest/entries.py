@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .shapes import safe_id
+from ..codec import safe_id
 
 __all__ = ["Entry", "FileIdentity", "Line", "TranscriptFormat", "text_field"]
 

@@ -16,43 +16,23 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LosslessError, NotFoundError
+from ..model import LargeFile, check_file_id
 from ..tokens import estimate_tokens
 
 __all__ = [
-    "FILE_ID",
-    "LargeFile",
     "explore",
     "externalize",
     "file_path",
     "read_file",
 ]
 
-FILE_ID = re.compile(r"^file_[0-9a-f]{16}$")
 _FILE_BLOCK = re.compile(r"<file(?P<attrs>\s[^>]*)?>(?P<body>.*?)</file>", re.S)
 _ATTR = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 _EXT = re.compile(r"^[a-z0-9]{1,10}$")
 EXPLORATION_TOKENS = 200
-
-
-@dataclass(frozen=True)
-class LargeFile:
-    """A file kept outside the context (one ``large_files`` row)."""
-
-    file_id: str
-    conversation_id: int
-    file_name: str | None
-    mime_type: str | None
-    byte_size: int
-    token_count: int
-    sha256: str
-    storage_path: str  # relative to the files directory
-    exploration_summary: str
-    message_id: int | None = None
-    created_at: str | None = None
 
 
 def file_id_for(conversation_id: int, content: str) -> str:
@@ -63,16 +43,6 @@ def file_id_for(conversation_id: int, content: str) -> str:
 
 def _bytes(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
-
-
-def check_file_id(file_id: str) -> str:
-    """*file_id* if it is well formed; a clear error otherwise (no path is ever built from
-    anything else)."""
-    if not isinstance(file_id, str) or not FILE_ID.match(file_id):
-        raise NotFoundError(
-            f"{file_id!r} is not a file id; file ids look like file_0123456789abcdef"
-        )
-    return file_id
 
 
 def _extension(name: str | None) -> str:

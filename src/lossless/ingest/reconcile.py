@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..codec import safe_id
 from ..errors import ImportProblem, LosslessError, NotATranscript, UnknownShapeError
-from ..model import Conversation
-from ..store.sqlite import Checkpoint
+from ..model import Checkpoint, Conversation, NormalizedMessage
 from .entries import Entry, FileIdentity, Line, TranscriptFormat
-from .shapes import NormalizedMessage, safe_id
 from .transcripts import (
     detect_transcript_format,
     get_format,

@@ -15,9 +15,9 @@ Supported shapes (``source_format``):
 
 How the round trip stays exact: the message is split into an *envelope* (every key, with the
 block-carrying keys — the *slots* — left as placeholders) and parts (one per block, each with
-its raw JSON). :func:`rebuild` puts the raw blocks back into their slots. The format-specific
-code only decides roles, plain text and the typed columns of each part; it never has to
-re-create a block. Unknown block types are kept whole as ``other`` parts.
+its raw JSON). :meth:`~lossless.model.StoredMessage.to_source` puts the raw blocks back into
+their slots. The format-specific code only decides roles, plain text and the typed columns of
+each part; it never has to re-create a block. Unknown block types are kept whole as ``other`` parts.
 """
 
 from __future__ import annotations
@@ -25,32 +25,26 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import orjson
-
+from ..codec import (
+    CONTENT,
+    LIST,
+    SCALAR,
+    WHOLE,
+    clean_text,
+    dumps,
+    has_lone_surrogates,
+    safe_id,
+)
 from ..errors import UnknownShapeError
-from ..model import ROLES, Message, Part
+from ..model import ROLES, Message, NormalizedMessage, NormalizedPart, Part
 from ..timestamps import parse_ts
 from ..tokens import TokenCounter, estimate_tokens
 
-if TYPE_CHECKING:
-    from ..model import StoredMessage
-    from .files import LargeFile
-
-__all__ = [
-    "FORMATS",
-    "NormalizedMessage",
-    "NormalizedPart",
-    "detect_format",
-    "dumps",
-    "normalize",
-    "rebuild",
-]
+__all__ = ["FORMATS", "detect_format", "keep_text_in_parts", "normalize"]
 
 FORMATS: tuple[str, ...] = (
     "openai_chat",
@@ -65,141 +59,6 @@ logger = logging.getLogger(__name__)
 
 #: Tokens charged for an image or other binary attachment (its bytes are not text).
 ATTACHMENT_TOKENS = 1_000
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-SCALAR = "s"
-LIST = "l"
-WHOLE = "."
-#: Slot kind for a string that is exactly the message's plain text: stored once, in
-#: ``messages.content``, with no part row (the common case of a plain chat message).
-CONTENT = "c"
-
-
-def clean_text(text: str) -> str:
-    """Text safe to store as UTF-8: lone surrogates become U+FFFD (raw JSON keeps them)."""
-    if text.isascii() or not _SURROGATE.search(text):
-        return text
-    return _SURROGATE.sub("\ufffd", text)
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-#: Key of the wrapper object :func:`dumps` writes for values holding lone surrogates.
-_WRAP = "\x00lossless:wtf8"
-#: Prefix of a string stored as the Latin-1 spelling of its WTF-8 bytes (inside the wrapper).
-_WTF8 = "\x00\ufdd0"
-#: A run of digits long enough to be an integer beyond 64 bits (orjson reads those as floats).
-_LONG_DIGITS = re.compile(r"\d{19}")
-
-
-def safe_id(value: str) -> str:
-    """An id that is valid UTF-8: lone surrogates spelled as ``\\udXXX``, unlike U+FFFD
-    replacement keeping ids that differ only in their surrogates apart."""
-    if value.isascii() or not _SURROGATE.search(value):
-        return value
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
-
-
-def _wtf8(value: Any) -> Any:
-    if isinstance(value, str):
-        if _SURROGATE.search(value) or value.startswith(_WTF8):
-            return _WTF8 + value.encode("utf-8", "surrogatepass").decode("latin-1")
-        return value
-    if isinstance(value, dict):
-        return {_wtf8(k): _wtf8(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_wtf8(v) for v in value]
-    return value
-
-
-def _unwtf8(value: Any) -> Any:
-    if isinstance(value, str):
-        if value.startswith(_WTF8):
-            return value[len(_WTF8) :].encode("latin-1").decode("utf-8", "surrogatepass")
-        return value
-    if isinstance(value, dict):
-        return {_unwtf8(k): _unwtf8(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unwtf8(v) for v in value]
-    return value
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON that any UTF-8 store accepts, read back exactly by :func:`loads`.
-
-    orjson on the hot path; the standard library for what orjson refuses (lone surrogates,
-    integers beyond 64 bits, non-string keys). JSON cannot carry lone surrogates (an escaped
-    pair of them reads back as one astral character), so a value holding any is written as
-    ``{"\\u0000lossless:wtf8": value}`` with those strings spelled as the Latin-1 text of
-    their WTF-8 bytes behind a marker; a value that merely looks like that wrapper is wrapped
-    too, so reading is never ambiguous.
-    """
-    if type(value) is dict and _WRAP in value and len(value) == 1:
-        return _ENCODER.encode({_WRAP: _wtf8(value)})
-    try:
-        return orjson.dumps(value).decode()
-    except (orjson.JSONEncodeError, TypeError):
-        pass
-    try:
-        text = _ENCODER.encode(value)
-    except RecursionError:
-        raise UnknownShapeError("the message is nested too deeply to store as JSON") from None
-    if _SURROGATE.search(text):
-        text = _ENCODER.encode({_WRAP: _wtf8(value)})
-    return text
-
-
-def loads(text: str) -> Any:
-    """Parse JSON written by :func:`dumps`."""
-    if _LONG_DIGITS.search(text):
-        value = json.loads(text)  # exact for integers of any size
-    else:
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            value = json.loads(text)
-    if type(value) is dict and len(value) == 1 and _WRAP in value:
-        return _unwtf8(value[_WRAP])
-    return value
-
-
-@dataclass
-class NormalizedPart:
-    """A part ready to store. ``raw`` is the original block; ``None`` means "the text"."""
-
-    slot: str
-    type: str
-    text: str | None = None
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    tool_input: Any = None
-    tool_output: str | None = None
-    is_error: bool = False
-    raw: Any = None
-    raw_is_text: bool = False
-
-
-@dataclass
-class NormalizedMessage:
-    """A message ready to store."""
-
-    role: str
-    content: str
-    token_count: int
-    parts: list[NormalizedPart]
-    source_format: str
-    envelope: dict[str, Any] | None
-    external_id: str | None = None
-    created_at: datetime | None = None
-    metadata: dict[str, Any] | None = field(default=None)
-    #: Files this message's plain text refers to instead of holding (set at ingest).
-    large_files: list[LargeFile] = field(default_factory=list)
-    #: With redaction: the secrets replaced, and the encrypted original (when kept).
-    redactions: int = 0
-    sealed: bytes | None = None
-    #: A host's own record (a command, caveat, hook output, ...), not the conversation's.
-    host_meta: str | None = None
-
 
 # --- detection -----------------------------------------------------------------------------
 
@@ -362,7 +221,7 @@ def _plain_message(message: dict[str, Any], fmt: str) -> NormalizedMessage | Non
     role = _PLAIN_ROLES.get(source_role) if type(source_role) is str else None
     if role is None or type(content) is not str:
         return None
-    if not content.isascii() and _SURROGATE.search(content):
+    if has_lone_surrogates(content):
         return None
     return NormalizedMessage(
         role=role,
@@ -1010,34 +869,3 @@ _NORMALIZERS: dict[str, Callable[[Any], NormalizedMessage]] = {
     "lossless": _normalize_lossless,
     "unknown": _normalize_unknown,
 }
-
-
-# --- rebuild -------------------------------------------------------------------------------
-
-
-def rebuild(message: StoredMessage) -> Any:
-    """The stored message in its source format, equal to what was ingested."""
-    if message.envelope is None and message.source_format != "lossless":
-        # Stored without an envelope: a plain {"role", "content": str} message.
-        return {"role": message.role, "content": message.content}
-    envelope = message.envelope or {"f": {}, "s": {}}
-    slots: Mapping[str, str] = envelope.get("s", {})
-    by_slot: dict[str, list[Any]] = {}
-    for part in message.parts:
-        by_slot.setdefault(part.slot, []).append(part.raw)
-    if WHOLE in slots:
-        return by_slot[WHOLE][0]
-    out: dict[str, Any] = {}
-    for key, value in envelope.get("f", {}).items():
-        kind = slots.get(key)
-        if kind == SCALAR:
-            out[key] = by_slot[key][0]
-        elif kind == CONTENT:
-            out[key] = message.content
-        elif kind == LIST:
-            out[key] = by_slot.get(key, [])
-        else:
-            out[key] = value
-    if message.source_format == "lossless":
-        return Message.from_dict(out)
-    return out

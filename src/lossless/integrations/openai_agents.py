@@ -38,8 +38,7 @@ from ..aio import AsyncEngine
 from ..assemble import AssembledContext
 from ..engine import Engine, TurnResult
 from ..errors import LosslessError
-from ..ingest.shapes import NormalizedMessage
-from ..model import Conversation
+from ..model import Conversation, NormalizedMessage
 from ..timestamps import format_ts, now
 
 INSTALL_HINT = "the OpenAI Agents SDK integration needs the SDK: pip install 'lossless[agents]'"

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..ingest.shapes import clean_text
+from ..codec import clean_text
 from .grep import _WORD, MAX_LIMIT, GrepError, _fts_query, _in, _snippet
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError
-from ..ingest.files import check_file_id
+from ..model import check_file_id
 
 if TYPE_CHECKING:
     from ..engine import Engine

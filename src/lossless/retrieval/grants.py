@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from ..codec import dumps, loads
 from ..config import MAX_GRANT_TTL
 from ..errors import LosslessError
-from ..ingest.shapes import dumps, loads
 from ..timestamps import format_ts, now
 
 if TYPE_CHECKING:

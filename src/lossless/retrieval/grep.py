@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import regex
 
+from ..codec import clean_text
 from ..errors import LosslessError
-from ..ingest.shapes import clean_text
 from ..store.base import in_chunks
 
 if TYPE_CHECKING:

@@ -8,30 +8,31 @@ full-text indexes and the integrity checks that differ between engines.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..codec import content_hash, dumps, loads
 from ..errors import ConflictError, NotFoundError, StoreError
-from ..ingest.files import LargeFile, check_file_id
-from ..ingest.shapes import NormalizedMessage, dumps, loads
 from ..model import (
+    Checkpoint,
     ContextItem,
     Conversation,
     ConversationStats,
+    LargeFile,
+    NormalizedMessage,
     SessionSummary,
     StoredMessage,
     StoredPart,
     Summary,
+    check_file_id,
 )
 from ..timestamps import format_ts, now
 from .toollog import record_tool_executions
 
-__all__ = ["NO_LIMIT", "Checkpoint", "Store", "content_hash", "in_chunks"]
+__all__ = ["NO_LIMIT", "Store", "in_chunks"]
 
 T = TypeVar("T")
 
@@ -57,33 +58,11 @@ _PART_INSERT = (
 TERM_CACHE_SECONDS = 300.0
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    """How far a conversation's transcript has been reconciled."""
-
-    conversation_id: int
-    path: str
-    format: str
-    header_id: str | None
-    head_hash: str
-    size: int
-    offset: int
-    line_no: int
-    last_line_start: int
-    last_line_hash: str
-    last_entry_id: str | None
-
-
 def in_chunks(values: Sequence[T]) -> Iterator[tuple[list[T], str]]:
     """*values* in slices short enough for one ``IN (...)`` list, each with its ``?`` marks."""
     for start in range(0, len(values), _IN_CHUNK):
         chunk = list(values[start : start + _IN_CHUNK])
         yield chunk, ",".join("?" * len(chunk))
-
-
-def content_hash(text: str) -> str:
-    """SHA-256 of a text (how transplant recognises content the target already holds)."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _loads(text: str | None) -> Any:

@@ -26,9 +26,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..codec import content_hash
 from ..errors import StoreError
+from ..model import Checkpoint
 from ..timestamps import format_ts, now
-from .base import Checkpoint, Store, content_hash
+from .base import Store
 from .pg_migrations import PG_MIGRATIONS
 
 if TYPE_CHECKING:

@@ -16,9 +16,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..codec import content_hash
 from ..errors import StoreError
+from ..model import Checkpoint
 from ..timestamps import format_ts, now
-from .base import Checkpoint, Store, content_hash, in_chunks
+from .base import Store, in_chunks
 from .migrations import MIGRATIONS
 
 __all__ = ["Checkpoint", "SQLiteStore", "content_hash"]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..ingest.shapes import clean_text
+from ..codec import clean_text
 from ..tokens import TokenCounter, estimate_tokens
 from .base import Level, Summarizer, SummaryRequest
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from ..tokens import estimate_tokens
 from .base import SourceItem, Summarizer, SummaryRequest, SummaryResult
-from .registry import register
 
 __all__ = ["ExtractiveSummarizer"]
 
@@ -353,7 +352,6 @@ def _footer_items(sources: tuple[SourceItem, ...]) -> list[str]:
     return items
 
 
-@register("extractive")
 class ExtractiveSummarizer(Summarizer):
     """Deterministic, offline extraction (the default)."""
 

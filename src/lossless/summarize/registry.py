@@ -1,8 +1,10 @@
 """Summarizers by name: built-ins and third-party ones register the same way.
 
-Third parties either call :func:`register` or declare an entry point in the
-``lossless.summarizers`` group that points at a :class:`~.base.Summarizer` subclass (or any
-callable returning one); nothing in lossless has to be edited to add a provider.
+Every provider is an entry point in the ``lossless.summarizers`` group that points at a
+:class:`~.base.Summarizer` subclass (or any callable returning one) — lossless's own
+(``extractive``, ``scripted``, ``openai``, ``anthropic``) are declared in its
+``pyproject.toml`` like anyone's — or is added at run time with :func:`register`. Nothing in
+lossless has to be edited to add a provider, and the registry imports none of them.
 """
 
 from __future__ import annotations
@@ -56,14 +58,12 @@ def _lazy(load: Callable[[], Any]) -> Factory:
 
 def available() -> list[str]:
     """Names of every registered summarizer."""
-    _builtins()
     _load_entry_points()
     return sorted(_FACTORIES)
 
 
 def create(name: str, **options: Any) -> Summarizer:
     """Make the summarizer registered as *name* with *options*."""
-    _builtins()
     _load_entry_points()
     try:
         factory = _FACTORIES[name]
@@ -72,10 +72,3 @@ def create(name: str, **options: Any) -> Summarizer:
             f"unknown summarizer {name!r}; available: {', '.join(sorted(_FACTORIES))}"
         ) from None
     return factory(**options)
-
-
-def _builtins() -> None:
-    # Importing the modules registers them (the same call a third party makes).
-    from . import extractive, scripted
-
-    _ = (extractive, scripted)

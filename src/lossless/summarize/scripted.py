@@ -23,7 +23,6 @@ from .base import (
     SummaryRequest,
     SummaryResult,
 )
-from .registry import register
 
 __all__ = ["AgentScriptStep", "Delay", "ScriptedSummarizer"]
 
@@ -42,7 +41,6 @@ AgentScriptStep = (
 )
 
 
-@register("scripted")
 class ScriptedSummarizer(Summarizer):
     """Answers from a queue; when the queue is empty, from ``default`` (a text or a function).
 

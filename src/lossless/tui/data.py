@@ -16,8 +16,7 @@ from rich.text import Text
 from ..assemble import AssembledContext
 from ..engine import Engine
 from ..errors import NotFoundError
-from ..ingest.files import LargeFile
-from ..model import ContextItem, ConversationStats, StoredMessage, Summary
+from ..model import ContextItem, ConversationStats, LargeFile, StoredMessage, Summary
 from .render import file_text, first_line, message_text, summary_text
 
 __all__ = [

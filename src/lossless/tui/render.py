@@ -13,8 +13,7 @@ from typing import Any
 
 from rich.text import Text
 
-from ..ingest.files import LargeFile
-from ..model import StoredMessage, StoredPart, Summary
+from ..model import LargeFile, StoredMessage, StoredPart, Summary
 
 __all__ = [
     "MAX_CHARS",

@@ -16,7 +16,7 @@ from textual.widgets.data_table import RowDoesNotExist
 from textual.widgets.tree import TreeNode
 
 from ..engine import Engine
-from ..ingest.files import LargeFile
+from ..model import LargeFile
 from ..retrieval.grep import GrepHit, GrepResult, Mode, Scope, Sort
 from . import data
 from .render import first_line, plural, short_time

@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...codec import dumps, safe_id
 from ...timestamps import parse_ts
 from ..entries import Entry, FileIdentity, Line, TranscriptFormat, text_field
-from ..shapes import dumps, safe_id
 
 __all__ = ["ClaudeCodeFormat"]
 

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...codec import safe_id
 from ...timestamps import parse_ts
 from ..entries import Entry, FileIdentity, Line, TranscriptFormat
-from ..shapes import safe_id
 
 __all__ = ["MessagesFormat"]
 

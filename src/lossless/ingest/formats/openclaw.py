@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...codec import safe_id
 from ...timestamps import parse_ts
 from ..entries import Entry, FileIdentity, Line, TranscriptFormat, text_field
-from ..shapes import safe_id
 
 __all__ = ["OpenClawFormat", "OpenClawTrajectoryFormat"]
 
