@@ -48,7 +48,7 @@ def overhead(work: Path, stored: int) -> dict[str, Any]:
             engine.ingest_batch("other", chunk)  # history in another conversation
             done += len(chunk)
         conv = engine.conversation("target", create=True).conversation_id
-        compactor = Compactor(engine, summarizer)
+        compactor = Compactor(engine.services, summarizer)
         leaf_ms: list[float] = []
         for _ in range(24):
             engine.ingest_batch(conv, text_messages(500, seed=len(leaf_ms)))

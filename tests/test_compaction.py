@@ -126,7 +126,7 @@ class Feed:
 
 
 def compactor(engine: Engine) -> Compactor:
-    return Compactor(engine, engine.summarizer)
+    return Compactor(engine.services)
 
 
 def leaf_pass(engine: Engine, session: str = "s") -> PassResult | None:
@@ -1298,8 +1298,8 @@ def test_a_known_budget_caps_the_fresh_tail_at_its_share(open_engine: EngineFact
     for i in range(30):
         feed.say("user" if i % 2 == 0 else "assistant", 50, f"turn {i}")
     items = engine.context("s")
-    uncapped = Compactor(engine, engine.summarizer)
-    capped = Compactor(engine, engine.summarizer, budget=800)
+    uncapped = Compactor(engine.services)
+    capped = Compactor(engine.services, budget=800)
     assert uncapped.tail_start(items) == 0  # 30 messages are all "fresh" by count
     start = capped.tail_start(items)
     assert sum(i.tokens for i in items[start:]) <= 200

@@ -172,7 +172,7 @@ def test_compaction_makes_progress_when_every_call_fails_the_same_way(
         assert summary.content.endswith(TRUNCATION_MARKER)
         assert summary.token_count <= SMALL.fallback_max_tokens
     assert summarizer.calls == 2 * len(report.passes)
-    assert Compactor(engine, summarizer).leaf_chunk(engine.context("s")) == []
+    assert Compactor(engine.services, summarizer).leaf_chunk(engine.context("s")) == []
     assert_nothing_half(engine)
 
 
@@ -234,7 +234,7 @@ def test_a_reply_far_above_its_target_but_below_its_input_is_cut_to_three_times_
     engine = open_engine(summarizer, leaf_chunk_tokens=2_400)
     turns(engine, 20, tokens=60)
 
-    result = Compactor(engine, summarizer).leaf_pass(engine.conversation("s").conversation_id)
+    result = Compactor(engine.services, summarizer).leaf_pass(engine.conversation("s").conversation_id)
 
     assert result is not None and result.level == "normal" and result.calls == 1
     request = summarizer.requests[0]
@@ -577,7 +577,7 @@ def test_a_full_database_during_compaction_changes_nothing_and_compaction_resume
         make_room(conn)
         report = engine.compact("s")
         assert report.passes and written + len(report.passes) > written
-        assert Compactor(engine, engine.summarizer).leaf_chunk(engine.context("s")) == []
+        assert Compactor(engine.services).leaf_chunk(engine.context("s")) == []
         assert_nothing_half(engine)
 
 

@@ -28,10 +28,10 @@ from xml.sax.saxutils import escape, quoteattr
 
 from .compaction import fresh_tail_start
 from .model import ContextItem, StoredMessage, Summary
-from .resume import boundary
+from .resume import boundary, resume_text
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .services import Services
 
 __all__ = ["FORMATS", "AssembledContext", "assemble", "render_summary"]
 
@@ -317,7 +317,7 @@ _RENDER = {"anthropic": _anthropic, "openai": _openai, "responses": _responses}
 
 
 def assemble(
-    engine: Engine,
+    services: Services,
     conversation_id: int,
     token_budget: int,
     *,
@@ -330,15 +330,15 @@ def assemble(
     appends the result itself, such as the Agents SDK's runner, wants to see it)."""
     if format not in FORMATS:
         raise ValueError(f"unknown context format {format!r}; use one of: {', '.join(FORMATS)}")
-    items = engine.store.context(conversation_id)
-    cfg = engine.config
+    items = services.store.context(conversation_id)
+    cfg = services.config
     tail = fresh_tail_start(items, cfg.fresh_tail_count, cfg.fresh_tail_max_tokens)
     resume = None
     if cfg.resume.inject:
-        upto = boundary(engine.store, conversation_id, items)
+        upto = boundary(services.store, conversation_id, items)
         if upto is not None:
-            resume = engine.resume_text(conversation_id, upto)
-    resume_tokens = engine.token_counter.count(resume) if resume else 0
+            resume = resume_text(services, conversation_id, upto)
+    resume_tokens = services.tokens.count(resume) if resume else 0
     used = sum(i.tokens for i in items[tail:]) + resume_tokens
     first = tail
     while first > 0 and used + items[first - 1].tokens <= token_budget:
@@ -347,10 +347,10 @@ def assemble(
     chosen = items[first:]
     message_ids = [i.message_id for i in chosen if i.message_id is not None]
     summary_ids = [i.summary_id for i in chosen if i.summary_id is not None]
-    messages = {m.message_id: m for m in engine.store.get_messages_by_id(message_ids)}
-    parents = engine.store.parents_of(summary_ids)
+    messages = {m.message_id: m for m in services.store.get_messages_by_id(message_ids)}
+    parents = services.store.parents_of(summary_ids)
     summaries = {
-        s.summary_id: (s, parents[s.summary_id]) for s in engine.store.get_summaries(summary_ids)
+        s.summary_id: (s, parents[s.summary_id]) for s in services.store.get_summaries(summary_ids)
     }
     turns = _turns(chosen, messages, summaries, format)
     if resume:  # right after the summaries, before the fresh tail

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .errors import ConflictError
 from .model import ContextItem, StoredMessage, Summary
+from .resume import warm as warm_resume
 from .summarize.base import (
     Level,
     SourceItem,
@@ -41,9 +42,16 @@ from .timestamps import format_ts, now
 
 if TYPE_CHECKING:
     from .config import Config
-    from .engine import Engine
+    from .services import Services
 
-__all__ = ["CompactionReport", "Compactor", "PassResult", "fresh_tail_start"]
+__all__ = [
+    "CompactionReport",
+    "Compactor",
+    "PassResult",
+    "after_turn_compaction",
+    "compact",
+    "fresh_tail_start",
+]
 
 #: Times a pass is tried when another process changes the context under it.
 CONFLICT_RETRIES = 5
@@ -211,20 +219,21 @@ class _Deadline(Summarizer):
 
 
 class Compactor:
-    """Runs passes for one engine with one summarizer (the caller holds the conversation lock)."""
+    """Runs passes over one store with one summarizer (the caller holds the conversation lock)."""
 
     def __init__(
         self,
-        engine: Engine,
-        summarizer: Summarizer,
+        services: Services,
+        summarizer: Summarizer | None = None,
         *,
         budget: int | None = None,
         config: Config | None = None,
         deadline: float | None = None,
     ) -> None:
-        self.engine = engine
-        self.store = engine.store
-        self.config = config or engine.config
+        self.services = services
+        self.store = services.store
+        self.config = config or services.config
+        summarizer = summarizer or services.summarizer
         run = self.config.guards.run_seconds
         if deadline is None and run is not None:
             deadline = time.monotonic() + run
@@ -545,7 +554,7 @@ class Compactor:
             target_tokens=target,
             source_text=render_sources(sources, condensed=condensed),
             fallback_max_tokens=cfg.fallback_max_tokens,
-            counter=self.engine.token_counter,
+            counter=self.services.tokens,
         )
         created = format_ts(now())
         # Content and time, plus what it summarizes: a message or summary is summarized only
@@ -651,3 +660,75 @@ class Compactor:
                 break
         report.tokens_after = self._tokens(conversation_id)
         return report
+
+
+def compact(
+    services: Services,
+    conversation_id: int,
+    *,
+    mode: str = "full",
+    until: int | None = None,
+    budget: int | None = None,
+    deadline: float | None = None,
+    if_free: bool = False,
+) -> CompactionReport:
+    """Compact a conversation's active context (see :meth:`lossless.engine.Engine.compact`):
+    one process at a time per conversation (on PostgreSQL, across hosts); with *if_free* a
+    run elsewhere is left to finish the work, and the report has no passes."""
+    compactor = Compactor(services, budget=budget, deadline=deadline)
+    store = services.store
+    with (
+        services.lock(conversation_id),
+        store.compaction_lock(conversation_id, wait=not if_free) as mine,
+    ):
+        if not mine:
+            tokens = sum(i.tokens for i in store.context(conversation_id))
+            return CompactionReport(conversation_id, mode, tokens, tokens)
+        if until is not None:
+            report = compactor.until_under(conversation_id, until)
+        elif mode == "incremental":
+            report = compactor.incremental(conversation_id)
+        elif mode == "full":
+            report = compactor.full_sweep(conversation_id)
+        else:
+            raise ValueError(f"unknown compaction mode {mode!r}; use full or incremental")
+        if report.passes and services.config.resume.inject:
+            warm_resume(services, conversation_id)
+        return report
+
+
+def after_turn_compaction(
+    services: Services, conversation_id: int, token_budget: int | None
+) -> CompactionReport:
+    """What a turn compacts: incrementally, then, when the context passed
+    ``context_threshold`` of *token_budget*, down to ``compaction_target`` of it (so the next
+    turns have headroom instead of triggering a small compaction each). One deadline
+    (``guards.run_seconds``) for the whole turn."""
+    cfg = services.config
+    run = cfg.guards.run_seconds
+    deadline = None if run is None else time.monotonic() + run
+    report = compact(
+        services,
+        conversation_id,
+        mode="incremental",
+        budget=token_budget,
+        deadline=deadline,
+        if_free=True,
+    )
+    if token_budget is not None:
+        threshold = int(token_budget * cfg.context_threshold)
+        target = int(token_budget * min(cfg.compaction_target, cfg.context_threshold))
+        if report.tokens_after > threshold:
+            over = compact(
+                services,
+                conversation_id,
+                until=target,
+                budget=token_budget,
+                deadline=deadline,
+                if_free=True,
+            )
+            report.passes.extend(over.passes)
+            report.rounds = over.rounds
+            report.target = target
+            report.tokens_after = over.tokens_after
+    return report

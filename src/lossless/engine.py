@@ -1,8 +1,11 @@
-"""The engine: the lifecycle a host drives (bootstrap, ingest, ...) over one store.
+"""The engine: the façade a host drives (bootstrap, ingest, after_turn, assemble, ...).
 
-All mutating operations on a conversation are serialized per conversation: a re-entrant lock
-per conversation inside the process, and the store's write transaction across processes.
-Work on different conversations never waits on each other's locks.
+Each operation resolves the conversation a caller names (an id, a session id, or the row) and
+hands the work to the service that does it (:mod:`lossless.services`: ingest, compaction,
+assembly, recall, sessions, resume, transplant, maintenance). All mutations of a conversation
+are serialized per conversation: a re-entrant lock per conversation inside the process, and
+the store's write transaction across processes. Work on different conversations never waits
+on each other's locks.
 """
 
 from __future__ import annotations
@@ -11,34 +14,29 @@ import dataclasses
 import hashlib
 import logging
 import os
-import re
-import threading
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from . import maintenance
 from .assemble import AssembledContext
 from .assemble import assemble as assemble_context
 from .backup import BackupReport
 from .backup import backup as backup_store
 from .codec import safe_id
-from .compaction import CompactionReport, Compactor
+from .compaction import CompactionReport, after_turn_compaction
+from .compaction import compact as compact_context
 from .config import Config, default_data_dir, load_config
-from .errors import ConflictError, ImportProblem, NotATranscript, NotFoundError
-from .ingest.files import externalize, read_file
+from .errors import NotFoundError
+from .ingest.files import read_file
+from .ingest.pipeline import append, prepare
 from .ingest.reconcile import Progress, ReconcileReport, reconcile_file
-from .ingest.shapes import keep_text_in_parts, normalize
-from .maintenance import BackfillReport, RewriteEntry, RewriteReport
-from .maintenance import backfill as backfill_transcript
-from .maintenance import degraded as degraded_summaries
-from .maintenance import dissolve as dissolve_summary
-from .maintenance import rewrite as rewrite_summaries
+from .ingest.reconcile import import_path as import_transcripts
+from .maintenance import BackfillReport, RewriteReport
 from .model import (
     ContextItem,
     Conversation,
@@ -52,9 +50,8 @@ from .model import (
     Summary,
 )
 from .redact import Redactor, Sealer
-from .redact import snapshot as redaction_snapshot
-from .resume import ResumeSummary, build_resume
-from .resume import boundary as resume_boundary
+from .resume import ResumeSummary
+from .resume import resume as resume_summary
 from .retrieval import grants
 from .retrieval.context_query import ContextQueryResult
 from .retrieval.context_query import Kind as QueryKind
@@ -69,6 +66,7 @@ from .retrieval.expand_query import expand_query as expand_query_answer
 from .retrieval.grants import Grant
 from .retrieval.grep import GrepResult, Mode, Scope, Sort
 from .retrieval.grep import grep as grep_store
+from .services import ConversationLocks, Services
 from .sessions import summarize_session as summarize_session_versions
 from .store import Store, open_store
 from .summarize import Summarizer
@@ -76,8 +74,7 @@ from .summarize.guards import guard_state
 from .summarize.providers import build_summarizer
 from .tokens import HeuristicTokenCounter, TokenCounter
 from .transplant import TransplantPlan
-from .transplant import apply as transplant_apply
-from .transplant import plan as transplant_plan
+from .transplant import transplant as transplant_conversation
 
 __all__ = [
     "ConversationRef",
@@ -89,9 +86,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Resume summaries kept in memory (one per conversation and compaction boundary).
-RESUME_CACHE_SIZE = 256
 
 #: A conversation by id (int), by external session id (str), or the row itself.
 ConversationRef = int | str | Conversation
@@ -123,21 +117,6 @@ def files_dir_for(config: Config, database: Path | Store) -> Path:
     return database.with_name(database.name + "-files")
 
 
-class _ConversationLocks:
-    """One re-entrant lock per conversation, created on demand."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[int, threading.RLock] = {}
-
-    def get(self, conversation_id: int) -> threading.RLock:
-        with self._guard:
-            lock = self._locks.get(conversation_id)
-            if lock is None:
-                lock = self._locks[conversation_id] = threading.RLock()
-            return lock
-
-
 @dataclass(frozen=True)
 class TurnResult:
     """What :meth:`Engine.after_turn` did: the ingest, and the compaction (if it ran inline)."""
@@ -162,28 +141,47 @@ class Engine:
         token_counter: TokenCounter | None = None,
         summarizer: Summarizer | None = None,
     ) -> None:
-        self.store = store
-        self.config = config or Config()
-        self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
-        self.summarizer: Summarizer = summarizer or build_summarizer(self.config)
-        self._executor: ThreadPoolExecutor | None = None
-        self._pending: dict[int, Future[CompactionReport]] = {}
-        self._pending_guard = threading.Lock()
-        self._locks = _ConversationLocks()
+        config = config or Config()
+        redact = config.redact
+        #: What every operation works with (see :mod:`lossless.services`).
+        self.services = Services(
+            store=store,
+            config=config,
+            tokens=token_counter or HeuristicTokenCounter(),
+            summarizer=summarizer or build_summarizer(config),
+            files_dir=files_dir_for(config, store),
+            redactor=Redactor(redact.patterns, builtin=redact.builtin) if redact.enabled else None,
+            sealer=Sealer() if redact.enabled and redact.keep_originals else None,
+        )
         # Session summaries: one run per conversation at a time (never the ingest lock: a
-        # model call must not hold up ingest), and the queued background runs.
-        self._session_locks = _ConversationLocks()
-        self._pending_sessions: dict[int, Future[SessionSummary]] = {}
-        self._sessions_again: set[int] = set()
+        # model call must not hold up ingest).
+        self._session_locks = ConversationLocks()
         # session id → conversation; ids never change, so the hot path skips the lookup.
         self._by_session: dict[str, Conversation] = {}
-        redact = self.config.redact
-        self._redactor = (
-            Redactor(redact.patterns, builtin=redact.builtin) if redact.enabled else None
-        )
-        self._sealer = Sealer() if redact.enabled and redact.keep_originals else None
-        self._resume_cache: dict[tuple[int, int], str] = {}
-        self._resume_guard = threading.Lock()
+
+    @property
+    def store(self) -> Store:
+        """The store."""
+        return self.services.store
+
+    @property
+    def config(self) -> Config:
+        """The configuration."""
+        return self.services.config
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """How tokens are counted."""
+        return self.services.tokens
+
+    @property
+    def summarizer(self) -> Summarizer:
+        """What writes the summaries (another may be set: the next run uses it)."""
+        return self.services.summarizer
+
+    @summarizer.setter
+    def summarizer(self, summarizer: Summarizer) -> None:
+        self.services.summarizer = summarizer
 
     @classmethod
     def open(
@@ -206,10 +204,7 @@ class Engine:
     def close(self) -> None:
         """Finish background work (compaction, session summaries), then close the store's
         connections."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        self.store.close()
+        self.services.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -319,14 +314,10 @@ class Engine:
         with self.lock(conv.conversation_id):
             return self.store.pop_context_message(conv.conversation_id)
 
-    @contextmanager
-    def lock(self, *conversation_ids: int) -> Iterator[None]:
+    def lock(self, *conversation_ids: int) -> AbstractContextManager[None]:
         """Hold the conversations' locks (taken in id order, so two callers never deadlock):
         serializes mutations of a conversation."""
-        with ExitStack() as stack:
-            for conversation_id in sorted(set(conversation_ids)):
-                stack.enter_context(self._locks.get(conversation_id))
-            yield
+        return self.services.locks.hold(*conversation_ids)
 
     # --- ingestion -------------------------------------------------------------------------
 
@@ -341,22 +332,14 @@ class Engine:
     ) -> NormalizedMessage:
         """Normalize one message with this engine's token counter (and redact its secrets
         when ``redact.enabled``)."""
-        norm = normalize(
+        return prepare(
+            self.services,
             message,
             format=format,
             external_id=external_id,
             created_at=created_at,
             metadata=metadata,
-            counter=self.token_counter,
         )
-        if self._redactor is not None:
-            original = redaction_snapshot(norm) if self._sealer is not None else None
-            norm.redactions = self._redactor.message(norm)
-            if norm.redactions:
-                norm.token_count = self.token_counter.count(norm.content)
-                if self._sealer is not None and original is not None:
-                    norm.sealed = self._sealer.seal(original)
-        return norm
 
     def reveal(self, message_id: int, *, key: str | None = None) -> Any:
         """The original of a redacted message, in its source shape, decrypted with *key*
@@ -445,28 +428,7 @@ class Engine:
     @property
     def files_dir(self) -> Path:
         """Where large files are kept: ``data_dir/files``, else ``<database>-files`` beside it."""
-        return files_dir_for(self.config, self.store)
-
-    def externalize(self, conversation_id: int, norm: NormalizedMessage) -> None:
-        """Keep the large files of *norm* outside its plain text (its parts stay exact)."""
-        threshold = self.config.large_file_token_threshold
-        if len(norm.content) < threshold or self.token_counter.count(norm.content) <= threshold:
-            return  # a token is at least a character for any tokenizer
-        results = [p for p in norm.parts if p.type == "tool_result"]
-        whole = norm.role == "tool" and len(results) == 1
-        content, records = externalize(
-            norm.content,
-            conversation_id=conversation_id,
-            files_dir=self.files_dir,
-            threshold=threshold,
-            whole=whole,
-            name=f"{results[0].tool_name or 'tool'}-output.txt" if whole else None,
-        )
-        if records:
-            keep_text_in_parts(norm)
-            norm.content = content
-            norm.large_files = records
-            norm.token_count = self.token_counter.count(content)
+        return self.services.files_dir
 
     def large_file(self, file_id: str) -> LargeFile:
         """The record of a large file (id, name, size, exploration summary, ...)."""
@@ -479,14 +441,12 @@ class Engine:
     def _append(
         self, conversation: ConversationRef, norms: list[NormalizedMessage]
     ) -> IngestResult:
-        conv = self.conversation(conversation, create=True)
-        for norm in norms:
-            self.externalize(conv.conversation_id, norm)
-        with self.lock(conv.conversation_id):
-            ids, skipped = self.store.append_messages(conv, norms)
-        if ids and self.config.sessions.auto_summarize:
-            self._auto_summarize(conv.conversation_id, len(ids), ids[-1])
-        return IngestResult(conv.conversation_id, tuple(ids), skipped)
+        result = append(self.services, self.conversation(conversation, create=True), norms)
+        if result.message_ids and self.config.sessions.auto_summarize:
+            self._auto_summarize(
+                result.conversation_id, len(result.message_ids), result.message_ids[-1]
+            )
+        return result
 
     # --- compaction ------------------------------------------------------------------------
 
@@ -513,36 +473,15 @@ class Engine:
         waits for it, or with *if_free* (what a turn does) leaves the work to it and returns
         a report with no passes.
         """
-        conv = self.conversation(conversation)
-        compactor = Compactor(self, self.summarizer, budget=budget, deadline=deadline)
-        with (
-            self.lock(conv.conversation_id),
-            self.store.compaction_lock(conv.conversation_id, wait=not if_free) as mine,
-        ):
-            if not mine:
-                tokens = sum(i.tokens for i in self.store.context(conv.conversation_id))
-                return CompactionReport(conv.conversation_id, mode, tokens, tokens)
-            if until is not None:
-                report = compactor.until_under(conv.conversation_id, until)
-            elif mode == "incremental":
-                report = compactor.incremental(conv.conversation_id)
-            elif mode == "full":
-                report = compactor.full_sweep(conv.conversation_id)
-            else:
-                raise ValueError(f"unknown compaction mode {mode!r}; use full or incremental")
-            if report.passes and self.config.resume.inject:
-                self._warm_resume(conv.conversation_id)
-            return report
-
-    def _warm_resume(self, conversation_id: int) -> None:
-        """Build the resume summary of the new boundary now, with the compaction (often in
-        the background), so that assembling the next turn finds it made."""
-        try:
-            upto = resume_boundary(self.store, conversation_id, self.store.context(conversation_id))
-            if upto is not None:
-                self.resume_text(conversation_id, upto)
-        except Exception:  # a resume summary is a convenience; compaction already succeeded
-            logger.exception("resume summary of conversation %s failed", conversation_id)
+        return compact_context(
+            self.services,
+            self.conversation(conversation).conversation_id,
+            mode=mode,
+            until=until,
+            budget=budget,
+            deadline=deadline,
+            if_free=if_free,
+        )
 
     def after_turn(
         self,
@@ -564,65 +503,17 @@ class Engine:
         ingest = self.ingest_batch(conversation, messages, format=format)
         conv_id = ingest.conversation_id
         if self.config.background_compaction:
-            return TurnResult(ingest, None, deferred=self._defer(conv_id, token_budget))
+            queued = self.services.background.submit(
+                ("compact", conv_id),
+                lambda: after_turn_compaction(self.services, conv_id, token_budget),
+            )
+            return TurnResult(ingest, None, deferred=queued)
         try:
-            report = self._turn_compaction(conv_id, token_budget)
+            report = after_turn_compaction(self.services, conv_id, token_budget)
         except Exception as exc:  # best effort: the turn must not fail because of compaction
             logger.exception("compaction of conversation %s failed", conv_id)
             return TurnResult(ingest, None, error=f"{type(exc).__name__}: {exc}")
         return TurnResult(ingest, report)
-
-    def _turn_compaction(self, conversation_id: int, token_budget: int | None) -> CompactionReport:
-        run = self.config.guards.run_seconds
-        deadline = None if run is None else time.monotonic() + run  # one for the whole turn
-        report = self.compact(
-            conversation_id,
-            mode="incremental",
-            budget=token_budget,
-            deadline=deadline,
-            if_free=True,
-        )
-        if token_budget is not None:
-            threshold = int(token_budget * self.config.context_threshold)
-            # Crossing the threshold compacts down to the (lower) target, so the next turns
-            # have headroom instead of triggering a small compaction each.
-            target = int(
-                token_budget * min(self.config.compaction_target, self.config.context_threshold)
-            )
-            if report.tokens_after > threshold:
-                over = self.compact(
-                    conversation_id,
-                    until=target,
-                    budget=token_budget,
-                    deadline=deadline,
-                    if_free=True,
-                )
-                report.passes.extend(over.passes)
-                report.rounds = over.rounds
-                report.target = target
-                report.tokens_after = over.tokens_after
-        return report
-
-    def _defer(self, conversation_id: int, token_budget: int | None) -> bool:
-        with self._pending_guard:
-            running = self._pending.get(conversation_id)
-            if running is not None and not running.done():
-                return False  # one queued run per conversation is enough
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=2, thread_name_prefix="lossless-compaction"
-                )
-            self._pending[conversation_id] = self._executor.submit(
-                self._background, conversation_id, token_budget
-            )
-            return True
-
-    def _background(self, conversation_id: int, token_budget: int | None) -> CompactionReport:
-        try:
-            return self._turn_compaction(conversation_id, token_budget)
-        except Exception:  # a worker's top level: log and let the next turn try again
-            logger.exception("background compaction of conversation %s failed", conversation_id)
-            raise
 
     def wait_for_compaction(self, timeout: float | None = None) -> list[CompactionReport]:
         """Wait (at most *timeout* seconds in all) for queued background compaction.
@@ -630,19 +521,7 @@ class Engine:
         Returns the reports of the runs that finished; runs still going stay queued, and a
         later call collects them. Failed runs were logged by the worker and are dropped.
         """
-        with self._pending_guard:
-            futures = dict(self._pending)
-        wait(list(futures.values()), timeout=timeout)
-        reports = []
-        with self._pending_guard:
-            for conv_id, future in futures.items():
-                if not future.done():
-                    continue
-                if self._pending.get(conv_id) is future:
-                    del self._pending[conv_id]
-                if future.exception() is None:
-                    reports.append(future.result())
-        return reports
+        return self.services.background.wait(timeout, kind="compact")
 
     def assemble(
         self,
@@ -661,7 +540,7 @@ class Engine:
         conv = self.conversation(conversation)
         with self.store.read():  # one snapshot: the context and its rows agree
             return assemble_context(
-                self,
+                self.services,
                 conv.conversation_id,
                 token_budget,
                 format=format,
@@ -717,7 +596,7 @@ class Engine:
         scope = None
         if conversation is not None:
             scope = self.store.family_ids(self.conversation(conversation))
-        return describe_id(self, ident, scope=scope, token_cap=token_cap, lines=lines)
+        return describe_id(self.services, ident, scope=scope, token_cap=token_cap, lines=lines)
 
     def create_grant(
         self,
@@ -733,15 +612,13 @@ class Engine:
 
         Defaults: ``max_expand_tokens``, ``grant_max_depth``, ``grant_ttl_seconds``.
         """
-        conv = self.conversation(conversation)
-        ids = self.store.family_ids(conv) if family else [conv.conversation_id]
-        grants.sweep(self.store)
-        return grants.create(
-            self.store,
-            ids,
-            token_cap=token_cap or self.config.max_expand_tokens,
-            max_depth=self.config.grant_max_depth if max_depth is None else max_depth,
-            ttl_seconds=ttl_seconds or self.config.grant_ttl_seconds,
+        return grants.grant_for(
+            self.services,
+            self.conversation(conversation),
+            family=family,
+            token_cap=token_cap,
+            max_depth=max_depth,
+            ttl_seconds=ttl_seconds,
             purpose=purpose,
         )
 
@@ -760,7 +637,7 @@ class Engine:
     ) -> ExpandResult:
         """``lcm_expand``: walk the DAG down from *summary_ids*, within what the grant allows."""
         return expand_dag(
-            self,
+            self.services,
             grant_id,
             summary_ids,
             max_depth=max_depth,
@@ -783,9 +660,9 @@ class Engine:
         :mod:`lossless.retrieval.expand_query`.
         """
         return expand_query_answer(
-            self,
+            self.services,
             prompt,
-            conversation=conversation,
+            conversation=self.conversation(conversation),
             query=query,
             summary_ids=summary_ids,
             max_tokens=max_tokens,
@@ -802,8 +679,8 @@ class Engine:
         See :mod:`lossless.sessions`.
         """
         conv = self.conversation(conversation)
-        with self._session_locks.get(conv.conversation_id):
-            return summarize_session_versions(self, conv, full=full)
+        with self._session_locks.hold(conv.conversation_id):
+            return summarize_session_versions(self.services, conv, full=full)
 
     def session_summaries(self, conversation: ConversationRef) -> list[SessionSummary]:
         """Every version of the conversation's session summary, oldest first."""
@@ -815,19 +692,7 @@ class Engine:
         Returns the versions of the runs that finished; runs still going stay queued. Failed
         runs were logged by the worker and are dropped.
         """
-        with self._pending_guard:
-            futures = dict(self._pending_sessions)
-        wait(list(futures.values()), timeout=timeout)
-        done = []
-        with self._pending_guard:
-            for conv_id, future in futures.items():
-                if not future.done():
-                    continue
-                if self._pending_sessions.get(conv_id) is future:
-                    del self._pending_sessions[conv_id]
-                if future.exception() is None:
-                    done.append(future.result())
-        return done
+        return self.services.background.wait(timeout, kind="session")
 
     def _auto_summarize(self, conversation_id: int, added: int, last_id: int) -> None:
         """After *added* messages were stored: queue a session summary when the conversation's
@@ -837,35 +702,14 @@ class Engine:
             count = self.store.message_seq(last_id)  # seqs have no gaps: the count
             interval = self.config.sessions.summarize_interval
             if count // interval > (count - added) // interval:
-                self._queue_session_summary(conversation_id)
+                # A run already going runs once more when done: it covers the new messages.
+                self.services.background.submit(
+                    ("session", conversation_id),
+                    lambda: self.summarize_session(conversation_id),
+                    again=True,
+                )
         except Exception:  # ingest succeeded; the summary must not turn it into a failure
             logger.exception("could not queue the session summary of %s", conversation_id)
-
-    def _queue_session_summary(self, conversation_id: int) -> None:
-        with self._pending_guard:
-            running = self._pending_sessions.get(conversation_id)
-            if running is not None and not running.done():
-                self._sessions_again.add(conversation_id)  # it runs once more when done
-                return
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=2, thread_name_prefix="lossless-background"
-                )
-            self._pending_sessions[conversation_id] = self._executor.submit(
-                self._background_session_summary, conversation_id
-            )
-
-    def _background_session_summary(self, conversation_id: int) -> SessionSummary:
-        while True:
-            try:
-                summary = self.summarize_session(conversation_id)
-            except Exception:  # a worker's top level: log; the next crossing tries again
-                logger.exception("session summary of conversation %s failed", conversation_id)
-                raise
-            with self._pending_guard:
-                if conversation_id not in self._sessions_again:
-                    return summary
-                self._sessions_again.discard(conversation_id)
 
     def transplant(
         self, source: ConversationRef, target: ConversationRef, *, apply: bool = False
@@ -877,12 +721,9 @@ class Engine:
         be refused). With *apply*, a refused transplant raises
         :class:`~lossless.transplant.TransplantError` and changes nothing.
         """
-        src, tgt = self.conversation(source), self.conversation(target)
-        with self.lock(src.conversation_id, tgt.conversation_id):
-            planned = transplant_plan(self.store, src, tgt)
-            if apply:
-                transplant_apply(self.store, planned)
-        return planned
+        return transplant_conversation(
+            self.services, self.conversation(source), self.conversation(target), apply_it=apply
+        )
 
     def rewrite(
         self,
@@ -897,22 +738,10 @@ class Engine:
         *depth*, or *everything* (within *conversation* when given). A dry run unless
         *apply*; see :mod:`lossless.maintenance`."""
         conv = self.conversation(conversation).conversation_id if conversation else None
-        if summary_ids:
-            chosen = self.store.get_summaries(list(dict.fromkeys(summary_ids)))
-            for summary in chosen:
-                if summary.retired_reason:
-                    successor = f"; its successor is {summary.superseded_by}" * bool(
-                        summary.superseded_by
-                    )
-                    raise ConflictError(
-                        f"{summary.summary_id} was {summary.retired_reason} already{successor}"
-                    )
-        elif depth is not None or everything:
-            chosen = self.store.live_summaries(conv, depth=depth)
-        else:
-            raise ValueError("name summaries, a depth, or everything")
-        entries = [RewriteEntry(s, "asked") for s in chosen]
-        return rewrite_summaries(self, entries, apply=apply)
+        entries = maintenance.chosen(
+            self.services, summary_ids, depth=depth, everything=everything, conversation_id=conv
+        )
+        return maintenance.rewrite(self.services, entries, apply=apply)
 
     def repair(
         self, *, conversation: ConversationRef | None = None, apply: bool = False
@@ -920,12 +749,14 @@ class Engine:
         """Re-summarize the summaries the deterministic fallback wrote or that were cut to
         size, shallowest first (``lossless doctor --apply``). A dry run unless *apply*."""
         conv = self.conversation(conversation).conversation_id if conversation else None
-        return rewrite_summaries(self, degraded_summaries(self, conv), apply=apply)
+        return maintenance.rewrite(
+            self.services, maintenance.degraded(self.services, conv), apply=apply
+        )
 
     def dissolve(self, summary_id: str) -> list[ContextItem]:
         """Undo a condensation: put a context summary's sources back in its place; the
         summary is kept, retired as ``dissolved``. Returns the items put back."""
-        return dissolve_summary(self, summary_id)
+        return maintenance.dissolve(self.services, summary_id)
 
     def backfill(
         self,
@@ -938,7 +769,9 @@ class Engine:
         """Import an old transcript as its own conversation, compact it (to one root summary
         with *single_root*) and, with *into*, transplant it there. A dry run unless *apply*."""
         target = self.conversation(into).conversation_id if into is not None else None
-        return backfill_transcript(self, path, into=target, single_root=single_root, apply=apply)
+        return maintenance.backfill(
+            self.services, path, into=target, single_root=single_root, apply=apply
+        )
 
     def chat_context_query(
         self,
@@ -985,26 +818,7 @@ class Engine:
         context — the messages up to the compaction boundary — or, with *latest*, of every
         stored message. ``upto_seq`` is ``None`` when nothing was compacted yet."""
         conv = self.conversation(conversation).conversation_id
-        upto = None if latest else resume_boundary(self.store, conv, self.store.context(conv))
-        if upto is None and not latest:
-            return ResumeSummary(conv, None)
-        return build_resume(self.store, conv, upto, self.config.resume.max_tokens)
-
-    def resume_text(self, conversation_id: int, upto_seq: int) -> str:
-        """The resume summary's text up to *upto_seq*, cached: it only changes when a
-        compaction moves the boundary, and assembly asks for it every turn."""
-        key = (conversation_id, upto_seq)
-        with self._resume_guard:
-            text = self._resume_cache.get(key)
-        if text is None:
-            text = build_resume(
-                self.store, conversation_id, upto_seq, self.config.resume.max_tokens
-            ).text
-            with self._resume_guard:
-                self._resume_cache[key] = text
-                while len(self._resume_cache) > RESUME_CACHE_SIZE:
-                    self._resume_cache.pop(next(iter(self._resume_cache)))
-        return text
+        return resume_summary(self.services, conv, latest=latest)
 
     def backup(self, dest: str | os.PathLike[str]) -> BackupReport:
         """An online copy of the store (and its large files) at *dest*, checked with
@@ -1035,7 +849,11 @@ class Engine:
         re-running it, or running it on the grown file, never stores a message twice.
         """
         return reconcile_file(
-            self, Path(transcript), format=format, session_id=session_id, progress=progress
+            self.services,
+            Path(transcript),
+            format=format,
+            session_id=session_id,
+            progress=progress,
         )
 
     def import_path(
@@ -1050,34 +868,11 @@ class Engine:
         In a directory, ``.jsonl`` files and ``.json`` files that look like transcripts are
         imported; other ``.json`` files (Claude Code's ``sessions-index.json``, sub-agent
         ``.meta.json`` sidecars, ...) are passed over. A file that cannot be read as a
-        transcript does not stop the others: it gets a report with ``mode="failed"`` and the
-        problem. *progress* receives bytes done and total over all the files.
+        transcript does not stop the others: it gets a report with ``mode="failed"`` (or
+        ``passed_over``: a file that is not a transcript) and the problem. *progress* receives
+        bytes done and total over all the files.
         """
-        root = Path(path).expanduser()
-        files = transcript_files(root)
-        total = sum(f.stat().st_size for f in files)
-        base = 0
-        reports: list[ReconcileReport] = []
-        for file in files:
-
-            def advance(done: int, _size: int, offset: int = base) -> None:
-                if progress is not None:
-                    progress(offset + done, total)
-
-            try:
-                reports.extend(self.bootstrap(file, format=format, progress=advance))
-            except ImportProblem as problem:
-                if (
-                    root.is_dir()
-                    and file.suffix == ".json"
-                    and format is None
-                    and not isinstance(problem, NotATranscript)
-                ):
-                    logger.info("passing over %s: %s", file, problem.reason)
-                else:
-                    reports.append(ReconcileReport.failed(file, problem))
-            base += file.stat().st_size
-        return reports
+        return import_transcripts(self.services, path, format=format, progress=progress)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -1118,23 +913,3 @@ class Engine:
                 "guards": guard_state(self.summarizer),
             },
         }
-
-
-#: Copies a host keeps of a transcript beside it (OpenClaw's pre-compaction checkpoints and
-#: the backups of a file it found corrupt): the same session as the file itself, so a folder
-#: import leaves them to be named one by one.
-_HOST_COPIES = re.compile(r"\.checkpoint\.[^/]*\.jsonl$|\.jsonl\.corrupt-[^/]*\.jsonl$")
-
-
-def transcript_files(root: Path) -> list[Path]:
-    """The transcript files a path names: itself, or the ``.jsonl``/``.json`` files below it
-    (hosts' own copies of a transcript left out)."""
-    if root.is_file():
-        return [root]
-    if root.is_dir():
-        return sorted(
-            p
-            for p in root.rglob("*")
-            if p.is_file() and p.suffix in (".jsonl", ".json") and not _HOST_COPIES.search(p.name)
-        )
-    raise NotFoundError(f"{root} does not exist; give a transcript file or a directory of them")

@@ -18,20 +18,22 @@ transaction, so a failing summarizer leaves the store as it was.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .compaction import Compactor, message_sources, summary_sources
-from .errors import LosslessError
+from .errors import ConflictError, LosslessError
+from .ingest.reconcile import import_path
 from .ingest.transcripts import detect_transcript_format, head_values
 from .model import ContextItem, Summary
 from .summarize.escalation import TRUNCATION_MARKER
-from .transplant import TransplantPlan
+from .transplant import TransplantPlan, transplant
 
 if TYPE_CHECKING:
     from .config import Config
-    from .engine import Engine
+    from .services import Services
 
 __all__ = [
     "BackfillReport",
@@ -95,15 +97,43 @@ class RewriteReport:
         }
 
 
-def degraded(engine: Engine, conversation_id: int | None = None) -> list[RewriteEntry]:
+def chosen(
+    services: Services,
+    summary_ids: Sequence[str] = (),
+    *,
+    depth: int | None = None,
+    everything: bool = False,
+    conversation_id: int | None = None,
+) -> list[RewriteEntry]:
+    """The summaries a rewrite asks for: those named (refusing one retired already), those of
+    *depth*, or *everything* (within *conversation_id* when given)."""
+    store = services.store
+    if summary_ids:
+        picked = store.get_summaries(list(dict.fromkeys(summary_ids)))
+        for summary in picked:
+            if summary.retired_reason:
+                successor = f"; its successor is {summary.superseded_by}" * bool(
+                    summary.superseded_by
+                )
+                raise ConflictError(
+                    f"{summary.summary_id} was {summary.retired_reason} already{successor}"
+                )
+    elif depth is not None or everything:
+        picked = store.live_summaries(conversation_id, depth=depth)
+    else:
+        raise ValueError("name summaries, a depth, or everything")
+    return [RewriteEntry(s, "asked") for s in picked]
+
+
+def degraded(services: Services, conversation_id: int | None = None) -> list[RewriteEntry]:
     """Live summaries written by the deterministic fallback or truncated, shallowest first."""
     return [
         RewriteEntry(summary, why)
-        for summary, why in engine.store.degraded_summaries(conversation_id, TRUNCATION_MARKER)
+        for summary, why in services.store.degraded_summaries(conversation_id, TRUNCATION_MARKER)
     ]
 
 
-def rewrite(engine: Engine, entries: list[RewriteEntry], *, apply: bool) -> RewriteReport:
+def rewrite(services: Services, entries: list[RewriteEntry], *, apply: bool) -> RewriteReport:
     """Re-summarize *entries* (see the module docstring); a dry run unless *apply*.
 
     A summary whose rewrite still ends in the deterministic fallback is left as it is
@@ -114,17 +144,17 @@ def rewrite(engine: Engine, entries: list[RewriteEntry], *, apply: bool) -> Rewr
     if not apply or not entries:
         return report
     conversations = sorted({e.summary.conversation_id for e in entries})
-    compactor = Compactor(engine, engine.summarizer, config=_untimed(engine))
-    with engine.lock(*conversations):
+    compactor = Compactor(services, config=_untimed(services))
+    with services.lock(*conversations):
         replaced: dict[str, Summary] = {}
         for entry in entries:
             old = entry.summary
-            parent_ids, message_ids = engine.store.summary_sources(old.summary_id)
+            parent_ids, message_ids = services.store.summary_sources(old.summary_id)
             if old.kind == "leaf":
-                sources = message_sources(engine.store.get_messages_by_id(message_ids))
+                sources = message_sources(services.store.get_messages_by_id(message_ids))
             else:
                 parents = [
-                    replaced.get(p) or engine.store.get_summaries([p])[0] for p in parent_ids
+                    replaced.get(p) or services.store.get_summaries([p])[0] for p in parent_ids
                 ]
                 sources = summary_sources(parents)
             new, outcome, calls = compactor.summarize(
@@ -145,16 +175,16 @@ def rewrite(engine: Engine, entries: list[RewriteEntry], *, apply: bool) -> Rewr
             replaced[old.summary_id] = new
         pairs = [(e.summary.summary_id, replaced[e.summary.summary_id]) for e in report.rewritten]
         if pairs:
-            engine.store.replace_summaries(pairs)
+            services.store.replace_summaries(pairs)
     report.applied = True
     return report
 
 
-def dissolve(engine: Engine, summary_id: str) -> list[ContextItem]:
+def dissolve(services: Services, summary_id: str) -> list[ContextItem]:
     """Put a context summary's sources back in its place; returns the items put back."""
-    summary = engine.summary(summary_id)
-    with engine.lock(summary.conversation_id):
-        return engine.store.dissolve_summary(summary_id)
+    summary = services.store.get_summaries([summary_id])[0]
+    with services.lock(summary.conversation_id):
+        return services.store.dissolve_summary(summary_id)
 
 
 @dataclass
@@ -191,7 +221,7 @@ class BackfillReport:
 
 
 def backfill(
-    engine: Engine,
+    services: Services,
     path: str | os.PathLike[str],
     *,
     into: int | None = None,
@@ -211,41 +241,43 @@ def backfill(
     report = BackfillReport(str(file), fmt.name, identity.session_id, single_root, into)
     if not apply:
         return report
-    reports = engine.import_path(file)
+    reports = import_path(services, file)
     failed = [r for r in reports if r.mode in ("failed", "passed_over")]
     if failed:
         raise failed[0].problems[0]
-    conv = engine.conversation(identity.session_id)
+    conv = services.store.find_conversation(identity.session_id)
+    if conv is None:
+        raise LosslessError(f"{file} holds no messages to backfill")
     report.conversation_id = conv.conversation_id
     report.imported = sum(r.imported for r in reports)
-    with engine.lock(conv.conversation_id):
+    with services.lock(conv.conversation_id):
         if single_root:
             compactor = Compactor(
-                engine,
-                engine.summarizer,
-                config=_untimed(engine).replace(fresh_tail_count=0),
+                services,
+                config=_untimed(services).replace(fresh_tail_count=0),
             )
             while True:
-                before = len(engine.store.context(conv.conversation_id))
+                before = len(services.store.context(conv.conversation_id))
                 round_ = compactor.until_under(conv.conversation_id, 1)
                 report.passes += len(round_.passes)
-                after = len(engine.store.context(conv.conversation_id))
+                after = len(services.store.context(conv.conversation_id))
                 if after <= 1 or after >= before:
                     break
         else:
             report.passes += len(
-                Compactor(engine, engine.summarizer, config=_untimed(engine))
+                Compactor(services, config=_untimed(services))
                 .full_sweep(conv.conversation_id)
                 .passes
             )
-    report.context_summaries = len(engine.store.context_summaries(conv.conversation_id))
+    report.context_summaries = len(services.store.context_summaries(conv.conversation_id))
     if into is not None:
-        report.transplant = engine.transplant(conv.conversation_id, into, apply=True)
+        target = services.store.get_conversation(into)
+        report.transplant = transplant(services, conv, target, apply_it=True)
     report.applied = True
     return report
 
 
-def _untimed(engine: Engine) -> Config:
+def _untimed(services: Services) -> Config:
     """The engine's settings without the per-run time limit: maintenance is a batch job the
     user started and waits for; falling back half-way would only make work for later."""
-    return engine.config.replace(guards={"run_seconds": None})
+    return services.config.replace(guards={"run_seconds": None})

@@ -307,7 +307,7 @@ def lcm_describe(
     span = _lines(lines)
     with _refusals():
         _, ids = recall.resolve(conversation)
-        found = describe_id(recall.engine, id, scope=ids, token_cap=token_cap, lines=span)
+        found = describe_id(recall.engine.services, id, scope=ids, token_cap=token_cap, lines=span)
     out = found.to_dict()
     manifest = out.pop("manifest")
     if manifest:

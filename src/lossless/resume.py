@@ -25,6 +25,7 @@ out) before the gate is.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,9 +35,20 @@ from .model import ContextItem
 from .tokens import estimate_tokens
 
 if TYPE_CHECKING:
+    from .services import Services
     from .store.base import Store
 
-__all__ = ["HONESTY_GATE", "ResumeSummary", "boundary", "build_resume"]
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "HONESTY_GATE",
+    "ResumeSummary",
+    "boundary",
+    "build_resume",
+    "resume",
+    "resume_text",
+    "warm",
+]
 
 HONESTY_GATE = (
     "BE HONEST: DO YOU HAVE ENOUGH INFORMATION TO CONTINUE?\n"
@@ -347,3 +359,40 @@ def _render(out: ResumeSummary, max_tokens: int) -> str:
         cut[longest] += 1
         rendered = text()
     return rendered
+
+
+def resume_text(services: Services, conversation_id: int, upto_seq: int) -> str:
+    """The resume summary's text up to *upto_seq*, cached: it only changes when a compaction
+    moves the boundary, and assembly asks for it every turn."""
+    key = (conversation_id, upto_seq)
+    text = services.resume_cache.get(key)
+    if text is None:
+        text = build_resume(
+            services.store, conversation_id, upto_seq, services.config.resume.max_tokens
+        ).text
+        services.resume_cache.put(key, text)
+    return text
+
+
+def resume(services: Services, conversation_id: int, *, latest: bool = False) -> ResumeSummary:
+    """The resume summary as assembly injects it (the messages up to the compaction boundary;
+    ``upto_seq`` is ``None`` when nothing was compacted yet), or, with *latest*, of every
+    stored message."""
+    store = services.store
+    upto = None if latest else boundary(store, conversation_id, store.context(conversation_id))
+    if upto is None and not latest:
+        return ResumeSummary(conversation_id, None)
+    return build_resume(store, conversation_id, upto, services.config.resume.max_tokens)
+
+
+def warm(services: Services, conversation_id: int) -> None:
+    """Build the resume summary of the conversation's new boundary now (after a compaction,
+    often in the background), so that assembling the next turn finds it made. Never raises:
+    a resume summary is a convenience, and the compaction already succeeded."""
+    try:
+        store = services.store
+        upto = boundary(store, conversation_id, store.context(conversation_id))
+        if upto is not None:
+            resume_text(services, conversation_id, upto)
+    except Exception:  # the compaction is done; its resume summary is built on demand
+        logger.exception("resume summary of conversation %s failed", conversation_id)

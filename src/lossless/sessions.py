@@ -57,7 +57,7 @@ from .summarize.prompts import SESSION_FIELDS, session_prompt, session_system_pr
 from .timestamps import format_ts, now
 
 if TYPE_CHECKING:
-    from .engine import ConversationRef, Engine
+    from .services import Services
 
 __all__ = [
     "MAX_CODE_REFERENCES",
@@ -127,18 +127,17 @@ class SessionDraft:
 
 
 def summarize_session(
-    engine: Engine, conversation: ConversationRef, *, full: bool = False
+    services: Services, conv: Conversation, *, full: bool = False
 ) -> SessionSummary:
     """Bring a conversation's session summary up to date; see the module docstring.
 
     Returns the new version, or the latest one unchanged when no message came after it (and
     not *full*). The caller serializes runs on one conversation (:meth:`Engine.summarize_session`
-    does); a version written meanwhile by another process makes the store refuse this one with
-    :class:`~lossless.errors.ConflictError`.
+    does); a version written meanwhile by another process makes the store refuse this one
+    with :class:`~lossless.errors.ConflictError`.
     """
-    conv: Conversation = engine.conversation(conversation)
     cid = conv.conversation_id
-    store = engine.store
+    store = services.store
     latest = store.latest_session_summary(cid)
     newest = store.last_messages(cid, 1)
     if not newest:
@@ -159,11 +158,11 @@ def summarize_session(
         if base is not None and base.last_message_id is not None
         else None
     )
-    runner = _Runner(engine)
+    runner = _Runner(services)
     first_id: int | None = base.first_message_id if base is not None else None
     last_id: int | None = None
     processed = 0
-    for chunk in _chunks(engine, cid, base.last_message_id if base else None, end_seq):
+    for chunk in _chunks(services, cid, base.last_message_id if base else None, end_seq):
         if first_id is None:
             first_id = chunk[0].message_id
         runner.covered_from = first_id
@@ -200,16 +199,16 @@ def summarize_session(
 
 
 def _chunks(
-    engine: Engine, conversation_id: int, after: int | None, end_seq: int
+    services: Services, conversation_id: int, after: int | None, end_seq: int
 ) -> Iterator[list[StoredMessage]]:
     """The messages after message id *after* up to seq *end_seq*, in chunks of at most the
     chunk budget (a message larger than that is a chunk of its own)."""
-    budget = chunk_tokens(engine)
+    budget = chunk_tokens(services)
     chunk: list[StoredMessage] = []
     used = 0
     cursor = after
     while True:
-        page = engine.store.messages_after(conversation_id, cursor, limit=PAGE_MESSAGES)
+        page = services.store.messages_after(conversation_id, cursor, limit=PAGE_MESSAGES)
         page = [m for m in page if m.seq <= end_seq]
         if not page:
             break
@@ -226,10 +225,10 @@ def _chunks(
         yield chunk
 
 
-def chunk_tokens(engine: Engine) -> int:
+def chunk_tokens(services: Services) -> int:
     """New-message tokens per summarizer call: ``sessions.chunk_tokens``, else
     ``leaf_chunk_tokens``."""
-    return engine.config.sessions.chunk_tokens or engine.config.leaf_chunk_tokens
+    return services.config.sessions.chunk_tokens or services.config.leaf_chunk_tokens
 
 
 def is_extractive(summarizer: Summarizer) -> bool:
@@ -242,10 +241,10 @@ def is_extractive(summarizer: Summarizer) -> bool:
 class _Runner:
     """Summarizes the chunks of one run and remembers which model wrote them."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.summarizer = engine.summarizer
-        self.config = engine.config.sessions
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.summarizer = services.summarizer
+        self.config = services.config.sessions
         self.extractive = is_extractive(self.summarizer)
         self.models: list[str | None] = []
         #: The first message the draft being continued covers (it names the draft).
@@ -260,13 +259,13 @@ class _Runner:
     def step(
         self, previous: SessionDraft | None, chunk: Sequence[StoredMessage], until: str | None
     ) -> SessionDraft:
-        sources = _sources(self.engine, chunk)
+        sources = _sources(self.services, chunk)
         if self.extractive:  # no input limit: a message in pieces is read in one go
             self.models.append(self.summarizer.model)
             return extract(previous, chunk, self._overview(previous, sources, self.summarizer))
         # A message larger than a chunk came in pieces: one request per piece, chained.
         draft = previous
-        for group in _groups(sources, chunk_tokens(self.engine)):
+        for group in _groups(sources, chunk_tokens(self.services)):
             draft = self._model_step(draft, chunk, group, until)
         if draft is None:  # unreachable: a chunk has a message
             raise ValueError("an empty chunk")
@@ -286,7 +285,7 @@ class _Runner:
         if text:
             stamp = sources[0].earliest_at
             ref = f"msg#{self.covered_from}" if self.covered_from else "previous summary"
-            count = self.engine.token_counter.count(text)
+            count = self.services.tokens.count(text)
             items = (SourceItem(ref, "summary", text, stamp, stamp, count), *sources)
         request = SummaryRequest(
             kind="session",
@@ -365,7 +364,7 @@ class _Runner:
 
     def _bounded(self, draft: SessionDraft) -> SessionDraft:
         """A model's draft within the caps (a runaway reply never grows the store unbounded)."""
-        counter = self.engine.token_counter
+        counter = self.services.tokens
         return SessionDraft(
             truncate_to_tokens(draft.overview, CAP_FACTOR * self.config.target_tokens, counter),
             _dedup(draft.topics)[:MAX_TOPICS],
@@ -389,10 +388,10 @@ def _groups(sources: Sequence[SourceItem], budget: int) -> Iterator[tuple[Source
         yield tuple(group)
 
 
-def _sources(engine: Engine, chunk: Sequence[StoredMessage]) -> tuple[SourceItem, ...]:
+def _sources(services: Services, chunk: Sequence[StoredMessage]) -> tuple[SourceItem, ...]:
     """Messages as source items; one larger than the chunk budget goes in pieces (nothing of
     it is dropped)."""
-    budget = chunk_tokens(engine)
+    budget = chunk_tokens(services)
     out: list[SourceItem] = []
     for m in chunk:
         ref = f"msg#{m.message_id}"
@@ -412,7 +411,7 @@ def _sources(engine: Engine, chunk: Sequence[StoredMessage]) -> tuple[SourceItem
                     piece,
                     m.created_at,
                     m.created_at,
-                    engine.token_counter.count(piece),
+                    services.tokens.count(piece),
                 )
             )
     return tuple(out)

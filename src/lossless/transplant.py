@@ -25,6 +25,7 @@ from .errors import LosslessError
 from .model import Conversation, Summary
 
 if TYPE_CHECKING:
+    from .services import Services
     from .store.base import Store
 
 __all__ = ["TransplantError", "TransplantPlan", "apply", "plan"]
@@ -209,3 +210,16 @@ def render(planned: TransplantPlan) -> list[str]:
         f"  Estimated token overhead in context: ~{planned.token_overhead:,} tokens",
     ]
     return lines
+
+
+def transplant(
+    services: Services, source: Conversation, target: Conversation, *, apply_it: bool = False
+) -> TransplantPlan:
+    """Plan copying *source*'s context summaries into *target* (and apply it with *apply_it*:
+    a refused transplant raises :class:`TransplantError` and changes nothing), under both
+    conversations' locks."""
+    with services.lock(source.conversation_id, target.conversation_id):
+        planned = plan(services.store, source, target)
+        if apply_it:
+            apply(services.store, planned)
+    return planned

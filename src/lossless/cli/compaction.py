@@ -77,7 +77,7 @@ class _null:
 
 
 def _dry_run(engine: Engine, conversation_id: int, as_json: bool) -> None:
-    compactor = Compactor(engine, engine.summarizer)
+    compactor = Compactor(engine.services)
     items = engine.store.context(conversation_id)
     tail = compactor.tail_start(items)
     raw_outside = compactor.raw_tokens_outside_tail(items)

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -31,9 +34,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..codec import safe_id
-from ..errors import ImportProblem, LosslessError, NotATranscript, UnknownShapeError
+from ..errors import (
+    ImportProblem,
+    LosslessError,
+    NotATranscript,
+    NotFoundError,
+    UnknownShapeError,
+)
 from ..model import Checkpoint, Conversation, NormalizedMessage
 from .entries import Entry, FileIdentity, Line, TranscriptFormat
+from .pipeline import externalize, prepare
 from .transcripts import (
     detect_transcript_format,
     get_format,
@@ -44,9 +54,11 @@ from .transcripts import (
 )
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..services import Services
 
-__all__ = ["Progress", "ReconcileReport", "reconcile_file"]
+__all__ = ["Progress", "ReconcileReport", "import_path", "reconcile_file", "transcript_files"]
+
+logger = logging.getLogger(__name__)
 
 #: ``progress(bytes_done, bytes_total)`` — called while a file is read.
 Progress = Callable[[int, int], None]
@@ -136,7 +148,7 @@ class _Scan:
 
 
 def reconcile_file(
-    engine: Engine,
+    services: Services,
     path: str | Path,
     *,
     format: str | None = None,  # the public keyword is "format"
@@ -163,17 +175,19 @@ def reconcile_file(
     if session_id:
         identity.session_id = session_id
     lane = "sidechain" if identity.lane_sessions == {} and fmt.name == "claude_code" else "main"
-    main = _reconcile_lane(engine, file, fmt, identity, lane, is_array, progress)
+    main = _reconcile_lane(services, file, fmt, identity, lane, is_array, progress)
     reports = [main[0]]
     if main[1] and "sidechain" in identity.lane_sessions:
         side_id, side_key = identity.lane_sessions["sidechain"]
         side = FileIdentity(fmt.name, side_id, None, session_key=side_key)
-        reports.append(_reconcile_lane(engine, file, fmt, side, "sidechain", is_array, progress)[0])
+        reports.append(
+            _reconcile_lane(services, file, fmt, side, "sidechain", is_array, progress)[0]
+        )
     return reports
 
 
 def _reconcile_lane(
-    engine: Engine,
+    services: Services,
     file: Path,
     fmt: TranscriptFormat,
     identity: FileIdentity,
@@ -183,11 +197,11 @@ def _reconcile_lane(
     *,
     force_full: bool = False,
 ) -> tuple[ReconcileReport, int]:
-    store = engine.store
+    store = services.store
     # A file that holds nothing to store creates nothing: the conversation is made only
     # once there is a message for it.
     conv = store.find_conversation(identity.session_id)
-    with engine.lock(conv.conversation_id) if conv is not None else nullcontext():
+    with services.lock(conv.conversation_id) if conv is not None else nullcontext():
         resolved = safe_id(str(file.resolve()))  # a file name need not be UTF-8
         size = file.stat().st_size
         hh = head_hash(file)
@@ -228,7 +242,7 @@ def _reconcile_lane(
                 identity.session_id, session_key=identity.session_key
             )
             report.conversation_id = conv.conversation_id
-        with engine.lock(conv.conversation_id):
+        with services.lock(conv.conversation_id):
             ids = [e.entry_id for e in messages if e.entry_id is not None]
             existing = store.existing_external_ids(conv.conversation_id, ids)
             if report.mode == "tail":
@@ -241,19 +255,19 @@ def _reconcile_lane(
                     # The new entries continue (or branch off) entries before the tail that
                     # we never imported, or that only the whole tree can place: read it all.
                     return _reconcile_lane(
-                        engine, file, fmt, identity, lane, is_array, progress, force_full=True
+                        services, file, fmt, identity, lane, is_array, progress, force_full=True
                     )
             selected = messages
             if report.mode == "full" and messages:
-                anchor, missing = _anchor(engine, conv, file, fmt, messages, existing, report)
+                anchor, missing = _anchor(services, conv, file, fmt, messages, existing, report)
                 if anchor >= 0:
                     report.missing_before_anchor = missing
                     selected = messages[anchor + 1 :]
             todo = [e for e in selected if e.entry_id not in existing]
             report.already_stored = len(selected) - len(todo) + (len(messages) - len(selected))
-            report.imported = _import(engine, conv, file, fmt, todo, report, progress, size)
+            report.imported = _import(services, conv, file, fmt, todo, report, progress, size)
             if branch.off:
-                _store_off_branch(engine, conv, identity, file, fmt, branch.off, existing, report)
+                _store_off_branch(services, conv, identity, file, fmt, branch.off, existing, report)
             final = Checkpoint(
                 conversation_id=conv.conversation_id,
                 path=resolved,
@@ -269,7 +283,7 @@ def _reconcile_lane(
             )
             with store.transaction():
                 store.put_checkpoint(final)
-                _record_host_facts(engine, conv, scan)
+                _record_host_facts(services, conv, scan)
         if report.imported or report.off_branch_stored:
             # Large batches leave the trigram index behind; an import finishes it.
             store.catch_up_indexes()
@@ -277,7 +291,7 @@ def _reconcile_lane(
 
 
 def _store_off_branch(
-    engine: Engine,
+    services: Services,
     conv: Conversation,
     identity: FileIdentity,
     file: Path,
@@ -289,7 +303,7 @@ def _store_off_branch(
     """Keep the messages the active branch leaves out (an abandoned edit, a rewind) in the
     session's ``<session>:branches`` conversation, a member of its family: stored, searchable,
     never in the main context. Ids already stored in either conversation are skipped."""
-    store = engine.store
+    store = services.store
     branches = store.get_or_create_conversation(
         f"{identity.session_id}:branches",
         session_key=identity.session_key or conv.session_key or identity.session_id,
@@ -300,9 +314,9 @@ def _store_off_branch(
     seen |= store.existing_external_ids(branches.conversation_id, ids)
     todo = [e for e in off if e.entry_id not in seen]
     if todo:
-        with engine.lock(branches.conversation_id):
+        with services.lock(branches.conversation_id):
             report.off_branch_stored = _import(
-                engine, branches, file, fmt, todo, report, None, file.stat().st_size
+                services, branches, file, fmt, todo, report, None, file.stat().st_size
             )
 
 
@@ -462,7 +476,7 @@ def _join_parallel_branches(entries: list[_Skeleton], on_path: set[str]) -> None
 
 
 def _anchor(
-    engine: Engine,
+    services: Services,
     conv: Conversation,
     file: Path,
     fmt: TranscriptFormat,
@@ -475,7 +489,7 @@ def _anchor(
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].entry_id in existing:
             return i, sum(1 for e in messages[:i] if e.entry_id not in existing)
-    store = engine.store
+    store = services.store
     stored_count = store.message_count(conv.conversation_id)
     if not stored_count:
         return -1, 0
@@ -490,7 +504,7 @@ def _anchor(
     with file.open("rb") as handle:
         for i, skel in enumerate(messages):
             try:
-                norm = _load(engine, file, fmt, skel, handle)
+                norm = _load(services, file, fmt, skel, handle)
             except (LosslessError, ValueError) as exc:
                 failed.append((i, ImportProblem(str(file), skel.line_no, str(exc))))
                 continue
@@ -523,27 +537,30 @@ def _content_key(role: str, content: str) -> bytes:
 
 
 def _load(
-    engine: Engine, file: Path, fmt: TranscriptFormat, skel: _Skeleton, handle: Any = None
+    services: Services, file: Path, fmt: TranscriptFormat, skel: _Skeleton, handle: Any = None
 ) -> NormalizedMessage | None:
     if skel.entry is not None:
         entry = skel.entry
         skel.entry = None  # used once; let it go
-        return _normalize_entry(engine, entry, skel.entry_id)
+        return _normalize_entry(services, entry, skel.entry_id)
     if handle is None:
         with file.open("rb") as own:
-            return _load(engine, file, fmt, skel, own)
+            return _load(services, file, fmt, skel, own)
     handle.seek(skel.start)
     raw = handle.read(skel.end - skel.start)
     value = json.loads(raw)
     entry = fmt.entry(Line(skel.line_no, skel.start, skel.end, raw, value=value))
-    return _normalize_entry(engine, entry, skel.entry_id)
+    return _normalize_entry(services, entry, skel.entry_id)
 
 
-def _normalize_entry(engine: Engine, entry: Entry, external_id: str | None) -> NormalizedMessage:
+def _normalize_entry(
+    services: Services, entry: Entry, external_id: str | None
+) -> NormalizedMessage:
     """An entry's message, normalized with its stable id; one that does not fit the shape its
     format expects is kept whole as an item of an unknown kind (never dropped)."""
     try:
-        norm = engine.normalize(
+        norm = prepare(
+            services,
             entry.message,
             format=entry.shape,
             external_id=external_id,
@@ -553,7 +570,8 @@ def _normalize_entry(engine: Engine, entry: Entry, external_id: str | None) -> N
     except UnknownShapeError:
         if entry.shape is None:
             raise
-        norm = engine.normalize(
+        norm = prepare(
+            services,
             entry.message,
             format="unknown",
             external_id=external_id,
@@ -565,7 +583,7 @@ def _normalize_entry(engine: Engine, entry: Entry, external_id: str | None) -> N
 
 
 def _import(
-    engine: Engine,
+    services: Services,
     conv: Conversation,
     file: Path,
     fmt: TranscriptFormat,
@@ -577,14 +595,14 @@ def _import(
     imported = 0
     batch: list[NormalizedMessage] = []
     batch_bytes = 0
-    store = engine.store
+    store = services.store
 
     def flush() -> None:
         nonlocal imported, batch, batch_bytes
         if batch:
             with store.transaction():
                 for norm in batch:
-                    engine.externalize(conv.conversation_id, norm)
+                    externalize(services, conv.conversation_id, norm)
                 ids, _ = store.append_messages(conv, batch)
             imported += len(ids)
         batch = []
@@ -593,7 +611,7 @@ def _import(
     with file.open("rb") as handle:
         for skel in todo:
             try:
-                norm = _load(engine, file, fmt, skel, handle)
+                norm = _load(services, file, fmt, skel, handle)
             except (LosslessError, ValueError) as exc:
                 report.problems.append(ImportProblem(str(file), skel.line_no, str(exc)))
                 continue
@@ -609,7 +627,7 @@ def _import(
     return imported
 
 
-def _record_host_facts(engine: Engine, conv: Conversation, scan: _Scan) -> None:
+def _record_host_facts(services: Services, conv: Conversation, scan: _Scan) -> None:
     updates: dict[str, Any] = {}
     if scan.host_compactions:
         known = list(conv.metadata.get("host_compactions", []))
@@ -617,6 +635,69 @@ def _record_host_facts(engine: Engine, conv: Conversation, scan: _Scan) -> None:
         known += [c for c in scan.host_compactions if c.get("summary_uuid") not in seen]
         updates["host_compactions"] = known
     if updates or (scan.title and scan.title != conv.title):
-        engine.store.update_conversation(
+        services.store.update_conversation(
             conv.conversation_id, title=scan.title, metadata=updates or None
         )
+
+
+def import_path(
+    services: Services,
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    progress: Progress | None = None,
+) -> list[ReconcileReport]:
+    """Import a transcript file, or every transcript below a directory.
+
+    In a directory, ``.jsonl`` files and ``.json`` files that look like transcripts are
+    imported; other ``.json`` files (Claude Code's ``sessions-index.json``, sub-agent
+    ``.meta.json`` sidecars, ...) are passed over. A file that cannot be read as a
+    transcript does not stop the others: it gets a report with ``mode="failed"`` (or
+    ``passed_over``, a file that is not a transcript) and the problem. *progress* receives
+    bytes done and total over all the files.
+    """
+    root = Path(path).expanduser()
+    files = transcript_files(root)
+    total = sum(f.stat().st_size for f in files)
+    base = 0
+    reports: list[ReconcileReport] = []
+    for file in files:
+
+        def advance(done: int, _size: int, offset: int = base) -> None:
+            if progress is not None:
+                progress(offset + done, total)
+
+        try:
+            reports.extend(reconcile_file(services, file, format=format, progress=advance))
+        except ImportProblem as problem:
+            if (
+                root.is_dir()
+                and file.suffix == ".json"
+                and format is None
+                and not isinstance(problem, NotATranscript)
+            ):
+                logger.info("passing over %s: %s", file, problem.reason)
+            else:
+                reports.append(ReconcileReport.failed(file, problem))
+        base += file.stat().st_size
+    return reports
+
+
+#: Copies a host keeps of a transcript beside it (OpenClaw's pre-compaction checkpoints and
+#: the backups of a file it found corrupt): the same session as the file itself, so a folder
+#: import leaves them to be named one by one.
+_HOST_COPIES = re.compile(r"\.checkpoint\.[^/]*\.jsonl$|\.jsonl\.corrupt-[^/]*\.jsonl$")
+
+
+def transcript_files(root: Path) -> list[Path]:
+    """The transcript files a path names: itself, or the ``.jsonl``/``.json`` files below it
+    (hosts' own copies of a transcript left out)."""
+    if root.is_file():
+        return [root]
+    if root.is_dir():
+        return sorted(
+            p
+            for p in root.rglob("*")
+            if p.is_file() and p.suffix in (".jsonl", ".json") and not _HOST_COPIES.search(p.name)
+        )
+    raise NotFoundError(f"{root} does not exist; give a transcript file or a directory of them")

@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError
+from ..ingest.files import read_file
 from ..model import check_file_id
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..services import Services
 
 __all__ = ["Description", "ManifestEntry", "describe"]
 
@@ -64,7 +65,7 @@ def _check_scope(conversation_id: int, scope: Sequence[int] | None, ident: str) 
 
 
 def describe(
-    engine: Engine,
+    services: Services,
     ident: str,
     *,
     scope: Sequence[int] | None = None,
@@ -78,19 +79,19 @@ def describe(
         shown = ident.encode("ascii", "backslashreplace").decode()
         raise NotFoundError(f"{shown!r} is not an id lossless knows; ids look like msg#42")
     if ident.startswith("sum_"):
-        return _summary(engine, ident, scope, token_cap or engine.config.max_expand_tokens)
+        return _summary(services, ident, scope, token_cap or services.config.max_expand_tokens)
     if ident.startswith("file_"):
-        return _file(engine, check_file_id(ident), scope, lines, with_content)
+        return _file(services, check_file_id(ident), scope, lines, with_content)
     if ident.startswith("msg#") and ident[4:].isdigit():
-        return _message(engine, int(ident[4:]), scope)
+        return _message(services, int(ident[4:]), scope)
     raise NotFoundError(
         f"{ident!r} is not an id lossless knows; ids look like sum_0123456789abcdef, "
         "file_0123456789abcdef or msg#42"
     )
 
 
-def _summary(engine: Engine, ident: str, scope: Sequence[int] | None, cap: int) -> Description:
-    store = engine.store
+def _summary(services: Services, ident: str, scope: Sequence[int] | None, cap: int) -> Description:
+    store = services.store
     summary = store.get_summaries([ident])[0]
     _check_scope(summary.conversation_id, scope, ident)
     parents, messages = store.summary_sources(ident)
@@ -98,7 +99,7 @@ def _summary(engine: Engine, ident: str, scope: Sequence[int] | None, cap: int) 
     total = 0
     # Depth first, in source order: the order an expansion reads the subtree in.
     stack: list[str] = list(reversed(parents))
-    for mid, tokens in _message_tokens(engine, messages):
+    for mid, tokens in _message_tokens(services, messages):
         total += tokens
         manifest.append(ManifestEntry(f"msg#{mid}", "message", None, tokens, total, total <= cap))
     while stack:
@@ -110,7 +111,7 @@ def _summary(engine: Engine, ident: str, scope: Sequence[int] | None, cap: int) 
         )
         below, node_messages = store.summary_sources(sid)
         stack.extend(reversed(below))
-        for mid, tokens in _message_tokens(engine, node_messages):
+        for mid, tokens in _message_tokens(services, node_messages):
             total += tokens
             manifest.append(
                 ManifestEntry(f"msg#{mid}", "message", None, tokens, total, total <= cap)
@@ -127,22 +128,22 @@ def _summary(engine: Engine, ident: str, scope: Sequence[int] | None, cap: int) 
     )
 
 
-def _message_tokens(engine: Engine, message_ids: Sequence[int]) -> list[tuple[int, int]]:
+def _message_tokens(services: Services, message_ids: Sequence[int]) -> list[tuple[int, int]]:
     if not message_ids:
         return []
-    return [(m.message_id, m.token_count) for m in engine.store.get_messages_by_id(message_ids)]
+    return [(m.message_id, m.token_count) for m in services.store.get_messages_by_id(message_ids)]
 
 
 def _file(
-    engine: Engine,
+    services: Services,
     ident: str,
     scope: Sequence[int] | None,
     lines: tuple[int, int] | None,
     with_content: bool,
 ) -> Description:
-    record = engine.store.get_large_file(ident)
+    record = services.store.get_large_file(ident)
     _check_scope(record.conversation_id, scope, ident)
-    content = engine.read_large_file(ident) if with_content else None
+    content = read_file(services.files_dir, record) if with_content else None
     if content is not None and lines is not None:
         first, last = lines
         content = "\n".join(content.splitlines()[max(first, 1) - 1 : last])
@@ -150,8 +151,8 @@ def _file(
     return Description(ident, "file", record.conversation_id, metadata, content)
 
 
-def _message(engine: Engine, message_id: int, scope: Sequence[int] | None) -> Description:
-    message = engine.get_message(message_id)
+def _message(services: Services, message_id: int, scope: Sequence[int] | None) -> Description:
+    message = services.store.get_message(message_id)
     ident = f"msg#{message_id}"
     _check_scope(message.conversation_id, scope, ident)
     metadata = {
@@ -169,5 +170,5 @@ def _message(engine: Engine, message_id: int, scope: Sequence[int] | None) -> De
         message.conversation_id,
         metadata,
         message.content,
-        children=engine.store.covering(message_id),
+        children=services.store.covering(message_id),
     )

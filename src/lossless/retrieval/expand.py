@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import grants as grant_store
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..services import Services
 
 __all__ = ["ExpandResult", "ExpandedNode", "expand"]
 
@@ -49,7 +49,7 @@ class ExpandResult:
 
 
 def expand(
-    engine: Engine,
+    services: Services,
     grant_id: str,
     summary_ids: Sequence[str],
     *,
@@ -58,14 +58,14 @@ def expand(
     token_cap: int | None = None,
 ) -> ExpandResult:
     """Expand *summary_ids* under the grant (see the module docstring)."""
-    store = engine.store
+    store = services.store
     grant = grant_store.check(store, grant_id)
     depth = grant.max_depth if max_depth is None else max_depth
     if depth > grant.max_depth:
         raise grant_store.GrantError(
             f"this grant allows expanding {grant.max_depth} level(s) down, not {depth}"
         )
-    cap = min(token_cap or engine.config.max_expand_tokens, grant.tokens_left)
+    cap = min(token_cap or services.config.max_expand_tokens, grant.tokens_left)
     allowed = set(grant.conversation_ids)
     result = ExpandResult()
     frontier: list[tuple[str, int]] = [(sid, 0) for sid in summary_ids]

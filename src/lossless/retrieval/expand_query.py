@@ -24,14 +24,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError
+from ..model import Conversation
 from ..summarize.base import SummarizerError
 from ..tokens import estimate_tokens
-from .grants import GrantError
-from .grep import GrepError
+from .expand import expand
+from .grants import GrantError, grant_for, revoke
+from .grep import GrepError, grep
 from .subagent import run_subagent
 
 if TYPE_CHECKING:
-    from ..engine import ConversationRef, Engine
+    from ..services import Services
 
 __all__ = ["ExpandQueryResult", "expand_query"]
 
@@ -137,10 +139,10 @@ def _stem(word: str) -> str:
 
 
 def expand_query(
-    engine: Engine,
+    services: Services,
     prompt: str,
     *,
-    conversation: ConversationRef,
+    conversation: Conversation,
     query: str | None = None,
     summary_ids: Sequence[str] | None = None,
     max_tokens: int | None = None,
@@ -148,11 +150,11 @@ def expand_query(
     """Answer *prompt* from the history of *conversation* (see the module docstring)."""
     if not prompt.strip():
         raise GrepError("the question is empty; ask something")
-    budget = max_tokens or engine.config.expand_query_max_tokens
+    budget = max_tokens or services.config.expand_query_max_tokens
     ids = list(dict.fromkeys(summary_ids or []))
     if ids:  # named summaries must be in the conversation's family: nothing leaks across
-        family = set(engine.store.family_ids(engine.conversation(conversation)))
-        for summary in engine.store.get_summaries(ids):
+        family = set(services.store.family_ids(conversation))
+        for summary in services.store.get_summaries(ids):
             if summary.conversation_id not in family:
                 raise NotFoundError(
                     f"no {summary.summary_id} in this conversation's family; find summaries"
@@ -160,19 +162,25 @@ def expand_query(
                 )
     message_hits: list[tuple[str, str]] = []  # (id, text)
     if query or not ids:
-        hits = engine.grep(query or prompt, conversation=conversation, sort="relevance", limit=20)
+        hits = grep(
+            services.store,
+            query or prompt,
+            conversation_ids=services.store.family_ids(conversation),
+            sort="relevance",
+            limit=20,
+        )
         ids += [h.id for h in hits.hits if h.kind == "summary" and h.id not in ids]
         for h in hits.hits:
             if h.kind == "message":
-                message_hits.append((h.id, engine.get_message(int(h.id[4:])).content))
-    grant = engine.create_grant(conversation, purpose="expand_query")
+                message_hits.append((h.id, services.store.get_message(int(h.id[4:])).content))
+    grant = grant_for(services, conversation, purpose="expand_query")
     note = None
     try:
-        model = engine.summarizer
+        model = services.summarizer
         if model.tool_calling:
             try:
                 found = run_subagent(
-                    engine,
+                    services,
                     model,
                     grant,
                     prompt,
@@ -200,13 +208,13 @@ def expand_query(
         candidates = list(message_hits)
         if ids:
             try:
-                expanded = engine.expand(grant.grant_id, ids[:10], include_messages=True)
+                expanded = expand(services, grant.grant_id, ids[:10], include_messages=True)
             except GrantError:  # a failed sub-agent spent the grant: answer from the hits
                 expanded = None
             if expanded is not None:
                 candidates += [(n.id, n.content) for n in expanded.nodes]
     finally:
-        engine.revoke_grant(grant.grant_id)
+        revoke(services.store, grant.grant_id)
     result = _answer(prompt + " " + (query or ""), candidates, budget, ids, grant.grant_id)
     result.note = note
     return result

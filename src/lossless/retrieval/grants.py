@@ -20,6 +20,8 @@ from ..errors import LosslessError
 from ..timestamps import format_ts, now
 
 if TYPE_CHECKING:
+    from ..model import Conversation
+    from ..services import Services
     from ..store.base import Store
 
 __all__ = ["Grant", "GrantError", "charge", "check", "create", "revoke", "sweep"]
@@ -145,3 +147,30 @@ def sweep(store: Store) -> int:
             (stamp, stamp),
         )
         return max(int(cur.rowcount), 0)
+
+
+def grant_for(
+    services: Services,
+    conversation: Conversation,
+    *,
+    family: bool = True,
+    token_cap: int | None = None,
+    max_depth: int | None = None,
+    ttl_seconds: int | None = None,
+    purpose: str | None = None,
+) -> Grant:
+    """A grant over *conversation* (and its family): what a sub-agent may expand. Expired
+    grants are swept first. Defaults: ``max_expand_tokens``, ``grant_max_depth``,
+    ``grant_ttl_seconds``."""
+    store = services.store
+    cfg = services.config
+    ids = store.family_ids(conversation) if family else [conversation.conversation_id]
+    sweep(store)
+    return create(
+        store,
+        ids,
+        token_cap=token_cap or cfg.max_expand_tokens,
+        max_depth=cfg.grant_max_depth if max_depth is None else max_depth,
+        ttl_seconds=ttl_seconds or cfg.grant_ttl_seconds,
+        purpose=purpose,
+    )

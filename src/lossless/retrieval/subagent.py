@@ -29,11 +29,11 @@ from ..summarize.base import (
     ToolSpec,
 )
 from ..summarize.escalation import truncate_to_tokens
-from .expand import ExpandResult
+from .expand import ExpandResult, expand
 from .grants import Grant
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..services import Services
 
 __all__ = ["EXPAND_TOOL", "SYSTEM", "SubAgentAnswer", "run_subagent"]
 
@@ -103,7 +103,7 @@ class SubAgentAnswer:
 
 
 def run_subagent(
-    engine: Engine,
+    services: Services,
     model: Summarizer,
     grant: Grant,
     prompt: str,
@@ -117,11 +117,11 @@ def run_subagent(
     or gives no answer (the caller falls back to the deterministic answer)."""
     seen: set[str] = set(summary_ids) | {ident for ident, _ in message_hits}
     turns: list[AgentTurn] = [
-        AgentTurn("user", _task(engine, grant, prompt, query, summary_ids, message_hits))
+        AgentTurn("user", _task(services, grant, prompt, query, summary_ids, message_hits))
     ]
     refused: list[dict[str, Any]] = []
     tokens_read = 0
-    steps = engine.config.expand_query_max_steps
+    steps = services.config.expand_query_max_steps
     system = SYSTEM.format(max_tokens=max_tokens)
     for step_no in range(1, steps + 1):
         last = step_no == steps
@@ -142,12 +142,12 @@ def run_subagent(
             answer = step.text.strip()
             if not answer:
                 raise SummarizerError("the sub-agent's model gave no answer")
-            answer = truncate_to_tokens(answer, max_tokens, engine.token_counter)
+            answer = truncate_to_tokens(answer, max_tokens, services.tokens)
             cited = list(dict.fromkeys(c for c in _CITE.findall(answer) if c in seen))
             return SubAgentAnswer(answer, cited, step.model, step_no, tokens_read, refused)
         turns.append(AgentTurn("assistant", step.text, step.tool_calls, raw=step.raw))
         for call in step.tool_calls:
-            text, ok, result = _run_tool(engine, grant, call)
+            text, ok, result = _run_tool(services, grant, call)
             if ok and result is not None:
                 tokens_read += result.tokens
                 seen.update(node.id for node in result.nodes)
@@ -158,7 +158,7 @@ def run_subagent(
 
 
 def _task(
-    engine: Engine,
+    services: Services,
     grant: Grant,
     prompt: str,
     query: str | None,
@@ -170,7 +170,7 @@ def _task(
         lines.append(f"(The search that found what follows: {query})")
     if summary_ids:
         lines += ["", "Summaries to start from (expand them with lcm_expand):"]
-        for summary in engine.store.get_summaries(list(summary_ids)):
+        for summary in services.store.get_summaries(list(summary_ids)):
             first = " ".join(summary.content.split())[:300]
             span = f"{summary.earliest_at or '?'} to {summary.latest_at or '?'}"
             lines.append(
@@ -190,7 +190,7 @@ def _task(
 
 
 def _run_tool(
-    engine: Engine, grant: Grant, call: ToolCall
+    services: Services, grant: Grant, call: ToolCall
 ) -> tuple[str, bool, ExpandResult | None]:
     """Run one tool call under the grant: (text for the model, ok, result)."""
     if call.name != EXPAND_TOOL.name:
@@ -208,7 +208,8 @@ def _run_tool(
     if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
         return ("error: summary_ids must be a non-empty list of sum_ ids", False, None)
     try:
-        result = engine.expand(
+        result = expand(
+            services,
             grant.grant_id,
             ids,
             max_depth=_int(args.get("max_depth")),

@@ -1,0 +1,85 @@
+"""The ingest path: a message of any shape → normalized, its secrets redacted, its large files
+kept outside its text → stored at the end of its conversation and of its context.
+
+One batch is one transaction (:meth:`~lossless.store.Store.append_messages`), under the
+conversation's lock. Only an external id the caller gives (a transcript's entry id) makes a
+message a repeat; everything else is appended, exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..model import Conversation, IngestResult, NormalizedMessage
+from ..redact import snapshot
+from .files import externalize as externalize_text
+from .shapes import keep_text_in_parts, normalize
+
+if TYPE_CHECKING:
+    from ..services import Services
+
+__all__ = ["append", "externalize", "prepare"]
+
+
+def prepare(
+    services: Services,
+    message: Any,
+    *,
+    format: str | None = None,
+    external_id: str | None = None,
+    created_at: datetime | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> NormalizedMessage:
+    """One message normalized with the services' token counter, its secrets replaced when
+    ``redact.enabled`` (the original sealed when ``redact.keep_originals``)."""
+    norm = normalize(
+        message,
+        format=format,
+        external_id=external_id,
+        created_at=created_at,
+        metadata=metadata,
+        counter=services.tokens,
+    )
+    if services.redactor is not None:
+        original = snapshot(norm) if services.sealer is not None else None
+        norm.redactions = services.redactor.message(norm)
+        if norm.redactions:
+            norm.token_count = services.tokens.count(norm.content)
+            if services.sealer is not None and original is not None:
+                norm.sealed = services.sealer.seal(original)
+    return norm
+
+
+def externalize(services: Services, conversation_id: int, norm: NormalizedMessage) -> None:
+    """Keep the large files of *norm* outside its plain text (its parts stay exact)."""
+    threshold = services.config.large_file_token_threshold
+    if len(norm.content) < threshold or services.tokens.count(norm.content) <= threshold:
+        return  # a token is at least a character for any tokenizer
+    results = [p for p in norm.parts if p.type == "tool_result"]
+    whole = norm.role == "tool" and len(results) == 1
+    content, records = externalize_text(
+        norm.content,
+        conversation_id=conversation_id,
+        files_dir=services.files_dir,
+        threshold=threshold,
+        whole=whole,
+        name=f"{results[0].tool_name or 'tool'}-output.txt" if whole else None,
+    )
+    if records:
+        keep_text_in_parts(norm)
+        norm.content = content
+        norm.large_files = records
+        norm.token_count = services.tokens.count(content)
+
+
+def append(
+    services: Services, conversation: Conversation, norms: list[NormalizedMessage]
+) -> IngestResult:
+    """Store *norms* at the end of *conversation*, in one transaction under its lock."""
+    for norm in norms:
+        externalize(services, conversation.conversation_id, norm)
+    with services.lock(conversation.conversation_id):
+        ids, skipped = services.store.append_messages(conversation, norms)
+    return IngestResult(conversation.conversation_id, tuple(ids), skipped)

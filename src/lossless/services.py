@@ -1,0 +1,184 @@
+"""What every operation of lossless works with, in one object.
+
+The operations — ingest, compaction, assembly, recall, session summaries, resume, transplant,
+maintenance, doctor — are functions (or small classes) that take a :class:`Services`: the
+store, the configuration, the token counter, the summarizer, where large files live, the
+clock, the per-conversation locks, the one background queue, and the redaction of secrets.
+None of them imports the :class:`~lossless.engine.Engine`; the engine is the façade that
+builds a ``Services`` and hands it to them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from .config import Config
+from .redact import Redactor, Sealer
+from .store import Store
+from .summarize import Summarizer
+from .timestamps import now
+from .tokens import TokenCounter
+
+__all__ = ["BackgroundQueue", "BoundedCache", "ConversationLocks", "Services"]
+
+logger = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class ConversationLocks:
+    """One re-entrant lock per conversation, created on demand: serializes the mutations of
+    a conversation within the process and leaves others free."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[int, threading.RLock] = {}
+
+    def get(self, conversation_id: int) -> threading.RLock:
+        """The lock of *conversation_id*."""
+        with self._guard:
+            lock = self._locks.get(conversation_id)
+            if lock is None:
+                lock = self._locks[conversation_id] = threading.RLock()
+            return lock
+
+    @contextmanager
+    def hold(self, *conversation_ids: int) -> Iterator[None]:
+        """Hold the conversations' locks, taken in id order (two callers never deadlock)."""
+        with ExitStack() as stack:
+            for conversation_id in sorted(set(conversation_ids)):
+                stack.enter_context(self.get(conversation_id))
+            yield
+
+
+class BoundedCache(Generic[K, V]):
+    """A small thread-safe cache that forgets its oldest entries past *size*."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._guard = threading.Lock()
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        """The value of *key*, or ``None``."""
+        with self._guard:
+            return self._items.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        """Keep *value* under *key*, forgetting the oldest entries past the size."""
+        with self._guard:
+            self._items[key] = value
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+class BackgroundQueue:
+    """The one worker pool for work done off a host's turn (compaction, session summaries).
+
+    Work is keyed (``("compact", 12)``): one run per key at a time. A key submitted while its
+    run is going is dropped, or, with *again*, run once more when that run ends (the second
+    run covers everything the first did not). Runs that fail are logged by the worker.
+    """
+
+    def __init__(self, workers: int = 2, name: str = "lossless-background") -> None:
+        self._workers = workers
+        self._name = name
+        self._executor: ThreadPoolExecutor | None = None
+        self._guard = threading.Lock()
+        self._pending: dict[Hashable, Future[Any]] = {}
+        self._again: set[Hashable] = set()
+
+    def submit(self, key: Hashable, work: Callable[[], Any], *, again: bool = False) -> bool:
+        """Queue *work* under *key*; whether it was queued (not already running)."""
+        with self._guard:
+            running = self._pending.get(key)
+            if running is not None and not running.done():
+                if again:
+                    self._again.add(key)
+                return False
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self._workers, thread_name_prefix=self._name
+                )
+            self._pending[key] = self._executor.submit(self._run, key, work)
+            return True
+
+    def _run(self, key: Hashable, work: Callable[[], Any]) -> Any:
+        while True:
+            try:
+                result = work()
+            except Exception:  # a worker's top level: log; the next submission tries again
+                logger.exception("background work %s failed", key)
+                raise
+            with self._guard:
+                if key not in self._again:
+                    return result
+                self._again.discard(key)
+
+    def wait(self, timeout: float | None = None, *, kind: Hashable | None = None) -> list[Any]:
+        """Wait (at most *timeout* seconds in all) for the queued work (of keys whose first
+        element is *kind*, when given); the results of the runs that finished. Runs still
+        going stay queued for a later call; failed runs were logged and are dropped."""
+        with self._guard:
+            futures = {
+                k: f
+                for k, f in self._pending.items()
+                if kind is None or (isinstance(k, tuple) and k and k[0] == kind)
+            }
+        wait(list(futures.values()), timeout=timeout)
+        results = []
+        with self._guard:
+            for key, future in futures.items():
+                if not future.done():
+                    continue
+                if self._pending.get(key) is future:
+                    del self._pending[key]
+                if future.exception() is None:
+                    results.append(future.result())
+        return results
+
+    def shutdown(self) -> None:
+        """Finish the queued work and stop the workers."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+
+@dataclass
+class Services:
+    """The store and everything the operations share (see the module doc)."""
+
+    store: Store
+    config: Config
+    tokens: TokenCounter
+    summarizer: Summarizer
+    files_dir: Path
+    locks: ConversationLocks = field(default_factory=ConversationLocks)
+    background: BackgroundQueue = field(default_factory=BackgroundQueue)
+    #: Resume summaries by (conversation, boundary): assembly asks for one every turn.
+    resume_cache: BoundedCache[tuple[int, int], str] = field(
+        default_factory=lambda: BoundedCache(256)
+    )
+    #: With ``redact.enabled``: what replaces secrets, and what seals the originals.
+    redactor: Redactor | None = None
+    sealer: Sealer | None = None
+    clock: Callable[[], datetime] = now
+
+    def lock(self, *conversation_ids: int) -> AbstractContextManager[None]:
+        """Hold the conversations' locks (see :meth:`ConversationLocks.hold`)."""
+        return self.locks.hold(*conversation_ids)
+
+    def close(self) -> None:
+        """Finish background work, then close the store."""
+        self.background.shutdown()
+        self.store.close()
