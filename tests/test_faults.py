@@ -234,7 +234,9 @@ def test_a_reply_far_above_its_target_but_below_its_input_is_cut_to_three_times_
     engine = open_engine(summarizer, leaf_chunk_tokens=2_400)
     turns(engine, 20, tokens=60)
 
-    result = Compactor(engine.services, summarizer).leaf_pass(engine.conversation("s").conversation_id)
+    result = Compactor(engine.services, summarizer).leaf_pass(
+        engine.conversation("s").conversation_id
+    )
 
     assert result is not None and result.level == "normal" and result.calls == 1
     request = summarizer.requests[0]
