@@ -1,13 +1,13 @@
 # `make check` runs everything CI runs (lint, format, types, tests) in the local .venv.
 PY ?= .venv/bin/python
 
-.PHONY: check lint types test fmt bench venv
+.PHONY: check lint types imports test fmt bench venv
 
 venv:
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q -e '.[dev]'
 
-check: lint types test
+check: lint types imports test
 
 lint:
 	$(PY) -m ruff check .
@@ -15,6 +15,9 @@ lint:
 
 types:
 	$(PY) -m mypy
+
+imports:
+	.venv/bin/lint-imports
 
 test:
 	$(PY) -m pytest -q
