@@ -188,7 +188,17 @@ def test_grep_finds_across_messages_and_summaries_and_explains_modes(
     transcript = write_session(tmp_path / "s.jsonl", 60, session_id="g")
     assert run_cli("--db", db, "import", str(transcript)).code == 0
     assert run_cli("--db", db, "compact", "g").code == 0
-    res = run_cli("--db", db, "grep", "cursor based pagination", "--json")
+    res = run_cli(
+        "--db",
+        db,
+        "grep",
+        "cursor based pagination",
+        "--sort",
+        "recency",
+        "--limit",
+        "50",
+        "--json",
+    )
     ids = [h["id"] for h in json.loads(res.out)["hits"]]
     assert any(i.startswith("msg#") for i in ids) and any(i.startswith("sum_") for i in ids)
     bad = run_cli("--db", db, "grep", "dep.*timeout")

@@ -31,7 +31,7 @@ def seed(engine: Engine) -> None:
 
 def test_full_text_finds_words_newest_first(engine: Engine) -> None:
     seed(engine)
-    hits = engine.grep("deploy timeout", conversation="s").hits
+    hits = engine.grep("deploy timeout", conversation="s", sort="recency").hits
     assert [h.id for h in hits] == ["msg#2", "msg#1"]
     assert hits[0].role == "assistant"
     assert "deploy timeout" in hits[0].snippet
@@ -43,16 +43,19 @@ def test_a_question_with_relevance_sort_ranks_partial_matches_by_bm25(engine: En
     hits = engine.grep(question, conversation="s", sort="relevance").hits
     assert hits[0].id == "msg#1"  # matches the most words
     assert "msg#2" in [h.id for h in hits]  # matches some of them, still found
-    assert engine.grep(question, conversation="s").hits == []  # AND: friday is nowhere
+    # recency needs every word: friday is nowhere
+    assert engine.grep(question, conversation="s", sort="recency").hits == []
     # stop words are left out: the question's other words all match msg#1
-    recent = engine.grep("why did the staging deploy fail", conversation="s").hits
+    recent = engine.grep("why did the staging deploy fail", conversation="s", sort="recency").hits
     assert [h.id for h in recent] == ["msg#1"]
 
 
 def test_user_text_never_breaks_the_index_syntax(engine: Engine) -> None:
     seed(engine)
     for text in ('deploy AND "', "NOT (deploy", "deploy* OR", "col:umn deploy", "-deploy"):
-        engine.grep(text, conversation="s", sort="relevance")  # no exception
+        # Read as the words they hold: both deploy messages, and nothing the syntax invents.
+        hits = engine.grep(text, conversation="s", sort="relevance").hits
+        assert {h.id for h in hits} == {"msg#1", "msg#2"}, text
 
 
 def test_regex_syntax_in_full_text_mode_explains_the_two_modes(engine: Engine) -> None:

@@ -557,8 +557,8 @@ class Engine:
         scope: Scope = "both",
         since: str | None = None,
         before: str | None = None,
-        limit: int = 50,
-        sort: Sort = "recency",
+        limit: int = 20,
+        sort: Sort = "relevance",
     ) -> GrepResult:
         """``lcm_grep``: search messages, summaries or large files.
 
@@ -632,7 +632,7 @@ class Engine:
         summary_ids: Sequence[str],
         *,
         max_depth: int | None = None,
-        include_messages: bool = False,
+        include_messages: bool = True,
         token_cap: int | None = None,
     ) -> ExpandResult:
         """``lcm_expand``: walk the DAG down from *summary_ids*, within what the grant allows."""

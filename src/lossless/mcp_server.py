@@ -32,7 +32,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from . import __version__
 from .engine import ConversationRef, Engine
@@ -41,8 +41,9 @@ from .model import Conversation
 from .retrieval import grants
 from .retrieval.context_query import chat_context_query as query_context
 from .retrieval.describe import describe as describe_id
-from .retrieval.grep import MAX_LIMIT
+from .retrieval.describe import parse_lines
 from .retrieval.grep import grep as grep_store
+from .retrieval.tools import TOOLS
 from .timestamps import format_ts, parse_ts
 
 INSTALL_HINT = "the MCP server needs the official MCP Python SDK: pip install 'lossless[mcp]'"
@@ -164,81 +165,17 @@ def _time(value: str | None, name: str) -> str | None:
     return format_ts(parsed)
 
 
-def _lines(value: str | None) -> tuple[int, int] | None:
-    if value is None or not value.strip():
-        return None
-    first, sep, last = value.partition(":")
-    if not sep or not all(n.strip().isascii() and n.strip().isdigit() for n in (first, last)):
-        raise ToolError(f"lines must be FIRST:LAST, e.g. 10:40, not {value!r}")
-    return int(first), int(last)
-
-
-SinceArg = Annotated[str | None, Field(description="Only from this time on (ISO-8601, UTC).")]
-BeforeArg = Annotated[str | None, Field(description="Only before this time (ISO-8601, UTC).")]
-ConversationArg = Annotated[
-    int | str | None,
-    Field(
-        description=(
-            "A conversation id (e.g. 3) or the host's session id. Default: the conversation"
-            " this server is pinned to, or every conversation it can see."
-        )
-    ),
-]
-
-
 def lcm_grep(
     ctx: Context[Recall, Any],
-    pattern: Annotated[
-        str,
-        Field(
-            description=(
-                'Words, "quoted phrases" or a question (full_text), or a regular expression'
-                " (regex)."
-            )
-        ),
-    ],
-    mode: Annotated[
-        Literal["full_text", "regex"],
-        Field(
-            description=(
-                "full_text: words through the search index (CJK and substrings through a"
-                " trigram index). regex: a regular expression over the text, newest first,"
-                " bounded in rows and time."
-            )
-        ),
-    ] = "full_text",
-    scope: Annotated[
-        Literal["both", "messages", "summaries", "files"],
-        Field(description="What to search: messages, summaries, both, or large files."),
-    ] = "both",
-    sort: Annotated[
-        Literal["relevance", "recency", "hybrid"],
-        Field(
-            description=(
-                "relevance (BM25; documents matching some of the words rank by how well they"
-                " match), recency (newest first; every word must match) or hybrid."
-                " full_text only."
-            )
-        ),
-    ] = "relevance",
-    since: SinceArg = None,
-    before: BeforeArg = None,
-    limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="Most hits to return.")] = 50,
-    conversation: ConversationArg = None,
+    pattern: str,
+    mode: Literal["full_text", "regex"],
+    scope: Literal["both", "messages", "summaries", "files"],
+    sort: Literal["relevance", "recency", "hybrid"],
+    since: str | None,
+    before: str | None,
+    limit: int,
+    conversation: int | str | None,
 ) -> dict[str, Any]:
-    """Search the stored history of earlier conversations: every message exactly as it was,
-    the summaries that replaced old context, and large files.
-
-    This is step 1 of recall. Each hit has an id, its conversation, time, role (messages) or
-    depth (summaries) and a snippet. Next: lcm_describe(id) to see a summary's metadata, what
-    it was made from and the token cost of reading below it, or a message or file in full;
-    then lcm_expand_query(prompt, ...) to answer a question from the exact history below the
-    summaries (a sub-agent holding a grant uses lcm_expand instead).
-
-    Ids look like msg#42 (a stored message), sum_0123456789abcdef (a summary: sum_ and 16 hex
-    digits) and file_0123456789abcdef (a large file). The default full_text + relevance takes a
-    natural-language question as it is; use mode=regex for patterns such as 'Error \\d{3}'.
-    """
     recall = _recall(ctx)
     with _refusals():
         _, ids = recall.resolve(conversation)
@@ -270,42 +207,14 @@ def lcm_grep(
 
 def lcm_describe(
     ctx: Context[Recall, Any],
-    id: Annotated[
-        str,
-        Field(description="msg#42, sum_0123456789abcdef or file_0123456789abcdef."),
-    ],
-    token_cap: Annotated[
-        int | None,
-        Field(
-            ge=1,
-            description=(
-                "Tokens you could read: the manifest marks which items below a summary fit"
-                " (default: the store's max_expand_tokens). For a file, the most content"
-                " returned without lines."
-            ),
-        ),
-    ] = None,
-    lines: Annotated[
-        str | None,
-        Field(description="For a file: the lines to return, as FIRST:LAST (e.g. 10:40)."),
-    ] = None,
-    conversation: ConversationArg = None,
+    id: str,
+    token_cap: int | None,
+    lines: str | None,
+    conversation: int | str | None,
 ) -> dict[str, Any]:
-    """Describe an id from lcm_grep (or from a summary's text) before reading below it.
-
-    This is step 2 of recall. For a summary (sum_ and 16 hex digits): its metadata (kind,
-    depth, time range, tokens), the summaries it was made from (parents) and those made from
-    it (children), a manifest of everything below it in reading order with each item's tokens,
-    the running total and whether it fits token_cap, then its content. For a message (msg#42):
-    the message exactly as stored and the summaries covering it. For a large file (file_...):
-    its record, exploration summary and content, or a range of lines.
-
-    Next: lcm_expand_query(prompt, summary_ids=[...]) answers a question from the history
-    below the summaries, citing the ids it used (a sub-agent holding a grant uses lcm_expand).
-    """
     recall = _recall(ctx)
-    span = _lines(lines)
     with _refusals():
+        span = parse_lines(lines)
         _, ids = recall.resolve(conversation)
         found = describe_id(recall.engine.services, id, scope=ids, token_cap=token_cap, lines=span)
     out = found.to_dict()
@@ -346,41 +255,12 @@ def _cap_file(engine: Engine, out: dict[str, Any], content: str, token_cap: int 
 
 def lcm_expand_query(
     ctx: Context[Recall, Any],
-    prompt: Annotated[str, Field(description="The question to answer from the history.")],
-    query: Annotated[
-        str | None,
-        Field(description="Search words to find the summaries (default: the prompt)."),
-    ] = None,
-    summary_ids: Annotated[
-        list[str] | None,
-        Field(description="Summaries to read below (sum_...), e.g. from lcm_grep."),
-    ] = None,
-    conversation: Annotated[
-        int | str | None,
-        Field(
-            description=(
-                "The conversation (id or session id) whose history answers. Default: the"
-                " pinned conversation, or the conversation of the first summary_ids entry."
-            )
-        ),
-    ] = None,
-    max_tokens: Annotated[
-        int | None,
-        Field(ge=50, description="Longest answer, in tokens (default 2,000)."),
-    ] = None,
+    prompt: str,
+    query: str | None,
+    summary_ids: list[str] | None,
+    conversation: int | str | None,
+    max_tokens: int | None,
 ) -> dict[str, Any]:
-    """Answer a question from the exact history below the summaries, citing the ids it used.
-
-    This is step 3 of recall, after lcm_grep (and lcm_describe). Give summary_ids you found, or
-    a query (default: the prompt) and the summaries are found for you. The history below them
-    is read under a short-lived delegation grant, revoked when the answer is done; with a
-    configured model a sub-agent writes the answer (mode "model"), otherwise it is the best
-    matching excerpts quoted with their ids (mode "deterministic", labelled as such).
-
-    Returns answer, citations (msg#42, sum_0123456789abcdef, ...), mode and the summaries
-    searched. Quote from the answer only what its citations support; lcm_describe(id) shows a
-    cited message in full.
-    """
     recall = _recall(ctx)
     with _refusals():
         conv, _ = recall.resolve(conversation)
@@ -405,34 +285,11 @@ def lcm_expand_query(
 
 def lcm_expand(
     ctx: Context[Recall, Any],
-    summary_ids: Annotated[
-        list[str],
-        Field(min_length=1, description="Summaries to expand (sum_ and 16 hex digits)."),
-    ],
-    max_depth: Annotated[
-        int | None,
-        Field(ge=0, description="Levels to walk down (default: as deep as the grant allows)."),
-    ] = None,
-    include_messages: Annotated[
-        bool,
-        Field(description="Also return the original messages under the leaf summaries reached."),
-    ] = False,
-    token_cap: Annotated[
-        int | None,
-        Field(ge=1, description="Most tokens to return (never more than the grant has left)."),
-    ] = None,
+    summary_ids: list[str],
+    max_depth: int | None,
+    include_messages: bool,
+    token_cap: int | None,
 ) -> dict[str, Any]:
-    """Read below summaries, under this server's delegation grant.
-
-    Returns each given summary, then the summaries it was made from, level by level down to
-    max_depth, and with include_messages the original messages (msg#42) under the leaf
-    summaries, stopping at the token cap (truncated says so). Every read is checked against
-    the grant: a summary of another conversation, a depth beyond the grant's, or tokens past
-    its cap are refused, and the tokens returned are charged to it.
-
-    Recall order: lcm_grep finds ids, lcm_describe shows the cost of a subtree, lcm_expand
-    reads it. Ids look like sum_0123456789abcdef (summaries) and msg#42 (messages).
-    """
     recall = _recall(ctx)
     grant_id = recall.grant_id
     if grant_id is None:  # only registered for grant servers; kept honest all the same
@@ -448,19 +305,7 @@ def lcm_expand(
     return result.to_dict()
 
 
-def lcm_list_conversations(
-    ctx: Context[Recall, Any],
-    limit: Annotated[
-        int, Field(ge=1, le=500, description="Most conversations to list, newest first.")
-    ] = 50,
-) -> dict[str, Any]:
-    """List the stored conversations this server can see, most recently active first.
-
-    Each has its id and the host's session id (either names it in the conversation argument
-    of the other tools), title, status, message and summary counts, stored tokens, the
-    tokens of its active context, and the time of its latest message. Use it to find the
-    conversation to search, then recall with lcm_grep → lcm_describe → lcm_expand_query.
-    """
+def lcm_list_conversations(ctx: Context[Recall, Any], limit: int) -> dict[str, Any]:
     recall = _recall(ctx)
     with _refusals():
         scope = recall.scope()
@@ -509,37 +354,8 @@ def _msg(message_id: int | None) -> str | None:
 
 
 def summarize_session(
-    ctx: Context[Recall, Any],
-    conversation: Annotated[
-        int | str | None,
-        Field(
-            description=(
-                "The conversation (id or session id) to summarize. Default: the conversation"
-                " this server is pinned to."
-            )
-        ),
-    ] = None,
-    incremental: Annotated[
-        bool,
-        Field(
-            description=(
-                "Use incremental summarization (default: true): the latest version plus only"
-                " the messages after it. false re-summarizes the whole conversation from"
-                " scratch (as a new version)."
-            )
-        ),
-    ] = True,
+    ctx: Context[Recall, Any], conversation: int | str | None, incremental: bool
 ) -> dict[str, Any]:
-    """Summarize a whole conversation (a session) into a structured, versioned summary.
-
-    Returns summary (the overview), version, is_incremental, messages_processed (the new
-    messages this version read), message_count (all it covers, first_message_id to
-    last_message_id, ids like msg#42), model and the structured fields: topics, decisions,
-    code_references and key_points. Every run that summarizes stores a new version; earlier
-    versions are kept (get_history with include_summaries lists them). With no message after
-    the latest version, that version comes back unchanged (unchanged: true) and no model is
-    called. Long conversations are read in chunks, none of them cut.
-    """
     recall = _recall(ctx)
     with _refusals():
         conv = _one_conversation(recall, conversation, "summarize_session")
@@ -556,51 +372,12 @@ def summarize_session(
 
 def get_history(
     ctx: Context[Recall, Any],
-    conversation: Annotated[
-        int | str | None,
-        Field(
-            description=(
-                "The conversation (id or session id). Default: the conversation this server"
-                " is pinned to."
-            )
-        ),
-    ] = None,
-    after_seq: Annotated[
-        int,
-        Field(
-            ge=0,
-            le=2**62,
-            description=(
-                "Return messages after this position (seq; 0: from the first message). Pass"
-                " next_after_seq of the previous page to read on."
-            ),
-        ),
-    ] = 0,
-    limit: Annotated[int, Field(ge=1, le=200, description="Most messages to return.")] = 50,
-    token_cap: Annotated[
-        int | None,
-        Field(
-            ge=1,
-            description=(
-                "Most tokens of message content to return (default: the store's"
-                " max_expand_tokens); a page always has at least one message."
-            ),
-        ),
-    ] = None,
-    include_summaries: Annotated[
-        bool,
-        Field(description="Include the session summary version history."),
-    ] = False,
+    conversation: int | str | None,
+    after_seq: int,
+    limit: int,
+    token_cap: int | None,
+    include_summaries: bool,
 ) -> dict[str, Any]:
-    """Read a conversation's messages in order, a page at a time, exactly as stored.
-
-    Each message has its id (msg#42), seq (its position), role, time, token count and
-    content. A page ends at limit messages or token_cap tokens; next_after_seq says where
-    the next page starts (null at the end), and total_messages how many there are (to read
-    the newest, start at total_messages minus the page size). With include_summaries, the
-    versions of the conversation's session summary too (see summarize_session), oldest
-    first. To find something specific, lcm_grep is faster.
-    """
     recall = _recall(ctx)
     engine = recall.engine
     with _refusals():
@@ -657,46 +434,19 @@ _READS_UNDER_GRANT = ToolAnnotations(
 # summarize_session adds a version; it never changes or removes one.
 def chat_context_query(
     ctx: Context[Recall, Any],
-    text: Annotated[
-        str | None,
-        Field(description="Words that must all appear (full text); omit to filter only."),
-    ] = None,
-    kind: Annotated[
-        Literal["both", "frames", "executions"],
-        Field(description="frames (stored messages), executions (tool calls), or both."),
-    ] = "both",
-    role: Annotated[
-        Literal["user", "assistant", "tool", "system"] | None,
-        Field(description="Only messages of this role (frames only)."),
-    ] = None,
-    tool_name: Annotated[
-        str | None,
-        Field(description="Only executions of this tool (and the messages that made them)."),
-    ] = None,
-    execution_id: Annotated[
-        str | None, Field(description="One execution by its tool call id, e.g. toolu_01A...")
-    ] = None,
-    status: Annotated[
-        Literal["ok", "error", "pending"] | None,
-        Field(description="Only executions that succeeded, failed, or have no result yet."),
-    ] = None,
-    since: SinceArg = None,
-    before: BeforeArg = None,
-    limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="Most of each kind.")] = 20,
-    offset: Annotated[int, Field(ge=0, description="Skip this many (paging).")] = 0,
-    order: Annotated[
-        Literal["newest", "oldest"], Field(description="newest first (default) or oldest first.")
-    ] = "newest",
-    conversation: ConversationArg = None,
+    text: str | None,
+    kind: Literal["both", "frames", "executions"],
+    role: Literal["user", "assistant", "tool", "system"] | None,
+    tool_name: str | None,
+    execution_id: str | None,
+    status: Literal["ok", "error", "pending"] | None,
+    since: str | None,
+    before: str | None,
+    limit: int,
+    offset: int,
+    order: Literal["newest", "oldest"],
+    conversation: int | str | None,
 ) -> dict[str, Any]:
-    """Query past chat messages and the tool-execution log: what a tool was called with and
-    what it returned, which calls failed, what was said when.
-
-    Use it after a compaction when the resume summary names tool execution ids, or to check a
-    tool result instead of guessing. Filters combine; messages are cited by msg# id,
-    executions by their tool call id with the msg# of the call and of the result. Page with
-    offset = next_offset.
-    """
     recall = _recall(ctx)
     with _refusals():
         _, ids = recall.resolve(conversation)
@@ -722,16 +472,24 @@ _ADDS_A_VERSION = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
 
-_TOOLS: dict[str, tuple[Callable[..., dict[str, Any]], str, ToolAnnotations]] = {
-    "lcm_grep": (lcm_grep, "Search stored history", _READ_ONLY),
-    "lcm_describe": (lcm_describe, "Describe an id", _READ_ONLY),
-    "lcm_expand_query": (lcm_expand_query, "Answer from stored history", _READS_UNDER_GRANT),
-    "lcm_expand": (lcm_expand, "Expand summaries under a grant", _READS_UNDER_GRANT),
-    "lcm_list_conversations": (lcm_list_conversations, "List conversations", _READ_ONLY),
-    "summarize_session": (summarize_session, "Summarize a session", _ADDS_A_VERSION),
-    "get_history": (get_history, "Read a conversation's messages", _READ_ONLY),
-    "chat_context_query": (chat_context_query, "Query messages and tool results", _READ_ONLY),
+#: Each tool's implementation and what an MCP client may assume of it; the parameters,
+#: their defaults and limits, and the description come from the one declaration
+#: (:mod:`lossless.retrieval.tools`).
+_TOOLS: dict[str, tuple[Callable[..., dict[str, Any]], ToolAnnotations]] = {
+    "lcm_grep": (lcm_grep, _READ_ONLY),
+    "lcm_describe": (lcm_describe, _READ_ONLY),
+    "lcm_expand_query": (lcm_expand_query, _READS_UNDER_GRANT),
+    "lcm_expand": (lcm_expand, _READS_UNDER_GRANT),
+    "lcm_list_conversations": (lcm_list_conversations, _READ_ONLY),
+    "summarize_session": (summarize_session, _ADDS_A_VERSION),
+    "get_history": (get_history, _READ_ONLY),
+    "chat_context_query": (chat_context_query, _READ_ONLY),
 }
+#: The context parameter the SDK fills in before the declared ones.
+_CONTEXT = inspect.Parameter(
+    "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context[Recall, Any]
+)
+
 
 #: The tools each mode offers: a grant holder expands but cannot start sub-agents, and
 #: reads but does not write session summaries.
@@ -805,11 +563,15 @@ def build_server(
         lifespan=lifespan,
         log_level="WARNING",
     )
-    for tool in TOOLSETS[mode]:
-        fn, title, annotations = _TOOLS[tool]
-        description = inspect.cleandoc(fn.__doc__ or "")
+    for name in TOOLSETS[mode]:
+        implementation, annotations = _TOOLS[name]
+        declared = TOOLS[name]
         server.add_tool(
-            fn, name=tool, title=title, description=description, annotations=annotations
+            declared.bind(implementation, Field, leading=[_CONTEXT]),
+            name=name,
+            title=declared.title,
+            description=declared.description,
+            annotations=annotations,
         )
     return server
 

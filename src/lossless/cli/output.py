@@ -8,13 +8,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
 from ..config import Config, load_config
 from ..engine import Engine
+from ..retrieval.tools import REQUIRED, TOOLS
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 stdout = Console(soft_wrap=True)
 stderr = Console(stderr=True, soft_wrap=True)
@@ -95,3 +98,30 @@ def file_size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def declared_option(tool: str, param: str, *decls: str, **extra: Any) -> Callable[[_F], _F]:
+    """A click option for a recall tool's parameter, its type, choices, limits and default
+    taken from the one declaration (:mod:`lossless.retrieval.tools`): the CLI restates none.
+    *decls* are the option's names (default ``--<param>``); *extra* adds click settings."""
+    declared = TOOLS[tool].param(param)
+    names = decls or (f"--{param.replace('_', '-')}",)
+    kind: Any = None
+    if declared.choices:
+        kind = click.Choice(declared.choices)
+    elif declared.kind == "integer":
+        kind = click.IntRange(min=declared.minimum, max=declared.maximum)
+    settings: dict[str, Any] = {"help": declared.description}
+    if declared.kind == "boolean":
+        base = names[0].removeprefix("--")
+        names = (f"--{base}/--no-{base}",)
+        settings["default"] = declared.default
+        settings["show_default"] = True
+    else:
+        settings["type"] = kind
+        if declared.default is not REQUIRED and declared.default is not None:
+            settings["default"] = declared.default
+            settings["show_default"] = True
+    settings.update(extra)
+    option: Callable[[_F], _F] = click.option(*names, param, **settings)
+    return option

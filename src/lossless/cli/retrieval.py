@@ -5,32 +5,29 @@ from __future__ import annotations
 import click
 from rich.markup import escape
 
+from ..retrieval.describe import parse_lines
 from .conversations import resolve
-from .output import State, emit_json, json_option, pass_state, stderr, stdout
+from .output import (
+    State,
+    declared_option,
+    emit_json,
+    json_option,
+    pass_state,
+    stderr,
+    stdout,
+)
 
 
 @click.command("grep")
 @click.argument("pattern")
 @click.option("--conversation", "-c", help="Search this conversation's family (id or session id).")
 @click.option("--only", is_flag=True, help="With --conversation: that conversation alone.")
-@click.option(
-    "--mode", type=click.Choice(["full_text", "regex"]), default="full_text", show_default=True
-)
-@click.option(
-    "--scope",
-    type=click.Choice(["messages", "summaries", "both", "files"]),
-    default="both",
-    show_default=True,
-)
-@click.option(
-    "--sort",
-    type=click.Choice(["recency", "relevance", "hybrid"]),
-    default="recency",
-    show_default=True,
-)
-@click.option("--limit", type=click.IntRange(1, 200), default=50, show_default=True)
-@click.option("--since", help="Only from this time on (ISO-8601).")
-@click.option("--before", help="Only before this time (ISO-8601).")
+@declared_option("lcm_grep", "mode")
+@declared_option("lcm_grep", "scope")
+@declared_option("lcm_grep", "sort")
+@declared_option("lcm_grep", "limit")
+@declared_option("lcm_grep", "since")
+@declared_option("lcm_grep", "before")
 @json_option
 @pass_state
 def grep_command(
@@ -91,15 +88,15 @@ def grep_command(
 @click.command("describe")
 @click.argument("ident", metavar="ID")
 @click.option("--conversation", "-c", help="Only within this conversation's family.")
-@click.option("--cap", type=click.IntRange(min=1), help="Token cap for the subtree manifest.")
-@click.option("--lines", help="For a file: the lines to show, as FIRST:LAST.")
+@declared_option("lcm_describe", "token_cap", "--cap")
+@declared_option("lcm_describe", "lines")
 @json_option
 @pass_state
 def describe_command(
     state: State,
     ident: str,
     conversation: str | None,
-    cap: int | None,
+    token_cap: int | None,
     lines: str | None,
     as_json: bool,
 ) -> None:
@@ -111,14 +108,7 @@ def describe_command(
     """
     engine = state.engine()
     ref = resolve(engine, conversation).conversation_id if conversation else None
-    span = None
-    if lines:
-        try:
-            first, last = (int(x) for x in lines.split(":", 1))
-        except ValueError:
-            raise click.BadParameter("give lines as FIRST:LAST, e.g. 10:40") from None
-        span = (first, last)
-    d = engine.describe(ident, conversation=ref, token_cap=cap, lines=span)
+    d = engine.describe(ident, conversation=ref, token_cap=token_cap, lines=parse_lines(lines))
     if as_json:
         emit_json(d.to_dict())
         return
@@ -149,17 +139,17 @@ def describe_command(
 
 @click.command("expand")
 @click.argument("summary_ids", nargs=-1, required=True, metavar="SUMMARY_ID...")
-@click.option("--depth", type=click.IntRange(min=0), help="Levels to walk down (grant maximum).")
-@click.option("--messages", is_flag=True, help="Also return the source messages of leaves reached.")
-@click.option("--cap", type=click.IntRange(min=1), help="Token cap (default max_expand_tokens).")
+@declared_option("lcm_expand", "max_depth", "--depth")
+@declared_option("lcm_expand", "include_messages", "--messages")
+@declared_option("lcm_expand", "token_cap", "--cap")
 @json_option
 @pass_state
 def expand_command(
     state: State,
     summary_ids: tuple[str, ...],
-    depth: int | None,
-    messages: bool,
-    cap: int | None,
+    max_depth: int | None,
+    include_messages: bool,
+    token_cap: int | None,
     as_json: bool,
 ) -> None:
     """Expand summaries down the DAG (lcm_expand), within a token cap.
@@ -169,10 +159,13 @@ def expand_command(
     """
     engine = state.engine()
     owner = engine.summary(summary_ids[0]).conversation_id
-    grant = engine.create_grant(owner, token_cap=cap, purpose="lossless expand")
+    grant = engine.create_grant(owner, token_cap=token_cap, purpose="lossless expand")
     try:
         result = engine.expand(
-            grant.grant_id, list(summary_ids), max_depth=depth, include_messages=messages
+            grant.grant_id,
+            list(summary_ids),
+            max_depth=max_depth,
+            include_messages=include_messages,
         )
     finally:
         engine.revoke_grant(grant.grant_id)
@@ -230,22 +223,16 @@ def ask_command(
 @click.argument("text", required=False)
 @click.option("--conversation", "-c", help="This conversation's family (id or session id).")
 @click.option("--only", is_flag=True, help="With --conversation: that conversation alone.")
-@click.option(
-    "--kind",
-    type=click.Choice(["frames", "executions", "both"]),
-    default="both",
-    show_default=True,
-    help="Chat frames (messages), tool executions, or both.",
-)
-@click.option("--role", type=click.Choice(["user", "assistant", "tool", "system"]))
-@click.option("--tool", "tool_name", help="Executions of this tool (and their messages).")
-@click.option("--execution", "execution_id", help="One execution by its tool call id.")
-@click.option("--status", type=click.Choice(["pending", "ok", "error"]))
-@click.option("--since", help="Only from this time on (ISO-8601).")
-@click.option("--before", help="Only before this time (ISO-8601).")
-@click.option("--limit", type=click.IntRange(1, 200), default=20, show_default=True)
-@click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many (paging).")
-@click.option("--oldest", is_flag=True, help="Oldest first (default: newest first).")
+@declared_option("chat_context_query", "kind")
+@declared_option("chat_context_query", "role")
+@declared_option("chat_context_query", "tool_name", "--tool")
+@declared_option("chat_context_query", "execution_id", "--execution")
+@declared_option("chat_context_query", "status")
+@declared_option("chat_context_query", "since")
+@declared_option("chat_context_query", "before")
+@declared_option("chat_context_query", "limit")
+@declared_option("chat_context_query", "offset")
+@declared_option("chat_context_query", "order")
 @json_option
 @pass_state
 def query_command(
@@ -262,7 +249,7 @@ def query_command(
     before: str | None,
     limit: int,
     offset: int,
-    oldest: bool,
+    order: str,
     as_json: bool,
 ) -> None:
     """Query the chat frames and the tool-execution log (chat_context_query).
@@ -287,7 +274,7 @@ def query_command(
         text=text,
         limit=limit,
         offset=offset,
-        order="oldest" if oldest else "newest",
+        order=order,  # type: ignore[arg-type]
     )
     if as_json:
         emit_json(result.to_dict())

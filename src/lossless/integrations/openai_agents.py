@@ -32,13 +32,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from ..aio import AsyncEngine
 from ..assemble import AssembledContext
 from ..engine import Engine, TurnResult
 from ..errors import LosslessError
 from ..model import Conversation, NormalizedMessage
+from ..retrieval.describe import parse_lines
+from ..retrieval.tools import TOOLS
 from ..timestamps import format_ts, now
 
 INSTALL_HINT = "the OpenAI Agents SDK integration needs the SDK: pip install 'lossless[agents]'"
@@ -201,128 +203,65 @@ class LosslessSession:
 def recall_tools(session: LosslessSession) -> list[FunctionTool]:
     """``lcm_grep``, ``lcm_describe``, ``lcm_expand_query`` and ``chat_context_query`` as Agents
     SDK function tools, searching the session's conversation family (archived generations
-    included). Each returns JSON; lossless's own errors come back as ``{"error": ...}``."""
+    included). Their names, descriptions and parameters are the recall tools' one declaration
+    (:mod:`lossless.retrieval.tools`), without ``conversation``: the session decides it. Each
+    returns JSON; lossless's own errors come back as ``{"error": ...}``."""
     engine = session.engine
 
     async def family() -> int:
         return (await session.conversation()).conversation_id
 
-    async def lcm_grep(
-        pattern: Annotated[
-            str,
-            Field(description="Words, a quoted phrase or a question (full_text), or a regex."),
-        ],
-        mode: Annotated[
-            Literal["full_text", "regex"],
-            Field(description="full_text (the search index) or regex (newest first)."),
-        ] = "full_text",
-        scope: Annotated[
-            Literal["both", "messages", "summaries", "files"],
-            Field(description="What to search."),
-        ] = "both",
-        limit: Annotated[int, Field(ge=1, le=200, description="Most hits to return.")] = 20,
-    ) -> str:
-        """Search the stored history of this conversation, older parts included: every
-        message exactly as it was, the summaries that replaced old context, large files.
-
-        Step 1 of recall. Each hit has an id (msg#42, sum_<16 hex>, file_<16 hex>), its time,
-        role or depth and a snippet. Next: lcm_describe(id), or lcm_expand_query(prompt) to
-        answer a question from the exact history below the summaries.
-        """
-
+    async def lcm_grep(**args: Any) -> str:
         async def run() -> dict[str, Any]:
-            result = await engine.grep(
-                pattern,
-                conversation=await family(),
-                mode=mode,
-                scope=scope,
-                limit=limit,
-                sort="relevance" if mode == "full_text" else "recency",
-            )
+            result = await engine.grep(conversation=await family(), **args)
             return {"hits": [h.to_dict() for h in result.hits], "truncated": result.truncated}
 
         return await _answer(run)
 
-    async def lcm_describe(
-        id: Annotated[str, Field(description="msg#42, sum_0123456789abcdef or file_...")],
-        token_cap: Annotated[
-            int | None, Field(ge=1, description="Tokens you could read below a summary.")
-        ] = None,
-    ) -> str:
-        """Describe an id from lcm_grep or from a summary's text: a summary's metadata, what
-        it was made from and the token cost of reading below it; a message or file in full.
-
-        Step 2 of recall; then lcm_expand_query(prompt, summary_ids=[...]).
-        """
-
+    async def lcm_describe(id: str, token_cap: int | None, lines: str | None) -> str:
         async def run() -> dict[str, Any]:
-            found = await engine.describe(id, conversation=await family(), token_cap=token_cap)
+            span = parse_lines(lines)
+            found = await engine.describe(
+                id, conversation=await family(), token_cap=token_cap, lines=span
+            )
             return found.to_dict()
 
         return await _answer(run)
 
     async def lcm_expand_query(
-        prompt: Annotated[str, Field(description="The question to answer from the history.")],
-        query: Annotated[
-            str | None, Field(description="Search words for the summaries (default: prompt).")
-        ] = None,
-        summary_ids: Annotated[
-            list[str] | None, Field(description="Summaries to read below (sum_...).")
-        ] = None,
+        prompt: str, query: str | None, summary_ids: list[str] | None, max_tokens: int | None
     ) -> str:
-        """Answer a question from the exact history below the summaries, citing the ids it
-        used (msg#42, sum_...). Step 3 of recall, after lcm_grep."""
-
         async def run() -> dict[str, Any]:
             result = await engine.expand_query(
                 prompt,
                 conversation=await family(),
                 query=query,
                 summary_ids=[s.strip() for s in summary_ids or [] if s.strip()] or None,
+                max_tokens=max_tokens,
             )
             return result.to_dict()
 
         return await _answer(run)
 
-    async def chat_context_query(
-        text: Annotated[
-            str | None, Field(description="Words that must all appear; omit to filter only.")
-        ] = None,
-        kind: Annotated[
-            Literal["both", "frames", "executions"],
-            Field(description="frames (messages), executions (tool calls), or both."),
-        ] = "both",
-        tool_name: Annotated[str | None, Field(description="Only executions of this tool.")] = None,
-        status: Annotated[
-            Literal["ok", "error", "pending"] | None,
-            Field(description="Only executions that succeeded, failed, or have no result."),
-        ] = None,
-        limit: Annotated[int, Field(ge=1, le=200, description="Most of each kind.")] = 20,
-        offset: Annotated[int, Field(ge=0, description="Skip this many (paging).")] = 0,
-    ) -> str:
-        """Query past messages and the tool-execution log: what a tool was called with and
-        what it returned, which calls failed, what was said when. Newest first."""
-
+    async def chat_context_query(**args: Any) -> str:
         async def run() -> dict[str, Any]:
-            result = await engine.chat_context_query(
-                conversation=await family(),
-                kind=kind,
-                tool_name=tool_name,
-                status=status,
-                text=text,
-                limit=limit,
-                offset=offset,
-            )
+            result = await engine.chat_context_query(conversation=await family(), **args)
             return result.to_dict()
 
         return await _answer(run)
 
-    return [
-        function_tool(lcm_grep, strict_mode=False),
-        function_tool(lcm_describe, strict_mode=False),
-        function_tool(lcm_expand_query, strict_mode=False),
-        function_tool(chat_context_query, strict_mode=False),
-    ]
+    made = []
+    for implementation in (lcm_grep, lcm_describe, lcm_expand_query, chat_context_query):
+        declared = TOOLS[implementation.__name__]
+        made.append(
+            function_tool(
+                declared.bind(implementation, Field, omit=("conversation",)),
+                name_override=declared.name,
+                description_override=declared.description,
+                strict_mode=False,
+            )
+        )
+    return made
 
 
 async def _answer(run: Callable[[], Any]) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NotFoundError
+from ..errors import LosslessError, NotFoundError
 from ..ingest.files import read_file
 from ..model import check_file_id
 
@@ -62,6 +62,16 @@ class Description:
 def _check_scope(conversation_id: int, scope: Sequence[int] | None, ident: str) -> None:
     if scope is not None and conversation_id not in scope:
         raise NotFoundError(f"no {ident} in this conversation's family; search with lcm_grep")
+
+
+def parse_lines(value: str | None) -> tuple[int, int] | None:
+    """A line range given as ``FIRST:LAST`` (``None`` when empty); a clear error otherwise."""
+    if value is None or not value.strip():
+        return None
+    first, sep, last = value.partition(":")
+    if not sep or not all(n.strip().isascii() and n.strip().isdigit() for n in (first, last)):
+        raise LosslessError(f"lines must be FIRST:LAST, e.g. 10:40, not {value!r}")
+    return int(first), int(last)
 
 
 def describe(

@@ -54,7 +54,7 @@ def expand(
     summary_ids: Sequence[str],
     *,
     max_depth: int | None = None,
-    include_messages: bool = False,
+    include_messages: bool = True,
     token_cap: int | None = None,
 ) -> ExpandResult:
     """Expand *summary_ids* under the grant (see the module docstring)."""
