@@ -96,6 +96,7 @@ class AsyncEngine:
 
     # The engine's operations, one line each: the sync method runs in the pool.
     conversation = _offload(Engine.conversation)
+    lookup = _offload(Engine.lookup)
     find_conversation = _offload(Engine.find_conversation)
     conversations = _offload(Engine.conversations)
     message_count = _offload(Engine.message_count)

@@ -245,6 +245,23 @@ class Engine:
         self._by_session[ref] = found
         return found
 
+    def lookup(self, ref: ConversationRef) -> Conversation:
+        """A conversation a person or a model named: an id, a session id, or text that spells
+        a number (tried as an id first, then as a session id: a host's session ids may be
+        numbers too). The one place references from the CLI, the MCP tools and the hooks are
+        resolved."""
+        if isinstance(ref, bool):  # JSON true is no conversation
+            raise NotFoundError(f"{ref!r} is not a conversation id or session id")
+        if isinstance(ref, str) and ref.strip().isascii() and ref.strip().isdigit():
+            try:
+                return self.conversation(int(ref))
+            except NotFoundError:
+                found = self.find_conversation(ref)
+                if found is not None:
+                    return found
+                raise
+        return self.conversation(ref)
+
     def find_conversation(self, session_id: str) -> Conversation | None:
         """The conversation of an external session id, or ``None`` (nothing is created)."""
         try:

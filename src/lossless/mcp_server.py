@@ -106,19 +106,8 @@ class Recall:
         return "every conversation in the store"
 
     def lookup(self, ref: ConversationRef) -> Conversation:
-        """A conversation by id, session id, or a numeric string (tried as an id first)."""
-        engine = self.engine
-        if isinstance(ref, bool):  # JSON true is no conversation id
-            raise NotFoundError(f"{ref!r} is not a conversation id or session id")
-        if isinstance(ref, str) and ref.strip().isascii() and ref.strip().isdigit():
-            try:
-                return engine.conversation(int(ref))
-            except NotFoundError:
-                found = engine.store.find_conversation(ref)
-                if found is not None:
-                    return found
-                raise
-        return engine.conversation(ref)
+        """A conversation by id, session id, or a numeric string (see :meth:`Engine.lookup`)."""
+        return self.engine.lookup(ref)
 
     def resolve(self, ref: int | str | None) -> tuple[Conversation | None, tuple[int, ...] | None]:
         """The conversation a tool call names (or the pinned one) and the ids it may read.

@@ -7,22 +7,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..engine import Engine
-from ..errors import NotFoundError
 from ..model import Conversation, StoredMessage
 from .output import State, emit_json, json_option, pass_state, stdout
 
 
 def resolve(engine: Engine, ref: str) -> Conversation:
-    """A conversation named on the command line: a numeric id, or an external session id."""
-    if ref.isdigit():
-        try:
-            return engine.conversation(int(ref))
-        except NotFoundError:
-            found = engine.store.find_conversation(ref)
-            if found is not None:
-                return found
-            raise
-    return engine.conversation(ref)
+    """A conversation named on the command line (see :meth:`Engine.lookup`)."""
+    return engine.lookup(ref)
 
 
 @click.command("conversations")
