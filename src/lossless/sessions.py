@@ -43,14 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import NotFoundError
 from .model import Conversation, SessionSummary, StoredMessage
-from .summarize.base import Level, SourceItem, Summarizer, SummaryRequest
-from .summarize.escalation import (
-    AGGRESSIVE_TARGET_SHARE,
-    AGGRESSIVE_TEMPERATURE,
-    CAP_FACTOR,
-    NORMAL_TEMPERATURE,
-    truncate_to_tokens,
-)
+from .summarize.base import Level, SourceItem, Summarizer, SummaryRequest, SummaryResult
+from .summarize.escalation import CAP_FACTOR, climb, truncate_to_tokens
 from .summarize.extractive import EXPAND_PREFIX, ExtractiveSummarizer
 from .summarize.guards import GuardedSummarizer
 from .summarize.prompts import SESSION_FIELDS, session_prompt, session_system_prompt
@@ -312,13 +306,10 @@ class _Runner:
         sources: tuple[SourceItem, ...],
         until: str | None,
     ) -> SessionDraft:
-        target = self.config.target_tokens
-        attempts: list[tuple[Level, int, float]] = [
-            ("normal", target, NORMAL_TEMPERATURE),
-            ("aggressive", max(50, int(target * AGGRESSIVE_TARGET_SHARE)), AGGRESSIVE_TEMPERATURE),
-        ]
-        for level, target_tokens, temperature in attempts:
-            request = SummaryRequest(
+        previous_json = previous.to_json() if previous is not None else None
+
+        def request(level: Level, target_tokens: int, temperature: float) -> SummaryRequest:
+            return SummaryRequest(
                 kind="session",
                 depth=0,
                 level=level,
@@ -328,26 +319,19 @@ class _Runner:
                 system=session_system_prompt(),
                 prompt=session_prompt(
                     sources,
-                    previous=previous.to_json() if previous is not None else None,
+                    previous=previous_json,
                     until=until,
                     level=level,
                     target_tokens=target_tokens,
                     max_topics=MAX_TOPICS,
                 ),
-                previous_context=previous.to_json() if previous is not None else None,
+                previous_context=previous_json,
                 max_output_tokens=CAP_FACTOR * target_tokens + LIST_OUTPUT_TOKENS,
             )
-            try:
-                result = self.summarizer.summarize(request)
-            except Exception as exc:  # any provider's failure leads to the next level, never up
-                logger.warning(
-                    "session summary by %s failed (%s): %s",
-                    self.summarizer.name,
-                    level,
-                    exc,
-                    exc_info=exc,
-                )
-                continue
+
+        def accept(
+            result: SummaryResult, level: Level, _target: int
+        ) -> tuple[SessionDraft | None, str]:
             draft = parse_reply(result.text or "")
             if draft is None:
                 logger.warning(
@@ -356,8 +340,18 @@ class _Runner:
                     level,
                     result.text,
                 )
-                continue
-            self.models.append(result.model or self.summarizer.model)
+                return None, "not the JSON object asked for"
+            return draft, ""
+
+        draft, _, model, _ = climb(
+            self.summarizer,
+            request,
+            accept,
+            target_tokens=self.config.target_tokens,
+            floor=50,
+        )
+        if draft is not None:
+            self.models.append(model)
             return self._bounded(draft)
         self.models.append("fallback")
         return extract(previous, chunk, self._overview(previous, sources, ExtractiveSummarizer()))

@@ -16,13 +16,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from ..codec import clean_text
 from ..tokens import TokenCounter, estimate_tokens
-from .base import Level, Summarizer, SummaryRequest
+from .base import Level, Summarizer, SummaryRequest, SummaryResult
 
-__all__ = ["TRUNCATION_MARKER", "Outcome", "escalate", "truncate_to_tokens"]
+__all__ = [
+    "TRUNCATION_MARKER",
+    "Outcome",
+    "climb",
+    "escalate",
+    "rungs",
+    "truncate_to_tokens",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +77,54 @@ def _fallback(source_text: str, max_tokens: int, counter: TokenCounter | None) -
     return text
 
 
+T = TypeVar("T")
+#: What an accepted reply yields, or the reason it was not accepted.
+Accepted = tuple[T | None, str]
+
+
+def rungs(target_tokens: int, *, floor: int = 16) -> list[tuple[Level, int, float]]:
+    """The ladder's model rungs: (level, target tokens, temperature), normal then aggressive."""
+    return [
+        ("normal", target_tokens, NORMAL_TEMPERATURE),
+        (
+            "aggressive",
+            max(floor, int(target_tokens * AGGRESSIVE_TARGET_SHARE)),
+            AGGRESSIVE_TEMPERATURE,
+        ),
+    ]
+
+
+def climb(
+    summarizer: Summarizer,
+    make_request: Callable[[Level, int, float], SummaryRequest],
+    accept: Callable[[SummaryResult, Level, int], Accepted[T]],
+    *,
+    target_tokens: int,
+    floor: int = 16,
+) -> tuple[T | None, Level | None, str | None, list[str]]:
+    """Try the ladder's model rungs in order: the first reply *accept* takes, as (value,
+    level, model, errors); ``(None, None, None, errors)`` when every rung failed, for the
+    caller's own deterministic fallback. A summarizer's failure leads to the next rung,
+    never up to the caller."""
+    errors: list[str] = []
+    for level, target, temperature in rungs(target_tokens, floor=floor):
+        request = make_request(level, target, temperature)
+        try:
+            result = summarizer.summarize(request)
+        except Exception as exc:  # any provider's failure leads to the next level, never up
+            logger.warning(
+                "summarizer %s failed (%s): %s", summarizer.name, level, exc, exc_info=exc
+            )
+            errors.append(f"{level}: {type(exc).__name__}: {exc}")
+            continue
+        value, why = accept(result, level, target)
+        if value is None:
+            errors.append(f"{level}: {why}")
+            continue
+        return value, level, result.model or summarizer.model, errors
+    return None, None, None, errors
+
+
 def escalate(
     summarizer: Summarizer,
     make_request: Callable[[Level, int, float], SummaryRequest],
@@ -82,41 +137,26 @@ def escalate(
 ) -> Outcome:
     """Run the escalation for one summary; never raises for a summarizer's failure."""
     count = counter.count if counter is not None else estimate_tokens
-    errors: list[str] = []
-    attempts: list[tuple[Level, int, float]] = [
-        ("normal", target_tokens, NORMAL_TEMPERATURE),
-        (
-            "aggressive",
-            max(16, int(target_tokens * AGGRESSIVE_TARGET_SHARE)),
-            AGGRESSIVE_TEMPERATURE,
-        ),
-    ]
-    for level, target, temperature in attempts:
-        request = make_request(level, target, temperature)
-        try:
-            result = summarizer.summarize(request)
-        except Exception as exc:  # any provider's failure leads to the next level, never up
-            logger.warning(
-                "summarizer %s failed (%s): %s", summarizer.name, level, exc, exc_info=exc
-            )
-            errors.append(f"{level}: {type(exc).__name__}: {exc}")
-            continue
+
+    def accept(result: SummaryResult, level: Level, target: int) -> Accepted[Outcome]:
         # A reply may hold lone surrogates (a JSON "\\ud83d" escape decodes to one); they
         # cannot be stored as UTF-8, so they become U+FFFD as in ingested messages.
         text = clean_text((result.text or "").strip())
         if not text:
-            errors.append(f"{level}: empty summary")
-            continue
+            return None, "empty summary"
         tokens = count(text)
         if tokens >= input_tokens:
-            errors.append(f"{level}: summary of {tokens} tokens is not smaller than its input")
-            continue
+            return None, f"summary of {tokens} tokens is not smaller than its input"
         capped = False
         if tokens > CAP_FACTOR * target:
             text = truncate_to_tokens(text, CAP_FACTOR * target, counter)
             tokens = count(text)
             capped = True
-        return Outcome(text, tokens, level, result.model or summarizer.model, tuple(errors), capped)
+        return Outcome(text, tokens, level, result.model, (), capped), ""
+
+    found, _, model, errors = climb(summarizer, make_request, accept, target_tokens=target_tokens)
+    if found is not None:
+        return Outcome(found.text, found.tokens, found.level, model, tuple(errors), found.capped)
     text = _fallback(source_text, fallback_max_tokens, counter)
     if input_tokens > 0 and count(text) >= input_tokens:
         # The input is not larger than the fallback size (small chunks): cut to the target
