@@ -1,19 +1,23 @@
-"""Numbered, append-only schema migrations.
+"""Numbered, append-only schema migrations: one registry for both back ends.
 
-Each migration is a function ``mNNN_name(conn)`` registered with :func:`migration`. They run
-in order, each in its own transaction, and are recorded in the ``migrations`` table, so
-opening any database brings it up to date and a second run does nothing. Never edit a
-migration that has shipped: append a new one.
+Each migration is a function ``mNNN_name(conn)`` registered with :func:`migration` (SQLite's
+dialect), and its PostgreSQL script of the same name in :mod:`.pg_migrations`; :data:`STEPS`
+joins them (and refuses to load if the two dialects' histories differ). They run in order,
+each in its own transaction, and are recorded in the ``migrations`` table, so opening any
+database brings it up to date and a second run does nothing. Never edit a migration that has
+shipped: append a new one, in both dialects.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from .pg_migrations import PG_MIGRATIONS
 from .toollog import record_tool_executions
 
-__all__ = ["MIGRATIONS", "migration", "run_script"]
+__all__ = ["MIGRATIONS", "STEPS", "Step", "migration", "run_script"]
 
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[tuple[str, Migration]] = []
@@ -401,3 +405,29 @@ def m010_host_meta(conn: sqlite3.Connection) -> None:
         "CREATE INDEX messages_host_meta ON messages(conversation_id, host_meta, seq)"
         " WHERE host_meta IS NOT NULL"
     )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One migration in both dialects."""
+
+    name: str
+    sqlite: Migration
+    postgresql: str
+
+
+def _steps() -> list[Step]:
+    sqlite_names = [name for name, _ in MIGRATIONS]
+    pg_names = [name for name, _ in PG_MIGRATIONS]
+    if sqlite_names != pg_names:
+        raise RuntimeError(
+            f"the migration histories differ: SQLite has {sqlite_names}, PostgreSQL {pg_names}"
+        )
+    return [
+        Step(name, fn, script)
+        for (name, fn), (_, script) in zip(MIGRATIONS, PG_MIGRATIONS, strict=True)
+    ]
+
+
+#: Every migration, in order, in both dialects.
+STEPS: list[Step] = _steps()

@@ -13,7 +13,8 @@ columns are the same; what differs is how the engine provides them:
   by the engine on every write, so there is nothing to catch up and nothing to drift;
 * ``BLOB`` is ``BYTEA``; ``offset`` is quoted (a reserved word here).
 
-Never edit a migration that has shipped: append a new one, to both lists.
+Never edit a migration that has shipped: append a new one, to both dialects
+(:data:`lossless.store.migrations.STEPS` refuses to load when their histories differ).
 """
 
 from __future__ import annotations

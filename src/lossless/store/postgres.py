@@ -31,7 +31,7 @@ from ..errors import StoreError
 from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store
-from .pg_migrations import PG_MIGRATIONS
+from .migrations import STEPS
 
 if TYPE_CHECKING:
     import psycopg
@@ -260,7 +260,7 @@ class PostgresStore(Store):
     def migrate(self) -> list[str]:
         """Apply pending migrations under a schema-wide advisory lock, each in a savepoint
         of one transaction; an up-to-date store only reads."""
-        names = [name for name, _ in PG_MIGRATIONS]
+        names = [step.name for step in STEPS]
         if self._table_exists("migrations"):
             done = {r[0] for r in self.fetchall("SELECT name FROM migrations")}
             if done.issuperset(names):
@@ -281,7 +281,7 @@ class PostgresStore(Store):
             done = {
                 r[0] for r in conn.execute(f'SELECT name FROM "{schema[0]}".migrations').fetchall()
             }
-            for name, script in PG_MIGRATIONS:
+            for name, script in ((s.name, s.postgresql) for s in STEPS):
                 if name in done:
                     continue
                 conn.raw.execute(script.encode())
