@@ -1,0 +1,420 @@
+"""The engine: the façade a host drives (bootstrap, ingest, after_turn, assemble, ...).
+
+Each operation resolves the conversation a caller names (an id, a session id, or the row) and
+hands the work to the service that does it (:mod:`lossless.services`: ingest, compaction,
+assembly, recall, sessions, resume, transplant, maintenance). All mutations of a conversation
+are serialized per conversation: a re-entrant lock per conversation inside the process, and
+the store's write transaction across processes. Work on different conversations never waits
+on each other's locks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ..assemble import AssembledContext
+from ..assemble import assemble as assemble_context
+from ..compaction import CompactionReport, after_turn_compaction
+from ..compaction import compact as compact_context
+from ..config import Config, load_config
+from ..errors import NotFoundError
+from ..ingest.pipeline import append, prepare
+from ..ingest.reconcile import Progress, ReconcileReport, reconcile_file
+from ..ingest.reconcile import import_path as import_transcripts
+from ..model import Conversation, IngestResult, NormalizedMessage, StoredMessage, StoredPart
+from ..redact import Redactor, Sealer
+from ..services import ConversationLocks, Services
+from ..store import Store, open_store
+from ..summarize import Summarizer
+from ..summarize.providers import build_summarizer
+from ..tokens import HeuristicTokenCounter, TokenCounter
+from .base import (
+    ConversationRef,
+    database_target,
+    default_db_path,
+    files_dir_for,
+)
+from .reads import Reads
+from .recall import Recall
+from .upkeep import Upkeep
+
+__all__ = [
+    "ConversationRef",
+    "Engine",
+    "TurnResult",
+    "database_target",
+    "default_db_path",
+    "files_dir_for",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What :meth:`Engine.after_turn` did: the ingest, and the compaction (if it ran inline)."""
+
+    ingest: IngestResult
+    compaction: CompactionReport | None
+    deferred: bool = False
+    error: str | None = None
+
+
+class Engine(Reads, Recall, Upkeep):
+    """Lossless context management over one store.
+
+    Open one with :meth:`open`; use it as a context manager or call :meth:`close`. Its
+    reads, recall and upkeep are :class:`Reads`, :class:`Recall` and :class:`Upkeep`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        config: Config | None = None,
+        *,
+        token_counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
+    ) -> None:
+        config = config or Config()
+        redact = config.redact
+        #: What every operation works with (see :mod:`lossless.services`).
+        self.services = Services(
+            store=store,
+            config=config,
+            tokens=token_counter or HeuristicTokenCounter(),
+            summarizer=summarizer or build_summarizer(config),
+            files_dir=files_dir_for(config, store),
+            redactor=Redactor(redact.patterns, builtin=redact.builtin) if redact.enabled else None,
+            sealer=Sealer() if redact.enabled and redact.keep_originals else None,
+        )
+        # Session summaries: one run per conversation at a time (never the ingest lock: a
+        # model call must not hold up ingest).
+        self._session_locks = ConversationLocks()
+        # session id → conversation; ids never change, so the hot path skips the lookup.
+        self._by_session: dict[str, Conversation] = {}
+
+    @classmethod
+    def open(
+        cls,
+        target: str | os.PathLike[str] | None = None,
+        *,
+        config: Config | None = None,
+        token_counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
+    ) -> Engine:
+        """Open the store at *target* (a path or URL).
+
+        Without *target*: ``config.db``, then ``LOSSLESS_DB``, then the default file in the
+        user data directory. The database is created (owner-only) and migrated as needed.
+        """
+        cfg = config or load_config()
+        store = open_store(database_target(target, cfg))
+        return cls(store, cfg, token_counter=token_counter, summarizer=summarizer)
+
+    def close(self) -> None:
+        """Finish background work (compaction, session summaries), then close the store's
+        connections."""
+        self.services.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def update_conversation(
+        self,
+        conversation: ConversationRef,
+        *,
+        title: str | None = None,
+        session_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        status: str | None = None,
+    ) -> Conversation:
+        """Set a conversation's title, family key, status (``active``/``archived``) or
+        metadata (merged into what is there); returns the updated row."""
+        conv = self.conversation(conversation)
+        self.store.update_conversation(
+            conv.conversation_id,
+            title=title,
+            session_key=session_key,
+            metadata=metadata,
+            status=status,
+        )
+        self._by_session.pop(conv.session_id, None)  # the cached row is stale now
+        return self.store.get_conversation(conv.conversation_id)
+
+    def archive(self, conversation: ConversationRef) -> Conversation:
+        """Mark a conversation archived (nothing is deleted; it stays searchable)."""
+        return self.update_conversation(conversation, status="archived")
+
+    def pop_context(self, conversation: ConversationRef) -> StoredMessage | None:
+        """Take the newest message out of the active context (an agent framework's "pop");
+        it stays stored and searchable. ``None`` when the context is empty or ends in a
+        summary."""
+        conv = self.conversation(conversation)
+        with self.lock(conv.conversation_id):
+            return self.store.pop_context_message(conv.conversation_id)
+
+    def normalize(
+        self,
+        message: Any,
+        *,
+        format: str | None = None,
+        external_id: str | None = None,
+        created_at: datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> NormalizedMessage:
+        """Normalize one message with this engine's token counter (and redact its secrets
+        when ``redact.enabled``)."""
+        return prepare(
+            self.services,
+            message,
+            format=format,
+            external_id=external_id,
+            created_at=created_at,
+            metadata=metadata,
+        )
+
+    def reveal(self, message_id: int, *, key: str | None = None) -> Any:
+        """The original of a redacted message, in its source shape, decrypted with *key*
+        (default: ``LOSSLESS_REDACT_KEY``); :class:`NotFoundError` when none was kept."""
+        stored = self.get_message(message_id)
+        sealed = self.store.sealed_original(message_id)
+        if sealed is None:
+            raise NotFoundError(
+                f"no original was kept for msg#{message_id}: it had no secrets, or"
+                " redact.keep_originals was off when it was stored"
+            )
+        data = Sealer(key).open(sealed)
+        parts = tuple(
+            StoredPart(
+                part_id=0,
+                message_id=message_id,
+                ordinal=n,
+                slot=p["slot"],
+                type=p["type"],
+                text=p["text"],
+                tool_call_id=p["tool_call_id"],
+                tool_name=p["tool_name"],
+                tool_input=p["tool_input"],
+                tool_output=p["tool_output"],
+                is_error=bool(p["is_error"]),
+                raw=p["text"] if p["raw_is_text"] else p["raw"],
+            )
+            for n, p in enumerate(data["parts"])
+        )
+        original = dataclasses.replace(
+            stored, content=data["content"], envelope=data["envelope"], parts=parts
+        )
+        return original.to_source()
+
+    def ingest(
+        self,
+        conversation: ConversationRef,
+        message: Any,
+        *,
+        format: str | None = None,
+        external_id: str | None = None,
+        created_at: datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> IngestResult:
+        """Store one message (any supported shape) and append it to the active context.
+
+        A message whose external id is already stored in the conversation is skipped.
+        """
+        norm = self.normalize(
+            message,
+            format=format,
+            external_id=external_id,
+            created_at=created_at,
+            metadata=metadata,
+        )
+        return self._append(conversation, [norm])
+
+    def ingest_batch(
+        self,
+        conversation: ConversationRef,
+        messages: Iterable[Any],
+        *,
+        format: str | None = None,
+        external_ids: Sequence[str | None] | None = None,
+    ) -> IngestResult:
+        """Store several messages in one transaction (all or nothing), in order.
+
+        Items may be messages of any supported shape, or messages already passed through
+        :meth:`normalize` (to set each one's id, time or metadata).
+        """
+        items = list(messages)
+        if external_ids is not None and len(external_ids) != len(items):
+            raise ValueError(
+                f"external_ids has {len(external_ids)} entries for {len(items)} messages"
+            )
+        norms = [
+            m
+            if isinstance(m, NormalizedMessage)
+            else self.normalize(
+                m, format=format, external_id=None if external_ids is None else external_ids[i]
+            )
+            for i, m in enumerate(items)
+        ]
+        return self._append(conversation, norms)
+
+    def _append(
+        self, conversation: ConversationRef, norms: list[NormalizedMessage]
+    ) -> IngestResult:
+        result = append(self.services, self.conversation(conversation, create=True), norms)
+        if result.message_ids and self.config.sessions.auto_summarize:
+            self._auto_summarize(
+                result.conversation_id, len(result.message_ids), result.message_ids[-1]
+            )
+        return result
+
+    def compact(
+        self,
+        conversation: ConversationRef,
+        *,
+        mode: str = "full",
+        until: int | None = None,
+        budget: int | None = None,
+        deadline: float | None = None,
+        if_free: bool = False,
+    ) -> CompactionReport:
+        """Compact a conversation's active context.
+
+        ``mode="full"`` (the default, a manual compact): leaf passes until none is eligible,
+        then condensation. ``mode="incremental"``: what :meth:`after_turn` does. ``until=N``:
+        sweeps until the context is at or under N tokens (at most ``max_rounds``). With the
+        model's *budget*, the fresh tail is capped at ``fresh_tail_budget_share`` of it.
+        After ``guards.run_seconds`` (or at *deadline*, ``time.monotonic()`` seconds) no model
+        is called: the remaining passes fall back, so a slow provider cannot hold it longer.
+
+        One process compacts a conversation at a time (on PostgreSQL, across hosts); another
+        waits for it, or with *if_free* (what a turn does) leaves the work to it and returns
+        a report with no passes.
+        """
+        return compact_context(
+            self.services,
+            self.conversation(conversation).conversation_id,
+            mode=mode,
+            until=until,
+            budget=budget,
+            deadline=deadline,
+            if_free=if_free,
+        )
+
+    def after_turn(
+        self,
+        conversation: ConversationRef,
+        messages: Iterable[Any] = (),
+        *,
+        token_budget: int | None = None,
+        format: str | None = None,
+    ) -> TurnResult:
+        """After the model answered: store the turn's new messages, then compact if needed.
+
+        Compaction is incremental (a leaf pass once enough raw material is outside the fresh
+        tail, then condensation up to ``incremental_max_depth``); with *token_budget*, a
+        context above ``context_threshold`` of it is compacted down to ``compaction_target``
+        of it.
+        Compaction is best effort: a failure is logged and reported, never raised, so the
+        conversation goes on. With ``background_compaction`` it runs in a worker thread.
+        """
+        ingest = self.ingest_batch(conversation, messages, format=format)
+        conv_id = ingest.conversation_id
+        if self.config.background_compaction:
+            queued = self.services.background.submit(
+                ("compact", conv_id),
+                lambda: after_turn_compaction(self.services, conv_id, token_budget),
+            )
+            return TurnResult(ingest, None, deferred=queued)
+        try:
+            report = after_turn_compaction(self.services, conv_id, token_budget)
+        except Exception as exc:  # best effort: the turn must not fail because of compaction
+            logger.exception("compaction of conversation %s failed", conv_id)
+            return TurnResult(ingest, None, error=f"{type(exc).__name__}: {exc}")
+        return TurnResult(ingest, report)
+
+    def wait_for_compaction(self, timeout: float | None = None) -> list[CompactionReport]:
+        """Wait (at most *timeout* seconds in all) for queued background compaction.
+
+        Returns the reports of the runs that finished; runs still going stay queued, and a
+        later call collects them. Failed runs were logged by the worker and are dropped.
+        """
+        return self.services.background.wait(timeout, kind="compact")
+
+    def assemble(
+        self,
+        conversation: ConversationRef,
+        token_budget: int,
+        *,
+        format: str = "anthropic",
+        pending_calls: bool = False,
+    ) -> AssembledContext:
+        """The messages to send the model before its next turn, within *token_budget*.
+
+        Summaries come first as XML, then the newest items that fit, then the fresh tail
+        (always, even over budget); tool calls and results are never left without each other
+        (with *pending_calls*, a call whose result is not stored yet stays).
+        """
+        conv = self.conversation(conversation)
+        with self.store.read():  # one snapshot: the context and its rows agree
+            return assemble_context(
+                self.services,
+                conv.conversation_id,
+                token_budget,
+                format=format,
+                pending_calls=pending_calls,
+            )
+
+    def bootstrap(
+        self,
+        transcript: str | os.PathLike[str],
+        *,
+        format: str | None = None,
+        session_id: str | None = None,
+        progress: Progress | None = None,
+    ) -> list[ReconcileReport]:
+        """Reconcile the store with a transcript file (crash recovery on session start).
+
+        Imports what the file has and the store lacks, after the newest entry both have;
+        re-running it, or running it on the grown file, never stores a message twice.
+        """
+        return reconcile_file(
+            self.services,
+            Path(transcript),
+            format=format,
+            session_id=session_id,
+            progress=progress,
+        )
+
+    def import_path(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: str | None = None,
+        progress: Progress | None = None,
+    ) -> list[ReconcileReport]:
+        """Import a transcript file, or every transcript below a directory.
+
+        In a directory, ``.jsonl`` files and ``.json`` files that look like transcripts are
+        imported; other ``.json`` files (Claude Code's ``sessions-index.json``, sub-agent
+        ``.meta.json`` sidecars, ...) are passed over. A file that cannot be read as a
+        transcript does not stop the others: it gets a report with ``mode="failed"`` (or
+        ``passed_over``: a file that is not a transcript) and the problem. *progress* receives
+        bytes done and total over all the files.
+        """
+        return import_transcripts(self.services, path, format=format, progress=progress)

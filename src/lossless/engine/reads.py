@@ -1,0 +1,119 @@
+"""The engine's reads: conversations, messages, summaries, the context, large files,
+session summaries, the resume summary and the store's totals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ingest.files import read_file
+from ..model import (
+    ContextItem,
+    ConversationStats,
+    LargeFile,
+    SessionSummary,
+    StoredMessage,
+    Summary,
+)
+from ..resume import ResumeSummary
+from ..resume import resume as resume_summary
+from ..summarize.guards import guard_state
+from .base import ConversationRef, Facade
+
+__all__ = ["Reads"]
+
+
+class Reads(Facade):
+    """Reading what is stored (never a write)."""
+
+    def conversations(self) -> list[ConversationStats]:
+        """Every conversation with its counts."""
+        return self.store.list_conversations()
+
+    def message_count(self, conversation: ConversationRef) -> int:
+        """How many messages the conversation stores."""
+        return self.store.message_count(self.conversation(conversation).conversation_id)
+
+    def messages(
+        self, conversation: ConversationRef, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Stored messages of a conversation in order."""
+        conv = self.conversation(conversation)
+        return self.store.get_messages(conv.conversation_id, after_seq=after_seq, limit=limit)
+
+    def get_message(self, message_id: int) -> StoredMessage:
+        """One stored message by id (``msg#<id>``)."""
+        return self.store.get_message(message_id)
+
+    def context(self, conversation: ConversationRef) -> list[ContextItem]:
+        """The conversation's active context items, in order."""
+        return self.store.context(self.conversation(conversation).conversation_id)
+
+    def context_summaries(self, conversation: ConversationRef) -> list[tuple[Summary, list[str]]]:
+        """The summaries in the conversation's active context, in order, each with the ids of
+        the summaries it was made from."""
+        conv = self.conversation(conversation).conversation_id
+        summaries = self.store.context_summaries(conv)
+        parents = self.store.parents_of([s.summary_id for s in summaries])
+        return [(s, parents[s.summary_id]) for s in summaries]
+
+    def summary(self, summary_id: str) -> Summary:
+        """One summary by id."""
+        return self.store.get_summaries([summary_id])[0]
+
+    def session_summaries(self, conversation: ConversationRef) -> list[SessionSummary]:
+        """Every version of the conversation's session summary, oldest first."""
+        return self.store.session_summaries(self.conversation(conversation).conversation_id)
+
+    def large_file(self, file_id: str) -> LargeFile:
+        """The record of a large file (id, name, size, exploration summary, ...)."""
+        return self.store.get_large_file(file_id)
+
+    def read_large_file(self, file_id: str) -> str:
+        """The full content of a large file."""
+        return read_file(self.files_dir, self.store.get_large_file(file_id))
+
+    def resume(self, conversation: ConversationRef, *, latest: bool = False) -> ResumeSummary:
+        """The resume summary (see :mod:`lossless.resume`): as injected into the assembled
+        context — the messages up to the compaction boundary — or, with *latest*, of every
+        stored message. ``upto_seq`` is ``None`` when nothing was compacted yet."""
+        conv = self.conversation(conversation).conversation_id
+        return resume_summary(self.services, conv, latest=latest)
+
+    def host_compaction_seq(self, conversation: ConversationRef) -> int | None:
+        """Where the host last compacted the conversation (the seq of its newest compaction
+        record), or ``None`` when it never did."""
+        conv = self.conversation(conversation).conversation_id
+        return self.store.host_record_seq(conv, ("compact_boundary", "host_summary"))
+
+    def reinjected_since(self, conversation: ConversationRef, seq: int, mark: str) -> bool:
+        """Whether a hook's output stored after *seq* holds *mark* (the host's window already
+        has what a hook put back)."""
+        conv = self.conversation(conversation).conversation_id
+        return self.store.host_record_mentions(conv, "hook_output", seq, mark)
+
+    def stats(self) -> dict[str, Any]:
+        """Totals over the whole store (what ``lossless stats`` shows)."""
+        convs = self.conversations()
+        by_depth: dict[int, int] = {}
+        for c in convs:
+            for depth, n in c.summaries_by_depth.items():
+                by_depth[depth] = by_depth.get(depth, 0) + n
+        return {
+            "database": self.store.location,
+            "backend": self.store.backend,
+            "conversations": len(convs),
+            "messages": sum(c.message_count for c in convs),
+            "message_tokens": sum(c.message_tokens for c in convs),
+            "summaries": sum(c.summary_count for c in convs),
+            "summaries_by_depth": dict(sorted(by_depth.items())),
+            "context_items": sum(c.context_items for c in convs),
+            "context_tokens": sum(c.context_tokens for c in convs),
+            "bytes": self.store.database_size(),
+            "migrations": self.store.applied_migrations(),
+            "summarizer": {
+                "name": self.summarizer.name,
+                "model": self.summarizer.model,
+                "offline": self.summarizer.offline,
+                "guards": guard_state(self.summarizer),
+            },
+        }

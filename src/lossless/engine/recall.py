@@ -1,0 +1,190 @@
+"""The engine's recall: lcm_grep, lcm_describe, delegation grants, lcm_expand,
+lcm_expand_query and chat_context_query (the tools' declaration is
+:mod:`lossless.retrieval.tools`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..retrieval import grants
+from ..retrieval.context_query import ContextQueryResult
+from ..retrieval.context_query import Kind as QueryKind
+from ..retrieval.context_query import Order as QueryOrder
+from ..retrieval.context_query import chat_context_query as query_context
+from ..retrieval.describe import Description
+from ..retrieval.describe import describe as describe_id
+from ..retrieval.expand import ExpandResult
+from ..retrieval.expand import expand as expand_dag
+from ..retrieval.expand_query import ExpandQueryResult
+from ..retrieval.expand_query import expand_query as expand_query_answer
+from ..retrieval.grants import Grant
+from ..retrieval.grep import GrepResult, Mode, Scope, Sort
+from ..retrieval.grep import grep as grep_store
+from .base import ConversationRef, Facade
+
+__all__ = ["Recall"]
+
+
+class Recall(Facade):
+    """Finding the past again: search, describe, expand under grants, answer questions."""
+
+    def grep(
+        self,
+        pattern: str,
+        *,
+        conversation: ConversationRef | None = None,
+        family: bool = True,
+        mode: Mode = "full_text",
+        scope: Scope = "both",
+        since: str | None = None,
+        before: str | None = None,
+        limit: int = 20,
+        sort: Sort = "relevance",
+    ) -> GrepResult:
+        """``lcm_grep``: search messages, summaries or large files.
+
+        With *conversation*, the search covers its family (the conversations sharing its
+        session key; only itself with ``family=False``); without, the whole store.
+        """
+        ids = None
+        if conversation is not None:
+            conv = self.conversation(conversation)
+            ids = self.store.family_ids(conv) if family else [conv.conversation_id]
+        return grep_store(
+            self.store,
+            pattern,
+            conversation_ids=ids,
+            mode=mode,
+            scope=scope,
+            since=since,
+            before=before,
+            limit=limit,
+            sort=sort,
+        )
+
+    def describe(
+        self,
+        ident: str,
+        *,
+        conversation: ConversationRef | None = None,
+        token_cap: int | None = None,
+        lines: tuple[int, int] | None = None,
+    ) -> Description:
+        """``lcm_describe``: a summary, large file or message by id, with what lies below it.
+
+        With *conversation*, ids outside its family are unknown (nothing leaks across).
+        """
+        scope = None
+        if conversation is not None:
+            scope = self.store.family_ids(self.conversation(conversation))
+        return describe_id(self.services, ident, scope=scope, token_cap=token_cap, lines=lines)
+
+    def create_grant(
+        self,
+        conversation: ConversationRef,
+        *,
+        family: bool = True,
+        token_cap: int | None = None,
+        max_depth: int | None = None,
+        ttl_seconds: int | None = None,
+        purpose: str | None = None,
+    ) -> Grant:
+        """A delegation grant over a conversation (and its family): what a sub-agent may expand.
+
+        Defaults: ``max_expand_tokens``, ``grant_max_depth``, ``grant_ttl_seconds``.
+        """
+        return grants.grant_for(
+            self.services,
+            self.conversation(conversation),
+            family=family,
+            token_cap=token_cap,
+            max_depth=max_depth,
+            ttl_seconds=ttl_seconds,
+            purpose=purpose,
+        )
+
+    def revoke_grant(self, grant_id: str) -> None:
+        """Revoke a delegation grant now."""
+        grants.revoke(self.store, grant_id)
+
+    def expand(
+        self,
+        grant_id: str,
+        summary_ids: Sequence[str],
+        *,
+        max_depth: int | None = None,
+        include_messages: bool = True,
+        token_cap: int | None = None,
+    ) -> ExpandResult:
+        """``lcm_expand``: walk the DAG down from *summary_ids*, within what the grant allows."""
+        return expand_dag(
+            self.services,
+            grant_id,
+            summary_ids,
+            max_depth=max_depth,
+            include_messages=include_messages,
+            token_cap=token_cap,
+        )
+
+    def expand_query(
+        self,
+        prompt: str,
+        *,
+        conversation: ConversationRef,
+        query: str | None = None,
+        summary_ids: Sequence[str] | None = None,
+        max_tokens: int | None = None,
+    ) -> ExpandQueryResult:
+        """``lcm_expand_query``: answer *prompt* from the history below the summaries.
+
+        Runs under a delegation grant that is revoked when it ends; see
+        :mod:`lossless.retrieval.expand_query`.
+        """
+        return expand_query_answer(
+            self.services,
+            prompt,
+            conversation=self.conversation(conversation),
+            query=query,
+            summary_ids=summary_ids,
+            max_tokens=max_tokens,
+        )
+
+    def chat_context_query(
+        self,
+        *,
+        conversation: ConversationRef | None = None,
+        family: bool = True,
+        kind: QueryKind = "both",
+        role: str | None = None,
+        tool_name: str | None = None,
+        execution_id: str | None = None,
+        status: str | None = None,
+        since: str | None = None,
+        before: str | None = None,
+        text: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        order: QueryOrder = "newest",
+    ) -> ContextQueryResult:
+        """``chat_context_query``: the stored chat frames and the tool-execution log, filtered
+        and paged (see :mod:`lossless.retrieval.context_query`). With *conversation*, its
+        family (only itself with ``family=False``); without, the whole store."""
+        ids = None
+        if conversation is not None:
+            conv = self.conversation(conversation)
+            ids = self.store.family_ids(conv) if family else [conv.conversation_id]
+        return query_context(
+            self.store,
+            conversation_ids=ids,
+            kind=kind,
+            role=role,
+            tool_name=tool_name,
+            execution_id=execution_id,
+            status=status,
+            since=since,
+            before=before,
+            text=text,
+            limit=limit,
+            offset=offset,
+            order=order,
+        )

@@ -1,0 +1,137 @@
+"""The engine's upkeep: session summaries, transplant, rewriting and dissolving summaries,
+backfill, backups."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+from .. import maintenance
+from ..backup import BackupReport
+from ..backup import backup as backup_store
+from ..maintenance import BackfillReport, RewriteReport
+from ..model import ContextItem, SessionSummary
+from ..services import ConversationLocks
+from ..sessions import summarize_session as summarize_session_versions
+from ..transplant import TransplantPlan
+from ..transplant import transplant as transplant_conversation
+from .base import ConversationRef, Facade
+
+__all__ = ["Upkeep"]
+
+logger = logging.getLogger(__name__)
+
+
+class Upkeep(Facade):
+    """Work on what is stored: session summaries, transplant, maintenance, backups."""
+
+    #: Session summaries: one run per conversation at a time (never the ingest lock: a
+    #: model call must not hold up ingest).
+    _session_locks: ConversationLocks
+
+    def summarize_session(
+        self, conversation: ConversationRef, *, full: bool = False
+    ) -> SessionSummary:
+        """Bring the conversation's session summary up to date; returns its latest version.
+
+        Incremental: only the messages after the latest version are read (none: that version
+        is returned unchanged, without a summarizer call). ``full=True`` summarizes every
+        message again. A run that summarizes stores a new version; none is ever overwritten.
+        See :mod:`lossless.sessions`.
+        """
+        conv = self.conversation(conversation)
+        with self._session_locks.hold(conv.conversation_id):
+            return summarize_session_versions(self.services, conv, full=full)
+
+    def wait_for_session_summaries(self, timeout: float | None = None) -> list[SessionSummary]:
+        """Wait (at most *timeout* seconds in all) for queued automatic session summaries.
+
+        Returns the versions of the runs that finished; runs still going stay queued. Failed
+        runs were logged by the worker and are dropped.
+        """
+        return self.services.background.wait(timeout, kind="session")
+
+    def _auto_summarize(self, conversation_id: int, added: int, last_id: int) -> None:
+        """After *added* messages were stored: queue a session summary when the conversation's
+        message count crossed a multiple of ``sessions.summarize_interval``. Never raises:
+        the messages are stored, and a later run covers them."""
+        try:
+            count = self.store.message_seq(last_id)  # seqs have no gaps: the count
+            interval = self.config.sessions.summarize_interval
+            if count // interval > (count - added) // interval:
+                # A run already going runs once more when done: it covers the new messages.
+                self.services.background.submit(
+                    ("session", conversation_id),
+                    lambda: self.summarize_session(conversation_id),
+                    again=True,
+                )
+        except Exception:  # ingest succeeded; the summary must not turn it into a failure
+            logger.exception("could not queue the session summary of %s", conversation_id)
+
+    def transplant(
+        self, source: ConversationRef, target: ConversationRef, *, apply: bool = False
+    ) -> TransplantPlan:
+        """Copy *source*'s context summaries, the DAG beneath them and the messages they
+        cover into *target*, prepended to its context (see :mod:`lossless.transplant`).
+
+        A dry run unless *apply*; the plan says what it copies (``problem`` says why it would
+        be refused). With *apply*, a refused transplant raises
+        :class:`~lossless.transplant.TransplantError` and changes nothing.
+        """
+        return transplant_conversation(
+            self.services, self.conversation(source), self.conversation(target), apply_it=apply
+        )
+
+    def rewrite(
+        self,
+        summary_ids: Sequence[str] = (),
+        *,
+        depth: int | None = None,
+        everything: bool = False,
+        conversation: ConversationRef | None = None,
+        apply: bool = False,
+    ) -> RewriteReport:
+        """Re-summarize summaries with the configured summarizer: those named, those of
+        *depth*, or *everything* (within *conversation* when given). A dry run unless
+        *apply*; see :mod:`lossless.maintenance`."""
+        conv = self.conversation(conversation).conversation_id if conversation else None
+        entries = maintenance.chosen(
+            self.services, summary_ids, depth=depth, everything=everything, conversation_id=conv
+        )
+        return maintenance.rewrite(self.services, entries, apply=apply)
+
+    def repair(
+        self, *, conversation: ConversationRef | None = None, apply: bool = False
+    ) -> RewriteReport:
+        """Re-summarize the summaries the deterministic fallback wrote or that were cut to
+        size, shallowest first (``lossless doctor --apply``). A dry run unless *apply*."""
+        conv = self.conversation(conversation).conversation_id if conversation else None
+        return maintenance.rewrite(
+            self.services, maintenance.degraded(self.services, conv), apply=apply
+        )
+
+    def dissolve(self, summary_id: str) -> list[ContextItem]:
+        """Undo a condensation: put a context summary's sources back in its place; the
+        summary is kept, retired as ``dissolved``. Returns the items put back."""
+        return maintenance.dissolve(self.services, summary_id)
+
+    def backfill(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        into: ConversationRef | None = None,
+        single_root: bool = False,
+        apply: bool = False,
+    ) -> BackfillReport:
+        """Import an old transcript as its own conversation, compact it (to one root summary
+        with *single_root*) and, with *into*, transplant it there. A dry run unless *apply*."""
+        target = self.conversation(into).conversation_id if into is not None else None
+        return maintenance.backfill(
+            self.services, path, into=target, single_root=single_root, apply=apply
+        )
+
+    def backup(self, dest: str | os.PathLike[str]) -> BackupReport:
+        """An online copy of the store (and its large files) at *dest*, checked with
+        ``doctor``; writers keep going meanwhile. See :mod:`lossless.backup`."""
+        return backup_store(self.store, self.files_dir, dest)
