@@ -36,3 +36,25 @@ def test_every_public_name_is_documented() -> None:
             continue
         obj = getattr(lossless, name)
         assert getattr(obj, "__doc__", None), f"lossless.{name} has no docstring"
+
+
+SHELLS = ("cli", "tui", "integrations", "mcp_server.py", "sync.py", "replay.py")
+
+
+def test_the_shells_use_the_engine_never_its_store_or_services() -> None:
+    """The CLI, the TUI, the MCP server and the host integrations talk to the engine's
+    public methods: none reads ``.store`` or ``.services`` of anything (the core's
+    layering, which import-linter checks, would not see an attribute reached through)."""
+    import ast
+
+    src = Path(__file__).resolve().parents[1] / "src" / "lossless"
+    offenders = []
+    for shell in SHELLS:
+        root = src / shell
+        files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+        for path in files:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and node.attr in ("store", "services"):
+                    offenders.append(f"{path.relative_to(src)}:{node.lineno} .{node.attr}")
+    assert offenders == []

@@ -45,12 +45,14 @@ if TYPE_CHECKING:
     from .services import Services
 
 __all__ = [
+    "CompactionPlan",
     "CompactionReport",
     "Compactor",
     "PassResult",
     "after_turn_compaction",
     "compact",
     "fresh_tail_start",
+    "plan",
 ]
 
 #: Times a pass is tried when another process changes the context under it.
@@ -732,3 +734,46 @@ def after_turn_compaction(
             report.target = target
             report.tokens_after = over.tokens_after
     return report
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """What compacting a conversation would do now (``lossless compact --dry-run``)."""
+
+    conversation_id: int
+    context_items: int
+    context_tokens: int
+    fresh_tail_items: int
+    fresh_tail_tokens: int
+    raw_tokens_outside_tail: int
+    leaf_passes_about: int
+    next_leaf_messages: int
+    next_leaf_tokens: int
+    next_condensation_summaries: int
+    next_condensation_depth: int | None
+    incremental_would_run: bool
+
+
+def plan(services: Services, conversation_id: int) -> CompactionPlan:
+    """The dry run: the context's shape and the next passes, nothing written."""
+    compactor = Compactor(services)
+    items = services.store.context(conversation_id)
+    tail = compactor.tail_start(items)
+    raw_outside = compactor.raw_tokens_outside_tail(items)
+    chunk = compactor.leaf_chunk(items)
+    condensed = compactor.condensed_chunk(items)
+    per_pass = services.config.leaf_chunk_tokens
+    return CompactionPlan(
+        conversation_id=conversation_id,
+        context_items=len(items),
+        context_tokens=sum(i.tokens for i in items),
+        fresh_tail_items=len(items) - tail,
+        fresh_tail_tokens=sum(i.tokens for i in items[tail:]),
+        raw_tokens_outside_tail=raw_outside,
+        leaf_passes_about=-(-raw_outside // per_pass) if raw_outside else 0,
+        next_leaf_messages=len(chunk),
+        next_leaf_tokens=sum(i.tokens for i in chunk),
+        next_condensation_summaries=len(condensed),
+        next_condensation_depth=condensed[0].depth if condensed else None,
+        incremental_would_run=raw_outside > per_pass,
+    )

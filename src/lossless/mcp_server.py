@@ -38,11 +38,7 @@ from . import __version__
 from .engine import ConversationRef, Engine
 from .errors import LosslessError, NotFoundError
 from .model import Conversation
-from .retrieval import grants
-from .retrieval.context_query import chat_context_query as query_context
-from .retrieval.describe import describe as describe_id
 from .retrieval.describe import parse_lines
-from .retrieval.grep import grep as grep_store
 from .retrieval.tools import TOOLS
 from .timestamps import format_ts, parse_ts
 
@@ -89,9 +85,9 @@ class Recall:
     def scope(self) -> tuple[int, ...] | None:
         """The conversation ids the tools may read now (``None``: all of them)."""
         if self.grant_id is not None:
-            return grants.check(self.engine.store, self.grant_id).conversation_ids
+            return self.engine.check_grant(self.grant_id).conversation_ids
         if self.pinned is not None:
-            return tuple(self.engine.store.family_ids(self.pinned))
+            return tuple(self.engine.family_ids(self.pinned))
         return None
 
     def describe_scope(self) -> str:
@@ -127,7 +123,7 @@ class Recall:
                 f"conversation {ref!r} is not one this server can see (it serves"
                 f" {self.describe_scope()}); lcm_list_conversations lists them"
             )
-        family = self.engine.store.family_ids(conv)
+        family = self.engine.family_ids(conv)
         ids = tuple(i for i in family if scope is None or i in scope)
         return conv, ids
 
@@ -168,10 +164,9 @@ def lcm_grep(
     recall = _recall(ctx)
     with _refusals():
         _, ids = recall.resolve(conversation)
-        result = grep_store(
-            recall.engine.store,
+        result = recall.engine.grep(
             pattern,
-            conversation_ids=ids,
+            within=ids,
             mode=mode,
             scope=scope,
             since=_time(since, "since"),
@@ -205,7 +200,7 @@ def lcm_describe(
     with _refusals():
         span = parse_lines(lines)
         _, ids = recall.resolve(conversation)
-        found = describe_id(recall.engine.services, id, scope=ids, token_cap=token_cap, lines=span)
+        found = recall.engine.describe(id, within=ids, token_cap=token_cap, lines=span)
     out = found.to_dict()
     manifest = out.pop("manifest")
     if manifest:
@@ -348,7 +343,7 @@ def summarize_session(
     recall = _recall(ctx)
     with _refusals():
         conv = _one_conversation(recall, conversation, "summarize_session")
-        before = recall.engine.store.latest_session_summary(conv.conversation_id)
+        before = recall.engine.latest_session_summary(conv)
         summary = recall.engine.summarize_session(conv.conversation_id, full=not incremental)
     out = summary.to_dict()
     out["first_message_id"] = _msg(summary.first_message_id)
@@ -372,9 +367,9 @@ def get_history(
     with _refusals():
         conv = _one_conversation(recall, conversation, "get_history")
         cid = conv.conversation_id
-        page = engine.store.get_messages(cid, after_seq=after_seq, limit=limit)
-        total = engine.store.message_count(cid)
-        versions = engine.store.session_summaries(cid) if include_summaries else []
+        page = engine.messages(cid, after_seq=after_seq, limit=limit)
+        total = engine.message_count(cid)
+        versions = engine.session_summaries(cid) if include_summaries else []
     cap = token_cap or engine.config.max_expand_tokens
     messages: list[dict[str, Any]] = []
     used = 0
@@ -439,9 +434,8 @@ def chat_context_query(
     recall = _recall(ctx)
     with _refusals():
         _, ids = recall.resolve(conversation)
-        result = query_context(
-            recall.engine.store,
-            conversation_ids=ids,
+        result = recall.engine.chat_context_query(
+            within=ids,
             kind=kind,
             role=role,
             tool_name=tool_name,
@@ -532,7 +526,7 @@ def build_server(
     if conversation is not None:
         recall = Recall(engine, pinned=recall.lookup(conversation))
     elif grant_id is not None:
-        grants.check(engine.store, grant_id)
+        engine.check_grant(grant_id)
         recall = Recall(engine, grant_id=grant_id)
     mode = "grant" if grant_id is not None else "pinned" if conversation is not None else "store"
 

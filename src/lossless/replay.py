@@ -122,7 +122,7 @@ def replay_messages(
         tokens = (
             result.compaction.tokens_after
             if result.compaction is not None
-            else sum(i.tokens for i in engine.store.context(conv.conversation_id))
+            else sum(i.tokens for i in engine.context(conv.conversation_id))
         )
         record = TurnRecord(
             turn=n,

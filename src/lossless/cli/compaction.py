@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import tempfile
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
-from ..compaction import CompactionReport, Compactor
+from ..compaction import CompactionReport
 from ..engine import Engine
 from ..ingest.transcripts import FORMATS
 from ..replay import ReplayReport, TurnRecord, replay_transcript
@@ -77,27 +76,22 @@ class _null:
 
 
 def _dry_run(engine: Engine, conversation_id: int, as_json: bool) -> None:
-    compactor = Compactor(engine.services)
-    items = engine.store.context(conversation_id)
-    tail = compactor.tail_start(items)
-    raw_outside = compactor.raw_tokens_outside_tail(items)
-    chunk = compactor.leaf_chunk(items)
-    condensed = compactor.condensed_chunk(items)
-    leaf_passes = math.ceil(raw_outside / engine.config.leaf_chunk_tokens) if raw_outside else 0
+    found = engine.compaction_plan(conversation_id)
+    raw_outside, leaf_passes = found.raw_tokens_outside_tail, found.leaf_passes_about
     plan: dict[str, object] = {
         "conversation_id": conversation_id,
-        "context_items": len(items),
-        "context_tokens": sum(i.tokens for i in items),
-        "fresh_tail_items": len(items) - tail,
-        "fresh_tail_tokens": sum(i.tokens for i in items[tail:]),
+        "context_items": found.context_items,
+        "context_tokens": found.context_tokens,
+        "fresh_tail_items": found.fresh_tail_items,
+        "fresh_tail_tokens": found.fresh_tail_tokens,
         "raw_tokens_outside_tail": raw_outside,
         "leaf_passes_about": leaf_passes,
-        "next_leaf_chunk": {"messages": len(chunk), "tokens": sum(i.tokens for i in chunk)},
+        "next_leaf_chunk": {"messages": found.next_leaf_messages, "tokens": found.next_leaf_tokens},
         "next_condensation": {
-            "summaries": len(condensed),
-            "depth": condensed[0].depth if condensed else None,
+            "summaries": found.next_condensation_summaries,
+            "depth": found.next_condensation_depth,
         },
-        "incremental_would_run": raw_outside > engine.config.leaf_chunk_tokens,
+        "incremental_would_run": found.incremental_would_run,
     }
     if as_json:
         emit_json(plan)
@@ -110,12 +104,13 @@ def _dry_run(engine: Engine, conversation_id: int, as_json: bool) -> None:
     )
     stdout.print(
         f"raw tokens outside the tail: {raw_outside:,} → about {leaf_passes} leaf pass(es); "
-        f"next chunk {len(chunk)} messages ({sum(i.tokens for i in chunk):,} tokens)",
+        f"next chunk {found.next_leaf_messages} messages ({found.next_leaf_tokens:,} tokens)",
         highlight=False,
     )
-    if condensed:
+    if found.next_condensation_summaries:
         stdout.print(
-            f"next condensation: {len(condensed)} depth-{condensed[0].depth} summaries",
+            f"next condensation: {found.next_condensation_summaries}"
+            f" depth-{found.next_condensation_depth} summaries",
             highlight=False,
         )
     stdout.print("dry run: nothing changed")

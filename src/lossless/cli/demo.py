@@ -11,7 +11,6 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from .. import doctor
 from ..engine import Engine
 from ..replay import replay_transcript
 from ..sample import write_session
@@ -60,10 +59,10 @@ def demo_command(
         seconds = time.perf_counter() - started
         conv = report.conversation_id
         items = engine.context(conv)
-        by_depth = engine.store.summary_counts(conv)
-        problems = doctor.check(engine.store)
+        by_depth = engine.summary_counts(conv)
+        problems = engine.check()
         trail = _trail(engine, conv)
-        location = engine.store.location
+        location = engine.location
     last = report.turns[-1]
     result: dict[str, Any] = {
         "turns": turns,
@@ -93,20 +92,17 @@ def demo_command(
 
 def _trail(engine: Engine, conversation_id: int) -> dict[str, Any]:
     """Find the canary's message and the chain of summaries from it up to the context."""
-    store = engine.store
-    rows = store.fetchall(
-        f"SELECT m.message_id FROM messages m WHERE m.message_id IN ({store.match_ids_sql})"
-        " AND m.conversation_id = ? ORDER BY m.seq LIMIT 1",
-        (store.word_query(f'"{CANARY}"'), conversation_id),
+    found = engine.grep(
+        f'"{CANARY}"', conversation=conversation_id, scope="messages", sort="recency", limit=200
     )
-    if not rows:
+    if not found.hits:
         return {}
-    message = engine.get_message(rows[0][0])
+    message = engine.get_message(min(int(h.id.removeprefix("msg#")) for h in found.hits))
     in_context = {i.summary_id for i in engine.context(conversation_id) if i.summary_id}
     chain: list[dict[str, Any]] = []
     ref: str | int = message.message_id
     while True:
-        above = engine.store.covering(ref)
+        above = engine.covering(ref)
         if not above:
             break
         summary = engine.summary(above[0])

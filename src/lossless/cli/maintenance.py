@@ -134,7 +134,7 @@ def dissolve_command(state: State, summary_id: str, do_apply: bool, as_json: boo
     engine = state.engine()
     summary = engine.summary(summary_id)
     in_context = any(i.summary_id == summary_id for i in engine.context(summary.conversation_id))
-    parents, messages = engine.store.summary_sources(summary_id)
+    parents, messages = engine.summary_sources(summary_id)
     sources = parents or [f"msg#{m}" for m in messages]
     if not in_context:
         raise NotFoundError(

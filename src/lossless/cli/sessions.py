@@ -38,7 +38,7 @@ def sessions_command(state: State, summaries: bool, as_json: bool) -> None:
     engine = state.engine()
     rows = engine.conversations()
     history: dict[int, list[SessionSummary]] = {}
-    for s in engine.store.session_summaries():
+    for s in engine.session_summaries():
         history.setdefault(s.conversation_id, []).append(s)
     if as_json:
         out = []
@@ -131,7 +131,7 @@ def summarize_command(state: State, conversation: str, full: bool, as_json: bool
     """
     engine = state.engine()
     conv = resolve(engine, conversation)
-    before = engine.store.latest_session_summary(conv.conversation_id)
+    before = engine.latest_session_summary(conv)
     summary = engine.summarize_session(conv.conversation_id, full=full)
     unchanged = before is not None and before.session_summary_id == summary.session_summary_id
     if as_json:

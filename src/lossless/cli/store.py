@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from .. import doctor
 from ..backup import restore as restore_store
 from ..engine import database_target, files_dir_for
 from ..errors import StoreError
@@ -88,7 +87,7 @@ def doctor_command(state: State, rebuild_fts: bool, do_apply: bool, as_json: boo
     """
     engine = state.engine()
     if rebuild_fts:
-        engine.store.rebuild_fts()
+        engine.rebuild_indexes()
     repaired = None
     if do_apply:
         repaired = engine.repair(apply=True)
@@ -100,8 +99,7 @@ def doctor_command(state: State, rebuild_fts: bool, do_apply: bool, as_json: boo
                     f" {outcome}",
                     highlight=False,
                 )
-    problems = doctor.check(engine.store, degraded=True)
-    problems += doctor.stray_files(engine.store, engine.files_dir)
+    problems = engine.check(degraded=True)
     if as_json:
         data: dict[str, object] = {"ok": not problems, "problems": [p.to_dict() for p in problems]}
         if repaired is not None:

@@ -40,7 +40,7 @@ def sync_command(state: State, hosts: tuple[str, ...], follow: bool, as_json: bo
     engine = state.engine()
     folders = host_folders(hosts)
     report = sync(engine, folders)
-    engine.store.catch_up_indexes()
+    engine.finish_indexes()
     if as_json and follow:  # one JSON object a line: the first pass, then each import
         click.echo(json.dumps(report.to_dict(), ensure_ascii=False))
     elif as_json:

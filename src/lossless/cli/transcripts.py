@@ -56,7 +56,7 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
             done_before += file_size(path)
     # Large batches leave the substring (trigram) index for later; finish it now so the
     # first search after an import does not pay for it.
-    engine.store.catch_up_indexes()
+    engine.finish_indexes()
     if as_json:
         emit_json([r.to_dict() for r in reports])
     else:

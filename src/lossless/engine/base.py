@@ -91,10 +91,13 @@ class Facade:
         """Where large files are kept: ``data_dir/files``, else ``<database>-files`` beside it."""
         return self.services.files_dir
 
-    def conversation(self, ref: ConversationRef, *, create: bool = False) -> Conversation:
+    def conversation(
+        self, ref: ConversationRef, *, create: bool = False, session_key: str | None = None
+    ) -> Conversation:
         """Resolve *ref*: an int is a conversation id, a str an external session id.
 
-        With ``create=True`` an unknown session id starts a new conversation.
+        With ``create=True`` an unknown session id starts a new conversation (in the family
+        *session_key* when given).
         """
         if isinstance(ref, Conversation):
             return ref
@@ -113,7 +116,7 @@ class Facade:
                     f"no conversation with session id {ref!r};"
                     " list them with `lossless conversations`"
                 )
-            found = self.store.get_or_create_conversation(ref)
+            found = self.store.get_or_create_conversation(ref, session_key=session_key)
         self._by_session[ref] = found
         return found
 

@@ -3,6 +3,7 @@ session summaries, the resume summary and the store's totals."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..ingest.files import read_file
@@ -60,9 +61,53 @@ class Reads(Facade):
         """One summary by id."""
         return self.store.get_summaries([summary_id])[0]
 
-    def session_summaries(self, conversation: ConversationRef) -> list[SessionSummary]:
-        """Every version of the conversation's session summary, oldest first."""
+    def session_summaries(
+        self, conversation: ConversationRef | None = None
+    ) -> list[SessionSummary]:
+        """Every version of the conversation's session summary (of every conversation
+        without one), oldest first."""
+        if conversation is None:
+            return self.store.session_summaries()
         return self.store.session_summaries(self.conversation(conversation).conversation_id)
+
+    def latest_session_summary(self, conversation: ConversationRef) -> SessionSummary | None:
+        """The conversation's newest session summary version, or ``None``."""
+        conv = self.conversation(conversation).conversation_id
+        return self.store.latest_session_summary(conv)
+
+    def summaries(self, summary_ids: Sequence[str]) -> list[Summary]:
+        """Summaries by id (unknown ids left out), in the order asked."""
+        return self.store.get_summaries(list(summary_ids))
+
+    def summary_sources(self, summary_id: str) -> tuple[list[str], list[int]]:
+        """What a summary was made from: the summaries (condensed) and message ids (leaf)."""
+        return self.store.summary_sources(summary_id)
+
+    def covering(self, ref: str | int) -> list[str]:
+        """The summaries made from *ref*: the leaves covering a message id, or the condensed
+        summaries made from a summary id."""
+        return self.store.covering(ref)
+
+    def summary_counts(self, conversation: ConversationRef) -> dict[int, int]:
+        """The conversation's summaries by depth."""
+        return self.store.summary_counts(self.conversation(conversation).conversation_id)
+
+    def messages_by_id(self, message_ids: Sequence[int]) -> list[StoredMessage]:
+        """Stored messages by id, in the order asked."""
+        return self.store.get_messages_by_id(list(message_ids))
+
+    def family_ids(self, conversation: ConversationRef) -> list[int]:
+        """The conversations of *conversation*'s family (sharing its session key)."""
+        return self.store.family_ids(self.conversation(conversation))
+
+    def large_files(self, conversation: ConversationRef) -> list[LargeFile]:
+        """The large files of a conversation, oldest first."""
+        return self.store.large_files(self.conversation(conversation).conversation_id)
+
+    @property
+    def location(self) -> str:
+        """Where the store is (a file's path, or a server's URL without its password)."""
+        return self.store.location
 
     def large_file(self, file_id: str) -> LargeFile:
         """The record of a large file (id, name, size, exploration summary, ...)."""

@@ -40,20 +40,18 @@ class Recall(Facade):
         before: str | None = None,
         limit: int = 20,
         sort: Sort = "relevance",
+        within: Sequence[int] | None = None,
     ) -> GrepResult:
         """``lcm_grep``: search messages, summaries or large files.
 
         With *conversation*, the search covers its family (the conversations sharing its
-        session key; only itself with ``family=False``); without, the whole store.
+        session key; only itself with ``family=False``); without, the whole store. *within*
+        limits it further to those conversation ids (a scoped server's).
         """
-        ids = None
-        if conversation is not None:
-            conv = self.conversation(conversation)
-            ids = self.store.family_ids(conv) if family else [conv.conversation_id]
         return grep_store(
             self.store,
             pattern,
-            conversation_ids=ids,
+            conversation_ids=self._scope(conversation, family, within),
             mode=mode,
             scope=scope,
             since=since,
@@ -69,14 +67,14 @@ class Recall(Facade):
         conversation: ConversationRef | None = None,
         token_cap: int | None = None,
         lines: tuple[int, int] | None = None,
+        within: Sequence[int] | None = None,
     ) -> Description:
         """``lcm_describe``: a summary, large file or message by id, with what lies below it.
 
-        With *conversation*, ids outside its family are unknown (nothing leaks across).
+        With *conversation* (or *within*: conversation ids), ids outside its family are
+        unknown (nothing leaks across).
         """
-        scope = None
-        if conversation is not None:
-            scope = self.store.family_ids(self.conversation(conversation))
+        scope = self._scope(conversation, True, within)
         return describe_id(self.services, ident, scope=scope, token_cap=token_cap, lines=lines)
 
     def create_grant(
@@ -102,6 +100,10 @@ class Recall(Facade):
             ttl_seconds=ttl_seconds,
             purpose=purpose,
         )
+
+    def check_grant(self, grant_id: str) -> Grant:
+        """A grant that is still live (refused when unknown, revoked or expired)."""
+        return grants.check(self.store, grant_id)
 
     def revoke_grant(self, grant_id: str) -> None:
         """Revoke a delegation grant now."""
@@ -165,17 +167,15 @@ class Recall(Facade):
         limit: int = 20,
         offset: int = 0,
         order: QueryOrder = "newest",
+        within: Sequence[int] | None = None,
     ) -> ContextQueryResult:
         """``chat_context_query``: the stored chat frames and the tool-execution log, filtered
         and paged (see :mod:`lossless.retrieval.context_query`). With *conversation*, its
-        family (only itself with ``family=False``); without, the whole store."""
-        ids = None
-        if conversation is not None:
-            conv = self.conversation(conversation)
-            ids = self.store.family_ids(conv) if family else [conv.conversation_id]
+        family (only itself with ``family=False``); without, the whole store; *within*
+        limits it to those conversation ids."""
         return query_context(
             self.store,
-            conversation_ids=ids,
+            conversation_ids=self._scope(conversation, family, within),
             kind=kind,
             role=role,
             tool_name=tool_name,
@@ -188,3 +188,19 @@ class Recall(Facade):
             offset=offset,
             order=order,
         )
+
+    def _scope(
+        self,
+        conversation: ConversationRef | None,
+        family: bool,
+        within: Sequence[int] | None,
+    ) -> list[int] | None:
+        """The conversation ids a recall call reads (``None``: all of them)."""
+        ids: list[int] | None = None
+        if conversation is not None:
+            conv = self.conversation(conversation)
+            ids = self.store.family_ids(conv) if family else [conv.conversation_id]
+        if within is not None:
+            allowed = set(within)
+            ids = [i for i in ids if i in allowed] if ids is not None else sorted(allowed)
+        return ids

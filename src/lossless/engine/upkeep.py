@@ -7,9 +7,12 @@ import logging
 import os
 from collections.abc import Sequence
 
-from .. import maintenance
+from .. import doctor, maintenance
 from ..backup import BackupReport
 from ..backup import backup as backup_store
+from ..compaction import CompactionPlan
+from ..compaction import plan as plan_compaction
+from ..doctor import Problem
 from ..maintenance import BackfillReport, RewriteReport
 from ..model import ContextItem, SessionSummary
 from ..services import ConversationLocks
@@ -135,3 +138,22 @@ class Upkeep(Facade):
         """An online copy of the store (and its large files) at *dest*, checked with
         ``doctor``; writers keep going meanwhile. See :mod:`lossless.backup`."""
         return backup_store(self.store, self.files_dir, dest)
+
+    def check(self, *, degraded: bool = False) -> list[Problem]:
+        """``lossless doctor``: every integrity check of the store and its large files (an
+        empty list: consistent); with *degraded*, also the summaries a repair would redo."""
+        return doctor.check(self.store, degraded=degraded) + doctor.stray_files(
+            self.store, self.files_dir
+        )
+
+    def finish_indexes(self) -> int:
+        """Bring the search indexes a large import left behind up to date; rows indexed."""
+        return self.store.catch_up_indexes()
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild the full-text indexes from the stored text."""
+        self.store.rebuild_fts()
+
+    def compaction_plan(self, conversation: ConversationRef) -> CompactionPlan:
+        """What compacting the conversation would do now (a dry run: nothing changes)."""
+        return plan_compaction(self.services, self.conversation(conversation).conversation_id)

@@ -285,19 +285,16 @@ def _state(conversation: Conversation) -> dict[str, Any]:
 def _resolve(engine: Engine, session_id: str) -> Conversation:
     """The session's current conversation: the newest of ``S``, ``S#2``, ``S#3``, ...; a
     fresh one when that was archived (a clear stopped halfway)."""
-    store = engine.store
-    conv = store.find_conversation(session_id)
+    conv = engine.find_conversation(session_id)
     if conv is None:
-        conv = store.get_or_create_conversation(session_id, session_key=session_id)
-        store.update_conversation(
+        conv = engine.conversation(session_id, create=True, session_key=session_id)
+        return engine.update_conversation(
             conv.conversation_id, metadata={STATE_KEY: {"session": session_id, "generation": 1}}
         )
-        return store.get_conversation(conv.conversation_id)
     if conv.session_key is None:  # stored before it was a session: it starts the family
-        store.update_conversation(conv.conversation_id, session_key=session_id)
-        conv = store.get_conversation(conv.conversation_id)
+        conv = engine.update_conversation(conv.conversation_id, session_key=session_id)
     generation = 1
-    while (later := store.find_conversation(f"{session_id}#{generation + 1}")) is not None:
+    while (later := engine.find_conversation(f"{session_id}#{generation + 1}")) is not None:
         conv, generation = later, generation + 1
     if conv.status == "archived":
         return _next_generation(engine, conv, session_id, generation + 1)
@@ -307,8 +304,10 @@ def _resolve(engine: Engine, session_id: str) -> Conversation:
 def _next_generation(
     engine: Engine, previous: Conversation, session_id: str, generation: int
 ) -> Conversation:
-    conv = engine.store.get_or_create_conversation(
-        f"{session_id}#{generation}", session_key=previous.session_key or session_id
+    conv = engine.conversation(
+        f"{session_id}#{generation}",
+        create=True,
+        session_key=previous.session_key or session_id,
     )
     return engine.update_conversation(
         conv.conversation_id,
@@ -360,7 +359,7 @@ def _archive_and_continue(engine: Engine, conversation_id: int, session_id: str)
     conversation is kept as it is: there is nothing to clear)."""
     with engine.lock(conversation_id):
         conv = engine.conversation(conversation_id)
-        if engine.store.message_count(conversation_id) == 0:
+        if engine.message_count(conversation_id) == 0:
             return conv
         generation = int(_state(conv).get("generation", 1))
         state = {**_state(conv), "archived_at": format_ts(now())}

@@ -93,8 +93,8 @@ def context_view(engine: Engine, conversation_id: int, budget: int) -> ContextVi
     items = engine.context(conversation_id)
     summary_ids = [i.summary_id for i in items if i.summary_id]
     message_ids = [i.message_id for i in items if i.message_id is not None]
-    summaries = {s.summary_id: s for s in engine.store.get_summaries(summary_ids)}
-    messages = {m.message_id: m for m in engine.store.get_messages_by_id(message_ids)}
+    summaries = {s.summary_id: s for s in engine.summaries(summary_ids)}
+    messages = {m.message_id: m for m in engine.messages_by_id(message_ids)}
     rows = []
     for item in items:
         if item.summary_id:
@@ -131,28 +131,26 @@ def top_nodes(engine: Engine, conversation_id: int) -> tuple[list[Node], int]:
     """The summaries in the context, as tree nodes, and how many messages follow them."""
     items = engine.context(conversation_id)
     ids = [i.summary_id for i in items if i.summary_id]
-    nodes = [summary_node(s) for s in engine.store.get_summaries(ids)]
+    nodes = [summary_node(s) for s in engine.summaries(ids)]
     return nodes, len(items) - len(ids)
 
 
 def sources(engine: Engine, summary_id: str) -> list[Node]:
     """What a summary was made from: the summaries of a condensed one, a leaf's messages."""
-    parents, message_ids = engine.store.summary_sources(summary_id)
-    nodes = [summary_node(s) for s in engine.store.get_summaries(parents)]
-    nodes += [message_node(m) for m in engine.store.get_messages_by_id(message_ids)]
+    parents, message_ids = engine.summary_sources(summary_id)
+    nodes = [summary_node(s) for s in engine.summaries(parents)]
+    nodes += [message_node(m) for m in engine.messages_by_id(message_ids)]
     return nodes
 
 
 def detail(engine: Engine, ref: str) -> Text:
     """The full content of a summary, message or large file, for the detail pane."""
     if ref.startswith("sum_"):
-        parents, message_ids = engine.store.summary_sources(ref)
-        return summary_text(
-            engine.summary(ref), parents, len(message_ids), engine.store.covering(ref)
-        )
+        parents, message_ids = engine.summary_sources(ref)
+        return summary_text(engine.summary(ref), parents, len(message_ids), engine.covering(ref))
     if ref.startswith("msg#") and ref[4:].isdigit():
         message_id = int(ref[4:])
-        return message_text(engine.get_message(message_id), engine.store.covering(message_id))
+        return message_text(engine.get_message(message_id), engine.covering(message_id))
     if ref.startswith("file_"):
         return file_text(engine.large_file(ref))
     raise NotFoundError(f"{ref!r} is not a summary, message or file id")
@@ -165,7 +163,7 @@ def file_content(engine: Engine, file_id: str) -> Text:
 
 def large_files(engine: Engine, conversation_id: int) -> list[LargeFile]:
     """The conversation's large files, oldest first."""
-    return engine.store.large_files(conversation_id)
+    return engine.large_files(conversation_id)
 
 
 def path_to(engine: Engine, conversation_id: int, ref: str) -> list[str] | None:
@@ -180,7 +178,7 @@ def path_to(engine: Engine, conversation_id: int, ref: str) -> list[str] | None:
     while queue:
         node = queue.popleft()
         up = node[4:] if node.startswith("msg#") else None
-        for parent in engine.store.covering(int(up) if up and up.isdigit() else node):
+        for parent in engine.covering(int(up) if up and up.isdigit() else node):
             if parent in below or parent == ref:
                 continue
             below[parent] = node
