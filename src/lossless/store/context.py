@@ -1,0 +1,93 @@
+"""The active context: the ordered items compaction rewrites and assembly reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..model import (
+    ContextItem,
+    StoredMessage,
+)
+from ..timestamps import format_ts, now
+from .core import in_chunks
+from .messages import MessageStore
+
+__all__ = ["ContextStore"]
+
+
+class ContextStore(MessageStore):
+    """Each conversation's active context (over the messages its items point at)."""
+
+    def context(self, conversation_id: int) -> list[ContextItem]:
+        """The conversation's context items in order (cost: the size of the active context)."""
+        rows = self.fetchall(
+            "SELECT ci.ordinal, ci.item_type, ci.message_id, ci.summary_id,"
+            " coalesce(m.token_count, s.token_count, 0), m.role, s.depth,"
+            " coalesce(m.created_at, s.earliest_at, s.created_at),"
+            " coalesce(m.created_at, s.latest_at, s.created_at)"
+            " FROM context_items ci"
+            " LEFT JOIN messages m ON m.message_id = ci.message_id"
+            " LEFT JOIN summaries s ON s.summary_id = ci.summary_id"
+            " WHERE ci.conversation_id = ? ORDER BY ci.ordinal",
+            (conversation_id,),
+        )
+        return [ContextItem(*r) for r in rows]
+
+    def tool_links(self, message_ids: Sequence[int]) -> dict[int, tuple[set[str], set[str]]]:
+        """For each message: the tool call ids it makes and the tool call ids it answers."""
+        out: dict[int, tuple[set[str], set[str]]] = {}
+        ids = list(message_ids)
+        with self.read() as conn:
+            for chunk, marks in in_chunks(ids):
+                for mid, kind, call in conn.execute(
+                    "SELECT message_id, part_type, tool_call_id FROM message_parts"
+                    f" WHERE message_id IN ({marks}) AND tool_call_id IS NOT NULL"
+                    " AND part_type IN ('tool_call', 'tool_result')",
+                    chunk,
+                ):
+                    calls, results = out.setdefault(mid, (set(), set()))
+                    (calls if kind == "tool_call" else results).add(call)
+        return out
+
+    def pop_context_message(self, conversation_id: int) -> StoredMessage | None:
+        """Take the newest context item out when it is a message, recording that it was taken
+        out (it stays stored and searchable); ``None`` when the context is empty or ends in a
+        summary. One transaction."""
+        with self.transaction() as conn:
+            self._lock_conversation(conn, conversation_id)
+            row = conn.execute(
+                "SELECT ordinal, message_id FROM context_items WHERE conversation_id = ?"
+                " ORDER BY ordinal DESC LIMIT 1",
+                (conversation_id,),
+            ).fetchone()
+            if row is None or row[1] is None:
+                return None
+            conn.execute(
+                "DELETE FROM context_items WHERE conversation_id = ? AND ordinal = ?",
+                (conversation_id, row[0]),
+            )
+            conn.execute(
+                "INSERT INTO context_removals (message_id, conversation_id, removed_at)"
+                " VALUES (?, ?, ?) ON CONFLICT (message_id) DO UPDATE SET"
+                " conversation_id = excluded.conversation_id, removed_at = excluded.removed_at",
+                (row[1], conversation_id, format_ts(now())),
+            )
+            return self.get_message(int(row[1]))
+
+    @staticmethod
+    def _shift_ordinals(conn: Any, conversation_id: int, *, after: int, by: int) -> None:
+        """Move the items after ordinal *after* by *by*, through negative numbers so that the
+        primary key never sees two items on one ordinal, whatever order rows are visited in."""
+        if by == 0:
+            return
+        conn.execute(
+            "UPDATE context_items SET ordinal = -(ordinal + ?) - 1"
+            " WHERE conversation_id = ? AND ordinal > ?",
+            (by, conversation_id, after),
+        )
+        conn.execute(
+            "UPDATE context_items SET ordinal = -ordinal - 1"
+            " WHERE conversation_id = ? AND ordinal < 0",
+            (conversation_id,),
+        )

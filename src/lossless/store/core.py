@@ -1,0 +1,170 @@
+"""The store's core: what a back end supplies (connections and transactions, id
+allocation, the per-conversation write lock, the search indexes and the checks that differ
+between engines) and the helpers every aggregate's SQL shares.
+
+The aggregates (:mod:`.messages`, :mod:`.context`, :mod:`.summaries`, :mod:`.records`) are
+written once, in the SQL that SQLite and PostgreSQL both accept (``?`` placeholders; the
+PostgreSQL connection translates them), on top of :class:`StoreCore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..codec import loads
+from ..errors import StoreError
+
+__all__ = ["NO_LIMIT", "StoreCore", "in_chunks"]
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 30_000
+#: Batches at least this large leave the trigram index to :meth:`Store.catch_up_indexes`
+#: (it costs more than everything else on ingest); smaller ones index it inline.
+DEFER_TRIGRAM_AT = 64
+_IN_CHUNK = 500  # host parameters per IN (...) list
+#: "No limit" for a ``LIMIT ?`` both engines accept (SQLite's -1 is an error in PostgreSQL).
+NO_LIMIT = 2**62
+_TOOL_PARTS = frozenset({"tool_call", "tool_result"})
+_MESSAGE_INSERT = (
+    "INSERT INTO messages (message_id, conversation_id, seq, role, content, token_count,"
+    " created_at, external_id, source_format, envelope, metadata, host_meta)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_PART_INSERT = (
+    "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot, part_type, text,"
+    " tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+#: How long a term's document count is trusted (it moves slowly; it only steers the search).
+TERM_CACHE_SECONDS = 300.0
+
+
+def in_chunks(values: Sequence[T]) -> Iterator[tuple[list[T], str]]:
+    """*values* in slices short enough for one ``IN (...)`` list, each with its ``?`` marks."""
+    for start in range(0, len(values), _IN_CHUNK):
+        chunk = list(values[start : start + _IN_CHUNK])
+        yield chunk, ",".join("?" * len(chunk))
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else loads(text)
+
+
+def _row_id(value: int) -> int:
+    """*value* if SQLite can hold it; else -1, an id no row has (not found, not a crash)."""
+    return value if isinstance(value, int) and -(2**63) <= value < 2**63 else -1
+
+
+class StoreCore:
+    """What every aggregate of the store builds on; a back end fills in the hooks."""
+
+    backend = ""
+
+    _term_cache: dict[tuple[str, str], tuple[float, int]]
+
+    #: The engine's own error classes (what a failed statement raises).
+    errors: tuple[type[Exception], ...] = ()
+
+    #: Where the store lives, for messages (a file path or a URL without its password).
+    location = ""
+
+    #: The file the store lives in (``None`` for a server's store).
+    path: Path | None = None
+
+    def close(self) -> None:
+        """Close every connection the store opened."""
+        raise NotImplementedError
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A write transaction on a connection of this thread; nested calls are savepoints."""
+        raise NotImplementedError
+
+    def read(self) -> AbstractContextManager[Any]:
+        """A consistent snapshot for several reads (joins an open transaction)."""
+        raise NotImplementedError
+
+    def migrate(self) -> list[str]:
+        """Apply pending migrations, each in its own transaction; return the names applied."""
+        raise NotImplementedError
+
+    def _allocate_ids(self, conn: Any, table: str, count: int) -> int:
+        """The first of *count* consecutive fresh ids for ``messages`` or ``message_parts``."""
+        raise NotImplementedError
+
+    def _lock_conversation(self, conn: Any, conversation_id: int) -> None:
+        """Hold the conversation's write lock until the transaction ends (writers to one
+        conversation never interleave, whatever process or host they run in)."""
+
+    @contextmanager
+    def compaction_lock(self, conversation_id: int, *, wait: bool = True) -> Iterator[bool]:
+        """Hold the right to compact a conversation for the block; yields whether it is
+        held (with *wait* false, ``False`` at once when another process has it). Here a
+        no-op: a store whose writers are one at a time needs none (a race that slips through
+        ends in a ConflictError, retried)."""
+        yield True
+
+    def _index_messages(self, conn: Any, first_id: int, last_id: int, *, trigram: bool) -> None:
+        """Index messages ``first_id..last_id`` for search (no-op where the engine does)."""
+
+    def _index_summaries(self, conn: Any, summary_ids: Sequence[str]) -> None:
+        """Index these summaries for search (no-op where the engine does)."""
+
+    #: A case-insensitive LIKE (SQLite's LIKE folds ASCII case; PostgreSQL needs ILIKE).
+    like = "LIKE"
+
+    #: Message ids whose text matches a word query (one ``?``, see :meth:`word_query`).
+    match_ids_sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+
+    def word_query(self, query: str) -> str:
+        """A safe query of quoted terms joined by ``AND`` / ``OR`` (how search builds them)
+        in the syntax of this engine's word index."""
+        return query
+
+    def pending_index_rows(self) -> int:
+        """Messages not yet in every search index."""
+        return 0
+
+    def catch_up_indexes(self, batch: int = 50_000) -> int:
+        """Index what large batches left out; returns rows indexed."""
+        return 0
+
+    def index_terms(self, text: str) -> list[str]:
+        """The distinct terms the word index makes of *text* (stemmed, folded)."""
+        raise NotImplementedError
+
+    def _term_counts(self, table: str, terms: Sequence[str]) -> dict[str, int]:
+        """How many rows of *table* hold each of *terms* (as :meth:`index_terms` makes them)."""
+        raise NotImplementedError
+
+    def backup_to(self, dest: Path) -> None:
+        """Copy the whole store to *dest* while writers go on."""
+        raise StoreError(f"the {self.backend} back end has no built-in backup")
+
+    def fts_problems(self) -> list[tuple[str, str, str]]:
+        """Search-index rows that do not match their sources: (index, id, problem)."""
+        raise NotImplementedError
+
+    def rebuild_fts(self) -> None:
+        """Rebuild every search index from its source table."""
+        raise NotImplementedError
+
+    def foreign_key_problems(self) -> list[tuple[str, int, str, int]]:
+        """Rows whose foreign keys point nowhere: (table, row, parent table, fk index)."""
+        raise NotImplementedError
+
+    def database_size(self) -> dict[str, int]:
+        """Bytes the store takes (``database``, and ``wal`` where there is one)."""
+        raise NotImplementedError
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a read query (used by the integrity checks and reports)."""
+        with self.read() as conn:
+            return list(conn.execute(sql, params).fetchall())
+
+    def applied_migrations(self) -> list[str]:
+        """Names of the migrations recorded in this database, in order."""
+        return [r[0] for r in self.fetchall("SELECT name FROM migrations ORDER BY name")]

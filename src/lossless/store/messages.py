@@ -1,0 +1,526 @@
+"""Conversations and their messages: rows written once, read back exactly."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..codec import dumps, loads
+from ..errors import NotFoundError
+from ..model import (
+    Conversation,
+    ConversationStats,
+    NormalizedMessage,
+    StoredMessage,
+    StoredPart,
+)
+from ..timestamps import format_ts, now
+from .core import (
+    _MESSAGE_INSERT,
+    _PART_INSERT,
+    _TOOL_PARTS,
+    DEFER_TRIGRAM_AT,
+    NO_LIMIT,
+    StoreCore,
+    _loads,
+    _row_id,
+    in_chunks,
+)
+from .toollog import record_tool_executions
+
+__all__ = ["MessageStore"]
+
+
+class MessageStore(StoreCore):
+    """Conversations, messages (with their parts) and the host's records among them."""
+
+    _CONV_COLS = (
+        "conversation_id, session_id, session_key, title, status, created_at, updated_at, metadata"
+    )
+
+    @staticmethod
+    def _conversation(row: Sequence[Any]) -> Conversation:
+        return Conversation(
+            conversation_id=row[0],
+            session_id=row[1],
+            session_key=row[2],
+            title=row[3],
+            status=row[4],
+            created_at=row[5],
+            updated_at=row[6],
+            metadata=_loads(row[7]) or {},
+        )
+
+    def get_or_create_conversation(
+        self,
+        session_id: str,
+        *,
+        session_key: str | None = None,
+        title: str | None = None,
+    ) -> Conversation:
+        """The conversation for *session_id*, created on first use."""
+        with self.transaction() as conn:
+            row = conn.execute(
+                f"SELECT {self._CONV_COLS} FROM conversations WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if row is not None:
+                return self._conversation(row)
+            stamp = format_ts(now())
+            # Another process may create it at the same moment: then its row is the one.
+            created = conn.execute(
+                "INSERT INTO conversations (session_id, session_key, title, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+                " RETURNING conversation_id",
+                (session_id, session_key, title, stamp, stamp),
+            ).fetchone()
+            if created is None:
+                row = conn.execute(
+                    f"SELECT {self._CONV_COLS} FROM conversations WHERE session_id = ?",
+                    (session_id,),
+                ).fetchone()
+                return self._conversation(row)
+            return Conversation(
+                conversation_id=int(created[0]),
+                session_id=session_id,
+                session_key=session_key,
+                title=title,
+                status="active",
+                created_at=stamp,
+                updated_at=stamp,
+            )
+
+    def get_conversation(self, conversation_id: int) -> Conversation:
+        """The conversation with this id; :class:`NotFoundError` if there is none."""
+        rows = self.fetchall(
+            f"SELECT {self._CONV_COLS} FROM conversations WHERE conversation_id = ?",
+            (_row_id(conversation_id),),
+        )
+        if not rows:
+            raise NotFoundError(
+                f"no conversation with id {conversation_id};"
+                " list them with `lossless conversations`"
+            )
+        return self._conversation(rows[0])
+
+    def find_conversation(self, session_id: str) -> Conversation | None:
+        """The conversation whose external session id is *session_id*, if any."""
+        rows = self.fetchall(
+            f"SELECT {self._CONV_COLS} FROM conversations WHERE session_id = ?", (session_id,)
+        )
+        return self._conversation(rows[0]) if rows else None
+
+    def family_ids(self, conversation: Conversation) -> list[int]:
+        """The conversation and the others sharing its session_key (its family)."""
+        if conversation.session_key is None:
+            return [conversation.conversation_id]
+        rows = self.fetchall(
+            "SELECT conversation_id FROM conversations WHERE session_key = ?"
+            " OR conversation_id = ? ORDER BY conversation_id",
+            (conversation.session_key, conversation.conversation_id),
+        )
+        return [int(r[0]) for r in rows]
+
+    def update_conversation(
+        self,
+        conversation_id: int,
+        *,
+        title: str | None = None,
+        session_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        status: str | None = None,
+    ) -> None:
+        """Set the title, family key, status (``active`` / ``archived``) or metadata (merged
+        into what is there) of a conversation."""
+        if status not in (None, "active", "archived"):
+            raise ValueError(f"unknown conversation status {status!r}; use active or archived")
+        with self.transaction() as conn:
+            current = self.get_conversation(conversation_id)
+            merged = {**current.metadata, **metadata} if metadata else current.metadata
+            conn.execute(
+                "UPDATE conversations SET title = coalesce(?, title),"
+                " session_key = coalesce(?, session_key), status = coalesce(?, status),"
+                " metadata = ?, updated_at = ? WHERE conversation_id = ?",
+                (
+                    title,
+                    session_key,
+                    status,
+                    dumps(merged) if merged else None,
+                    format_ts(now()),
+                    conversation_id,
+                ),
+            )
+
+    def list_conversations(self) -> list[ConversationStats]:
+        """Every conversation with its message, summary, token and context counts."""
+        with self.read() as conn:
+            convs = [
+                self._conversation(r)
+                for r in conn.execute(
+                    f"SELECT {self._CONV_COLS} FROM conversations ORDER BY conversation_id"
+                )
+            ]
+            msgs = {
+                r[0]: (r[1], r[2] or 0, r[3])
+                for r in conn.execute(
+                    "SELECT conversation_id, count(*), sum(token_count), max(created_at)"
+                    " FROM messages GROUP BY conversation_id"
+                )
+            }
+            sums: dict[int, dict[int, int]] = {}
+            for cid, depth, n in conn.execute(
+                "SELECT conversation_id, depth, count(*) FROM summaries"
+                " GROUP BY conversation_id, depth"
+            ):
+                sums.setdefault(cid, {})[depth] = n
+            ctx = {
+                r[0]: (r[1], r[2] or 0)
+                for r in conn.execute(
+                    "SELECT ci.conversation_id, count(*),"
+                    " sum(coalesce(m.token_count, s.token_count))"
+                    " FROM context_items ci"
+                    " LEFT JOIN messages m ON m.message_id = ci.message_id"
+                    " LEFT JOIN summaries s ON s.summary_id = ci.summary_id"
+                    " GROUP BY ci.conversation_id"
+                )
+            }
+        out = []
+        for conv in convs:
+            count, tokens, last = msgs.get(conv.conversation_id, (0, 0, None))
+            by_depth = sums.get(conv.conversation_id, {})
+            items, ctx_tokens = ctx.get(conv.conversation_id, (0, 0))
+            out.append(
+                ConversationStats(
+                    conversation=conv,
+                    message_count=count,
+                    message_tokens=tokens,
+                    summary_count=sum(by_depth.values()),
+                    summaries_by_depth=dict(sorted(by_depth.items())),
+                    context_items=items,
+                    context_tokens=ctx_tokens,
+                    last_message_at=last,
+                )
+            )
+        return out
+
+    def existing_external_ids(self, conversation_id: int, ids: Iterable[str]) -> set[str]:
+        """The subset of *ids* already stored in the conversation."""
+        wanted = list(dict.fromkeys(ids))
+        found: set[str] = set()
+        with self.read() as conn:
+            for chunk, marks in in_chunks(wanted):
+                found.update(
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT external_id FROM messages WHERE conversation_id = ?"
+                        f" AND external_id IN ({marks})",
+                        (conversation_id, *chunk),
+                    )
+                )
+        return found
+
+    def append_messages(
+        self, conversation: Conversation, messages: Sequence[NormalizedMessage]
+    ) -> tuple[list[int], int]:
+        """Store *messages* at the end of the conversation and of its context, in one transaction.
+
+        Messages whose external id is already stored (or repeated within the batch) are
+        skipped. Returns the new message ids and the number skipped.
+        """
+        conv_id = conversation.conversation_id
+        with self.transaction() as conn:
+            self._lock_conversation(conn, conv_id)
+            ext_ids = [m.external_id for m in messages if m.external_id is not None]
+            seen = self.existing_external_ids(conv_id, ext_ids) if ext_ids else set()
+            fresh: list[NormalizedMessage] = []
+            for m in messages:
+                if m.external_id is not None:
+                    if m.external_id in seen:
+                        continue
+                    seen.add(m.external_id)
+                fresh.append(m)
+            skipped = len(messages) - len(fresh)
+            if not fresh:
+                return [], skipped
+            # Ids come in one consecutive block, so a batch can be inserted with executemany
+            # and its index rows filled with one statement; seq and ordinal under the
+            # conversation's lock.
+            first_id = self._allocate_ids(conn, "messages", len(fresh))
+            seq0, ord0 = conn.execute(
+                "SELECT (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
+                " (SELECT coalesce(max(ordinal), -1) FROM context_items"
+                "  WHERE conversation_id = ?)",
+                (conv_id, conv_id),
+            ).fetchone()
+            part_count = sum(len(m.parts) for m in fresh)
+            part_id = self._allocate_ids(conn, "message_parts", part_count) - 1 if part_count else 0
+            stamp = format_ts(now())
+            msg_rows = []
+            part_rows = []
+            ctx_rows = []
+            session = conversation.session_id
+            for i, m in enumerate(fresh):
+                mid = first_id + i
+                msg_rows.append(
+                    (
+                        mid,
+                        conv_id,
+                        seq0 + 1 + i,
+                        m.role,
+                        m.content,
+                        m.token_count,
+                        format_ts(m.created_at) if m.created_at is not None else stamp,
+                        m.external_id,
+                        m.source_format,
+                        None if m.envelope is None else dumps(m.envelope),
+                        dumps(m.metadata) if m.metadata else None,
+                        m.host_meta,
+                    )
+                )
+                for j, p in enumerate(m.parts):
+                    part_id += 1
+                    part_rows.append(
+                        (
+                            part_id,
+                            mid,
+                            session,
+                            j,
+                            p.slot,
+                            p.type,
+                            p.text,
+                            p.tool_call_id,
+                            p.tool_name,
+                            None if p.tool_input is None else dumps(p.tool_input),
+                            p.tool_output,
+                            1 if p.is_error else 0,
+                            None if p.raw_is_text else dumps(p.raw),
+                        )
+                    )
+                ctx_rows.append((conv_id, ord0 + 1 + i, mid, stamp))
+            conn.executemany(
+                _MESSAGE_INSERT,
+                msg_rows,
+            )
+            if part_rows:
+                conn.executemany(
+                    _PART_INSERT,
+                    part_rows,
+                )
+            files = [(f, first_id + i) for i, m in enumerate(fresh) for f in m.large_files]
+            if files:
+                conn.executemany(
+                    "INSERT INTO large_files (file_id, conversation_id, message_id,"
+                    " file_name, mime_type, byte_size, token_count, sha256, storage_path,"
+                    " exploration_summary, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (file_id) DO NOTHING",
+                    [
+                        (
+                            f.file_id,
+                            conv_id,
+                            mid,
+                            f.file_name,
+                            f.mime_type,
+                            f.byte_size,
+                            f.token_count,
+                            f.sha256,
+                            f.storage_path,
+                            f.exploration_summary,
+                            stamp,
+                        )
+                        for f, mid in files
+                    ],
+                )
+            conn.executemany(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+                " created_at) VALUES (?, ?, 'message', ?, ?)",
+                ctx_rows,
+            )
+            sealed = [
+                (first_id + i, m.sealed, m.redactions)
+                for i, m in enumerate(fresh)
+                if m.sealed is not None
+            ]
+            if sealed:
+                conn.executemany(
+                    "INSERT INTO redacted_originals (message_id, sealed, secrets) VALUES (?, ?, ?)",
+                    sealed,
+                )
+            last_id = first_id + len(fresh) - 1
+            self._index_messages(conn, first_id, last_id, trigram=len(fresh) < DEFER_TRIGRAM_AT)
+            if any(p.type in _TOOL_PARTS for m in fresh for p in m.parts):
+                record_tool_executions(conn, conv_id, first_id, last_id)
+            return list(range(first_id, last_id + 1)), skipped
+
+    _MSG_COLS = (
+        "message_id, conversation_id, seq, role, content, token_count, created_at, external_id,"
+        " source_format, envelope, metadata, host_meta"
+    )
+
+    def _messages_with_parts(self, conn: Any, rows: list[tuple[Any, ...]]) -> list[StoredMessage]:
+        if not rows:
+            return []
+        parts: dict[int, list[StoredPart]] = {}
+        ids = [r[0] for r in rows]
+        for chunk, marks in in_chunks(ids):
+            for p in conn.execute(
+                "SELECT part_id, message_id, ordinal, slot, part_type, text, tool_call_id,"
+                " tool_name, tool_input, tool_output, is_error, raw FROM message_parts"
+                f" WHERE message_id IN ({marks}) ORDER BY message_id, ordinal",
+                chunk,
+            ):
+                parts.setdefault(p[1], []).append(
+                    StoredPart(
+                        part_id=p[0],
+                        message_id=p[1],
+                        ordinal=p[2],
+                        slot=p[3],
+                        type=p[4],
+                        text=p[5],
+                        tool_call_id=p[6],
+                        tool_name=p[7],
+                        tool_input=_loads(p[8]),
+                        tool_output=p[9],
+                        is_error=bool(p[10]),
+                        raw=p[5] if p[11] is None else loads(p[11]),
+                    )
+                )
+        return [
+            StoredMessage(
+                message_id=r[0],
+                conversation_id=r[1],
+                seq=r[2],
+                role=r[3],
+                content=r[4],
+                token_count=r[5],
+                created_at=r[6],
+                external_id=r[7],
+                source_format=r[8],
+                envelope=_loads(r[9]),
+                metadata=_loads(r[10]),
+                parts=tuple(parts.get(r[0], ())),
+                host_meta=r[11],
+            )
+            for r in rows
+        ]
+
+    def get_messages(
+        self, conversation_id: int, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Messages of a conversation in seq order, after *after_seq*, at most *limit*."""
+        with self.read() as conn:
+            rows = conn.execute(
+                f"SELECT {self._MSG_COLS} FROM messages WHERE conversation_id = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (conversation_id, after_seq, NO_LIMIT if limit is None else limit),
+            ).fetchall()
+            return self._messages_with_parts(conn, rows)
+
+    def get_message(self, message_id: int) -> StoredMessage:
+        """One message with its parts; :class:`NotFoundError` if there is none."""
+        with self.read() as conn:
+            rows = conn.execute(
+                f"SELECT {self._MSG_COLS} FROM messages WHERE message_id = ?",
+                (_row_id(message_id),),
+            ).fetchall()
+            if not rows:
+                raise NotFoundError(f"no message msg#{message_id}; search with `lossless grep`")
+            return self._messages_with_parts(conn, rows)[0]
+
+    def last_messages(self, conversation_id: int, count: int) -> list[StoredMessage]:
+        """The newest *count* messages of a conversation, oldest first."""
+        with self.read() as conn:
+            rows = conn.execute(
+                f"SELECT {self._MSG_COLS} FROM messages WHERE conversation_id = ?"
+                " ORDER BY seq DESC LIMIT ?",
+                (conversation_id, count),
+            ).fetchall()
+            return self._messages_with_parts(conn, rows[::-1])
+
+    def message_count(self, conversation_id: int | None = None) -> int:
+        """Messages stored, in one conversation or in all."""
+        if conversation_id is None:
+            return int(self.fetchall("SELECT count(*) FROM messages")[0][0])
+        return int(
+            self.fetchall(
+                "SELECT count(*) FROM messages WHERE conversation_id = ?", (conversation_id,)
+            )[0][0]
+        )
+
+    def get_messages_by_id(self, message_ids: Sequence[int]) -> list[StoredMessage]:
+        """Messages by id, in the order given."""
+        ids = list(message_ids)
+        found: dict[int, StoredMessage] = {}
+        queryable = [_row_id(i) for i in ids]
+        with self.read() as conn:
+            for chunk, marks in in_chunks(queryable):
+                rows = conn.execute(
+                    f"SELECT {self._MSG_COLS} FROM messages WHERE message_id IN ({marks})", chunk
+                ).fetchall()
+                for m in self._messages_with_parts(conn, rows):
+                    found[m.message_id] = m
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise NotFoundError(f"no message msg#{missing[0]}; search with `lossless grep`")
+        return [found[i] for i in ids]
+
+    def messages_after(
+        self, conversation_id: int, message_id: int | None, *, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Messages of a conversation after *message_id* (all of them for ``None``), in seq
+        order, at most *limit*."""
+        with self.read() as conn:
+            after = 0
+            if message_id is not None:
+                row = conn.execute(
+                    "SELECT seq FROM messages WHERE message_id = ? AND conversation_id = ?",
+                    (message_id, conversation_id),
+                ).fetchone()
+                if row is None:
+                    raise NotFoundError(
+                        f"no message msg#{message_id} in conversation {conversation_id}"
+                    )
+                after = int(row[0])
+            rows = conn.execute(
+                f"SELECT {self._MSG_COLS} FROM messages WHERE conversation_id = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (conversation_id, after, NO_LIMIT if limit is None else limit),
+            ).fetchall()
+            return self._messages_with_parts(conn, rows)
+
+    def message_seq(self, message_id: int) -> int:
+        """The seq of a message: its position in its conversation, which is also how many
+        messages the conversation had once it was stored (seqs are 1, 2, ... with no gaps)."""
+        rows = self.fetchall("SELECT seq FROM messages WHERE message_id = ?", (message_id,))
+        if not rows:
+            raise NotFoundError(f"no message msg#{message_id}; search with `lossless grep`")
+        return int(rows[0][0])
+
+    def host_record_seq(self, conversation_id: int, kinds: Sequence[str]) -> int | None:
+        """The seq of the newest message that is a host record of one of *kinds*."""
+        marks = ", ".join("?" for _ in kinds)
+        with self.read() as conn:
+            row = conn.execute(
+                "SELECT max(seq) FROM messages WHERE conversation_id = ?"
+                f" AND host_meta IN ({marks})",
+                (conversation_id, *kinds),
+            ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def host_record_mentions(
+        self, conversation_id: int, kind: str, after_seq: int, needle: str
+    ) -> bool:
+        """Whether a host record of *kind* after *after_seq* holds *needle*."""
+        pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        with self.read() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM messages WHERE conversation_id = ? AND host_meta = ? AND seq > ?"
+                " AND content LIKE ? ESCAPE '\\' LIMIT 1",
+                (conversation_id, kind, after_seq, pattern),
+            ).fetchone()
+        return row is not None
+
+    def sealed_original(self, message_id: int) -> bytes | None:
+        """The encrypted original of a redacted message (``None`` when none was kept)."""
+        rows = self.fetchall(
+            "SELECT sealed FROM redacted_originals WHERE message_id = ?", (message_id,)
+        )
+        return bytes(rows[0][0]) if rows else None

@@ -1,0 +1,557 @@
+"""Summaries and their DAG: writing a pass, maintenance (rewrite, dissolve) and transplant."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..codec import content_hash, dumps, loads
+from ..errors import ConflictError, NotFoundError, StoreError
+from ..model import (
+    ContextItem,
+    Conversation,
+    Summary,
+)
+from ..timestamps import format_ts, now
+from .context import ContextStore
+from .core import (
+    _MESSAGE_INSERT,
+    _PART_INSERT,
+    DEFER_TRIGRAM_AT,
+    in_chunks,
+)
+from .toollog import record_tool_executions
+
+__all__ = ["SummaryStore"]
+
+
+class SummaryStore(ContextStore):
+    """The summary DAG (over the context it rewrites)."""
+
+    _SUM_COLS = (
+        "summary_id, conversation_id, kind, depth, content, token_count, created_at,"
+        " earliest_at, latest_at, descendant_count, file_ids, model"
+    )
+
+    _SUM_INSERT = f"INSERT INTO summaries ({_SUM_COLS}) VALUES ({', '.join('?' * 12)})"
+
+    #: What is read back: the written columns and the retirement marks.
+    _SUM_READ = _SUM_COLS + ", retired_reason, superseded_by"
+
+    @staticmethod
+    def _summary(row: Sequence[Any]) -> Summary:
+        return Summary(
+            summary_id=row[0],
+            conversation_id=row[1],
+            kind=row[2],
+            depth=row[3],
+            content=row[4],
+            token_count=row[5],
+            created_at=row[6],
+            earliest_at=row[7],
+            latest_at=row[8],
+            descendant_count=row[9],
+            file_ids=tuple(loads(row[10]) or ()),
+            model=row[11],
+            retired_reason=row[12] if len(row) > 12 else None,
+            superseded_by=row[13] if len(row) > 13 else None,
+        )
+
+    def get_summaries(self, summary_ids: Sequence[str]) -> list[Summary]:
+        """Summaries by id, in the order given; :class:`NotFoundError` for an unknown id."""
+        ids = list(summary_ids)
+        found: dict[str, Summary] = {}
+        queryable = [i for i in ids if isinstance(i, str) and i.isascii()]  # ids are ASCII
+        with self.read() as conn:
+            for chunk, marks in in_chunks(queryable):
+                for row in conn.execute(
+                    f"SELECT {self._SUM_READ} FROM summaries WHERE summary_id IN ({marks})", chunk
+                ):
+                    found[row[0]] = self._summary(row)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise NotFoundError(
+                f"no summary {missing[0]}; summary ids look like sum_0123456789abcdef"
+            )
+        return [found[i] for i in ids]
+
+    def summary_sources(self, summary_id: str) -> tuple[list[str], list[int]]:
+        """The summaries a condensed summary was made from, and the messages a leaf covers."""
+        parents = [
+            r[0]
+            for r in self.fetchall(
+                "SELECT parent_summary_id FROM summary_parents WHERE summary_id = ?"
+                " ORDER BY ordinal",
+                (summary_id,),
+            )
+        ]
+        messages = [
+            r[0]
+            for r in self.fetchall(
+                "SELECT message_id FROM summary_messages WHERE summary_id = ? ORDER BY ordinal",
+                (summary_id,),
+            )
+        ]
+        return parents, messages
+
+    def parents_of(self, summary_ids: Sequence[str]) -> dict[str, list[str]]:
+        """The summaries each of *summary_ids* was made from, in source order, in one query
+        per 500 ids (leaves map to an empty list)."""
+        out: dict[str, list[str]] = {sid: [] for sid in summary_ids}
+        ids = list(out)
+        with self.read() as conn:
+            for chunk, marks in in_chunks(ids):
+                for sid, parent in conn.execute(
+                    "SELECT summary_id, parent_summary_id FROM summary_parents"
+                    f" WHERE summary_id IN ({marks}) ORDER BY summary_id, ordinal",
+                    chunk,
+                ):
+                    out[sid].append(parent)
+        return out
+
+    def covering(self, ref: str | int) -> list[str]:
+        """The summaries made from *ref*: leaves covering a message id, or the condensed
+        summaries made from a summary id."""
+        if isinstance(ref, int):
+            rows = self.fetchall(
+                "SELECT sm.summary_id FROM summary_messages sm JOIN summaries s"
+                " ON s.summary_id = sm.summary_id WHERE sm.message_id = ?"
+                " AND s.retired_at IS NULL",
+                (ref,),
+            )
+        else:
+            rows = self.fetchall(
+                "SELECT sp.summary_id FROM summary_parents sp JOIN summaries s"
+                " ON s.summary_id = sp.summary_id WHERE sp.parent_summary_id = ?"
+                " AND s.retired_at IS NULL",
+                (ref,),
+            )
+        return [r[0] for r in rows]
+
+    def summary_counts(self, conversation_id: int) -> dict[int, int]:
+        """Summaries of a conversation by depth."""
+        rows = self.fetchall(
+            "SELECT depth, count(*) FROM summaries WHERE conversation_id = ? GROUP BY depth",
+            (conversation_id,),
+        )
+        return {int(d): int(n) for d, n in rows}
+
+    def write_summary(
+        self,
+        summary: Summary,
+        sources: Sequence[ContextItem],
+    ) -> None:
+        """Store *summary* and put it in place of *sources* in the context: one transaction.
+
+        *sources* are consecutive context items (messages for a leaf, same-depth summaries for
+        a condensed summary). If the context changed since they were read, nothing is written
+        and :class:`ConflictError` is raised (retrying the pass is safe).
+        """
+        if not sources:
+            raise ValueError("a summary needs at least one source")
+        conv = summary.conversation_id
+        first, last = sources[0].ordinal, sources[-1].ordinal
+        with self.transaction() as conn:
+            self._lock_conversation(conn, conv)
+            current = conn.execute(
+                "SELECT ordinal, message_id, summary_id FROM context_items"
+                " WHERE conversation_id = ? AND ordinal BETWEEN ? AND ? ORDER BY ordinal",
+                (conv, first, last),
+            ).fetchall()
+            expected = [(i.ordinal, i.message_id, i.summary_id) for i in sources]
+            if [tuple(r) for r in current] != expected:
+                raise ConflictError(
+                    f"the context of conversation {conv} changed during compaction; run it again"
+                )
+            conn.execute(self._SUM_INSERT, _summary_row(summary))
+            if summary.kind == "leaf":
+                conn.executemany(
+                    "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
+                    " VALUES (?, ?, ?)",
+                    [(summary.summary_id, i.message_id, n) for n, i in enumerate(sources)],
+                )
+            else:
+                conn.executemany(
+                    "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
+                    " VALUES (?, ?, ?)",
+                    [(summary.summary_id, i.summary_id, n) for n, i in enumerate(sources)],
+                )
+            self._index_summaries(conn, [summary.summary_id])
+            conn.execute(
+                "DELETE FROM context_items WHERE conversation_id = ? AND ordinal BETWEEN ? AND ?",
+                (conv, first, last),
+            )
+            conn.execute(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, summary_id,"
+                " created_at) VALUES (?, ?, 'summary', ?, ?)",
+                (conv, first, summary.summary_id, summary.created_at),
+            )
+            self._shift_ordinals(conn, conv, after=last, by=-(last - first))
+
+    def degraded_summaries(
+        self, conversation_id: int | None, marker: str
+    ) -> list[tuple[Summary, str]]:
+        """Live summaries written by the deterministic fallback, or ending in *marker* (cut
+        to size), with the reason, shallowest first."""
+        where = " AND conversation_id = ?" if conversation_id is not None else ""
+        rows = self.fetchall(
+            f"SELECT {self._SUM_READ} FROM summaries WHERE retired_at IS NULL"
+            " AND (model = 'fallback' OR substr(content, -length(?)) = ?)"
+            f"{where} ORDER BY depth, created_at, rowid",
+            [marker, marker, *([conversation_id] if conversation_id is not None else [])],
+        )
+        found = []
+        for r in rows:
+            summary = self._summary(r)
+            why = "fallback" if summary.model == "fallback" else "truncated"
+            found.append((summary, why))
+        return found
+
+    def live_summaries(
+        self, conversation_id: int | None, *, depth: int | None = None
+    ) -> list[Summary]:
+        """Summaries not retired, shallowest first (optionally of one conversation / depth)."""
+        where, params = "", []
+        if conversation_id is not None:
+            where += " AND conversation_id = ?"
+            params.append(conversation_id)
+        if depth is not None:
+            where += " AND depth = ?"
+            params.append(depth)
+        rows = self.fetchall(
+            f"SELECT {self._SUM_READ} FROM summaries WHERE retired_at IS NULL{where}"
+            " ORDER BY depth, created_at, rowid",
+            params,
+        )
+        return [self._summary(r) for r in rows]
+
+    def replace_summaries(self, replacements: Sequence[tuple[str, Summary]]) -> None:
+        """Put each new summary in place of the old one, in order (shallowest first), in one
+        transaction: the new one gets the old one's sources (a replaced source mapped to its
+        replacement), takes its place in the context and under the summaries made from it,
+        and the old one is retired as ``rewritten`` (kept, with its edges, naming its
+        successor). :class:`ConflictError`, changing nothing, if an old one is retired."""
+        mapping = {old: new.summary_id for old, new in replacements}
+        stamp = format_ts(now())
+        with self.transaction() as conn:
+            for conv in sorted({new.conversation_id for _, new in replacements}):
+                self._lock_conversation(conn, conv)
+            for old, new in replacements:
+                row = conn.execute(
+                    "SELECT retired_at FROM summaries WHERE summary_id = ?", (old,)
+                ).fetchone()
+                if row is None:
+                    raise NotFoundError(f"no summary {old}")
+                if row[0] is not None:
+                    raise ConflictError(f"{old} was retired meanwhile; run the command again")
+                conn.execute(self._SUM_INSERT, _summary_row(new))
+                conn.execute(
+                    "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
+                    " SELECT ?, message_id, ordinal FROM summary_messages WHERE summary_id = ?",
+                    (new.summary_id, old),
+                )
+                conn.executemany(
+                    "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
+                    " VALUES (?, ?, ?)",
+                    [
+                        (new.summary_id, mapping.get(parent, parent), ordinal)
+                        for parent, ordinal in conn.execute(
+                            "SELECT parent_summary_id, ordinal FROM summary_parents"
+                            " WHERE summary_id = ?",
+                            (old,),
+                        ).fetchall()
+                    ],
+                )
+                # live summaries made from the old one now stand on the new one
+                conn.execute(
+                    "UPDATE summary_parents SET parent_summary_id = ? WHERE parent_summary_id = ?"
+                    " AND summary_id IN (SELECT summary_id FROM summaries"
+                    "  WHERE retired_at IS NULL AND summary_id <> ?)",
+                    (new.summary_id, old, new.summary_id),
+                )
+                conn.execute(
+                    "UPDATE context_items SET summary_id = ? WHERE summary_id = ?"
+                    " AND conversation_id = ?",
+                    (new.summary_id, old, new.conversation_id),
+                )
+                conn.execute(
+                    "UPDATE summaries SET retired_at = ?, retired_reason = 'rewritten',"
+                    " superseded_by = ? WHERE summary_id = ?",
+                    (stamp, new.summary_id, old),
+                )
+                self._index_summaries(conn, [new.summary_id])
+
+    def dissolve_summary(self, summary_id: str) -> list[ContextItem]:
+        """Put a context summary's sources back into the context in its place (its parent
+        summaries, or a leaf's messages) and retire it as ``dissolved`` — one transaction.
+        Returns the items put back."""
+        with self.transaction() as conn:
+            row = conn.execute(
+                "SELECT conversation_id, ordinal FROM context_items WHERE summary_id = ?",
+                (summary_id,),
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(
+                    f"{summary_id} is not in an active context, so there is nothing to"
+                    " dissolve in its place; dissolve the summary above it first"
+                )
+            conv, ordinal = row
+            self._lock_conversation(conn, conv)
+            parents = conn.execute(
+                "SELECT parent_summary_id FROM summary_parents WHERE summary_id = ?"
+                " ORDER BY ordinal",
+                (summary_id,),
+            ).fetchall()
+            messages = conn.execute(
+                "SELECT message_id FROM summary_messages WHERE summary_id = ? ORDER BY ordinal",
+                (summary_id,),
+            ).fetchall()
+            sources = [("summary", None, r[0]) for r in parents] + [
+                ("message", r[0], None) for r in messages
+            ]
+            if not sources:
+                raise ConflictError(f"{summary_id} has no sources to put back")
+            stamp = format_ts(now())
+            conn.execute(
+                "DELETE FROM context_items WHERE conversation_id = ? AND ordinal = ?",
+                (conv, ordinal),
+            )
+            self._shift_ordinals(conn, conv, after=ordinal, by=len(sources) - 1)
+            conn.executemany(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+                " summary_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (conv, ordinal + n, kind, mid, sid, stamp)
+                    for n, (kind, mid, sid) in enumerate(sources)
+                ],
+            )
+            conn.execute(
+                "UPDATE summaries SET retired_at = ?, retired_reason = 'dissolved'"
+                " WHERE summary_id = ?",
+                (stamp, summary_id),
+            )
+        items = self.context(int(conv))
+        return items[ordinal : ordinal + len(sources)]
+
+    def context_summaries(self, conversation_id: int) -> list[Summary]:
+        """The summaries in a conversation's context, in ordinal order."""
+        rows = self.fetchall(
+            f"SELECT {', '.join('s.' + c.strip() for c in self._SUM_READ.split(','))}"
+            " FROM context_items ci JOIN summaries s ON s.summary_id = ci.summary_id"
+            " WHERE ci.conversation_id = ? AND ci.item_type = 'summary' ORDER BY ci.ordinal",
+            (conversation_id,),
+        )
+        return [self._summary(r) for r in rows]
+
+    def summary_dag(self, summary_ids: Sequence[str]) -> list[Summary]:
+        """*summary_ids* and every summary beneath them (recursively through
+        ``summary_parents``), each once, in topological order: depth ascending, creation
+        order within a depth."""
+        if not summary_ids:
+            return []
+        cols = ", ".join("s." + c.strip() for c in self._SUM_READ.split(","))
+        marks = ",".join("(?)" for _ in summary_ids)
+        rows = self.fetchall(
+            f"WITH RECURSIVE below(sid) AS (VALUES {marks}"
+            "  UNION SELECT sp.parent_summary_id FROM summary_parents sp"
+            "  JOIN below b ON sp.summary_id = b.sid)"
+            f" SELECT {cols} FROM below b JOIN summaries s ON s.summary_id = b.sid"
+            " ORDER BY s.depth, s.created_at, s.rowid",
+            list(summary_ids),
+        )
+        return [self._summary(r) for r in rows]
+
+    def linked_message_ids(self, summary_ids: Sequence[str]) -> list[int]:
+        """The messages the given leaf summaries cover, each once, in id order."""
+        found: set[int] = set()
+        ids = list(summary_ids)
+        with self.read() as conn:
+            for chunk, marks in in_chunks(ids):
+                found.update(
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT message_id FROM summary_messages WHERE summary_id IN ({marks})",
+                        chunk,
+                    )
+                )
+        return sorted(found)
+
+    def summary_hashes(self, conversation_id: int) -> set[str]:
+        """SHA-256 of the content of every summary of a conversation."""
+        return {
+            content_hash(r[0])
+            for r in self.fetchall(
+                "SELECT content FROM summaries WHERE conversation_id = ?", (conversation_id,)
+            )
+        }
+
+    def transplant(
+        self,
+        source_id: int,
+        target: Conversation,
+        context_ids: Sequence[str],
+        dag: Sequence[Summary],
+        message_ids: Sequence[int],
+        new_summary_id: Callable[[], str],
+    ) -> tuple[dict[str, str], dict[int, int]]:
+        """Copy *dag* (topologically ordered) and *message_ids* into *target* and prepend
+        *context_ids*' copies to its context — one transaction. Raises
+        :class:`ConflictError`, changing nothing, when the source's context summaries are no
+        longer *context_ids*. Returns the summary and message id mappings (old → new)."""
+        try:
+            return self._transplant(
+                source_id, target, context_ids, dag, message_ids, new_summary_id
+            )
+        except self.errors as exc:
+            raise StoreError(
+                f"the transplant into conversation {target.conversation_id} failed and was"
+                f" rolled back, nothing changed: {exc}"
+            ) from exc
+
+    def _transplant(
+        self,
+        source_id: int,
+        target: Conversation,
+        context_ids: Sequence[str],
+        dag: Sequence[Summary],
+        message_ids: Sequence[int],
+        new_summary_id: Callable[[], str],
+    ) -> tuple[dict[str, str], dict[int, int]]:
+        tgt = target.conversation_id
+        with self.transaction() as conn:
+            for conv in sorted({source_id, tgt}):
+                self._lock_conversation(conn, conv)
+            current = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT summary_id FROM context_items WHERE conversation_id = ?"
+                    " AND item_type = 'summary' ORDER BY ordinal",
+                    (source_id,),
+                )
+            ]
+            if current != list(context_ids):
+                raise ConflictError(
+                    f"the context of conversation {source_id} changed since the transplant was"
+                    " planned; run it again"
+                )
+            stamp = format_ts(now())
+            # messages, with fresh ids and seq numbers at the target's end
+            first_id = self._allocate_ids(conn, "messages", len(message_ids)) if message_ids else 0
+            (seq0,) = conn.execute(
+                "SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?", (tgt,)
+            ).fetchone()
+            msg_map = {old: first_id + i for i, old in enumerate(message_ids)}
+            for chunk, marks in in_chunks(message_ids):
+                rows = conn.execute(
+                    "SELECT message_id, role, content, token_count, created_at, source_format,"
+                    f" envelope, metadata, host_meta FROM messages WHERE message_id IN ({marks})",
+                    chunk,
+                ).fetchall()
+                conn.executemany(
+                    _MESSAGE_INSERT,
+                    [
+                        # the copy keeps no external id: the target's own imports never match it
+                        (
+                            msg_map[r[0]],
+                            tgt,
+                            seq0 + msg_map[r[0]] - first_id + 1,
+                            *r[1:5],
+                            None,
+                            *r[5:],
+                        )
+                        for r in rows
+                    ],
+                )
+                parts = conn.execute(
+                    "SELECT message_id, ordinal, slot, part_type, text, tool_call_id, tool_name,"
+                    " tool_input, tool_output, is_error, raw FROM message_parts"
+                    f" WHERE message_id IN ({marks}) ORDER BY message_id, ordinal",
+                    chunk,
+                ).fetchall()
+                if parts:
+                    part_id = self._allocate_ids(conn, "message_parts", len(parts))
+                    conn.executemany(
+                        _PART_INSERT,
+                        [
+                            (part_id + n, msg_map[r[0]], target.session_id, *r[1:])
+                            for n, r in enumerate(parts)
+                        ],
+                    )
+            if message_ids:
+                last_id = first_id + len(message_ids) - 1
+                self._index_messages(
+                    conn, first_id, last_id, trigram=len(message_ids) < DEFER_TRIGRAM_AT
+                )
+                record_tool_executions(conn, tgt, first_id, last_id)
+            # summaries in topological order, with their edges remapped, in bulk
+            sum_map = {summary.summary_id: new_summary_id() for summary in dag}
+            conn.executemany(
+                self._SUM_INSERT,
+                [
+                    _summary_row(
+                        summary, summary_id=sum_map[summary.summary_id], conversation_id=tgt
+                    )
+                    for summary in dag
+                ],
+            )
+            old_ids = list(sum_map)
+            for some, marks in in_chunks(old_ids):
+                conn.executemany(
+                    "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
+                    " VALUES (?, ?, ?)",
+                    [
+                        (sum_map[child], sum_map[parent], ordinal)
+                        for child, parent, ordinal in conn.execute(
+                            "SELECT summary_id, parent_summary_id, ordinal FROM summary_parents"
+                            f" WHERE summary_id IN ({marks})",
+                            some,
+                        ).fetchall()
+                    ],
+                )
+                conn.executemany(
+                    "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
+                    " VALUES (?, ?, ?)",
+                    [
+                        (sum_map[sid], msg_map[mid], ordinal)
+                        for sid, mid, ordinal in conn.execute(
+                            "SELECT summary_id, message_id, ordinal FROM summary_messages"
+                            f" WHERE summary_id IN ({marks})",
+                            some,
+                        ).fetchall()
+                    ],
+                )
+            self._index_summaries(conn, list(sum_map.values()))
+            # the context: existing items move up, the copies of the context summaries first
+            self._shift_ordinals(conn, tgt, after=-1, by=len(context_ids))
+            conn.executemany(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, summary_id,"
+                " created_at) VALUES (?, ?, 'summary', ?, ?)",
+                [(tgt, n, sum_map[sid], stamp) for n, sid in enumerate(context_ids)],
+            )
+            conn.execute(
+                "UPDATE conversations SET updated_at = ? WHERE conversation_id = ?", (stamp, tgt)
+            )
+        return sum_map, msg_map
+
+
+# --- integrity -------------------------------------------------------------------------
+
+
+def _summary_row(
+    summary: Summary, *, summary_id: str | None = None, conversation_id: int | None = None
+) -> tuple[Any, ...]:
+    """A summary as the values of ``_SUM_INSERT`` (with another id or owner for a copy)."""
+    return (
+        summary_id or summary.summary_id,
+        summary.conversation_id if conversation_id is None else conversation_id,
+        summary.kind,
+        summary.depth,
+        summary.content,
+        summary.token_count,
+        summary.created_at,
+        summary.earliest_at,
+        summary.latest_at,
+        summary.descendant_count,
+        dumps(list(summary.file_ids)),
+        summary.model,
+    )
