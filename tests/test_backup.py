@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import queue
 import sqlite3
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ SMALL = Config().replace(
     large_file_token_threshold=200,
 )
 WRITER = """
-import sys, time
+import sys
 from lossless import Engine, Config
 with Engine.open(sys.argv[1], config=Config()) as engine:
     print("ready", flush=True)
@@ -34,8 +35,51 @@ with Engine.open(sys.argv[1], config=Config()) as engine:
     while True:
         engine.ingest_batch("live", [{"role": "user", "content": f"live write {n} {k}"}
                                      for k in range(50)])
+        print(f"committed {n}", flush=True)
         n += 1
 """
+#: Longest wait for the writer's next line; it commits a batch every few milliseconds.
+STALL_SECONDS = 60
+
+
+class Writer:
+    """The WRITER child process; its lines (one per committed batch) in a queue."""
+
+    def __init__(self, db: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE, text=True
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.reader = threading.Thread(target=self._pump, daemon=True)
+        self.reader.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)  # it ended
+
+    def next_line(self) -> str:
+        """The writer's next line; fails if it ends or says nothing for STALL_SECONDS."""
+        try:
+            line = self.lines.get(timeout=STALL_SECONDS)
+        except queue.Empty:
+            pytest.fail(f"the writer printed nothing for {STALL_SECONDS} s")
+        if line is None:
+            pytest.fail(f"the writer ended (exit code {self.proc.wait()})")
+        return line
+
+    def committed(self) -> None:
+        """Wait for the writer's next committed batch."""
+        line = self.next_line()
+        assert line.startswith("committed "), line
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self.reader.join(timeout=30)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
 
 
 def filled(path: Path) -> Engine:
@@ -67,19 +111,18 @@ def test_a_backup_taken_while_another_process_writes_is_whole_and_consistent(
     engine.ingest_batch(
         "bulk", [{"role": "user", "content": f"bulk {i} " * 20} for i in range(3_000)]
     )
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE, text=True
-    )
+    writer = Writer(db)
     try:
-        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
-        time.sleep(0.3)
+        assert writer.next_line() == "ready"
+        writer.committed()  # writes are under way before the backup starts
         before = count(db, "messages")
         report = engine.backup(tmp_path / "copy.db")
-        time.sleep(0.3)
-        after = count(db, "messages")
+        after = before
+        while after == before:  # until a batch has landed since `before` (one line each)
+            writer.committed()
+            after = count(db, "messages")
     finally:
-        writer.kill()
-        writer.wait()
+        writer.stop()
     assert report.problems == []
     assert before <= report.messages <= after and after > before  # writes went on
     copied = count(tmp_path / "copy.db", "messages")

@@ -51,6 +51,7 @@ from lossless.ingest.shapes import FORMATS
 from lossless.ingest.transcripts import FORMATS as TRANSCRIPT_FORMATS
 from lossless.retrieval.grants import GrantError
 from lossless.retrieval.grep import GrepError, GrepResult, grep
+from lossless.timestamps import format_ts, now
 
 # --- settings ------------------------------------------------------------------------------
 
@@ -511,9 +512,19 @@ def test_timestamps_at_the_edge_of_the_calendar_never_abort_an_import(
         {"role": "user", "content": "after"},
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    started = format_ts(now())
     [report] = engine.import_path(path)
     assert report.imported == 2  # the time is not usable: the ingest time stands in
-    engine.ingest(fresh(), {"role": "toolResult", "content": "x", "timestamp": stamp})
+    imported = engine.messages(report.conversation_id)
+    assert [m.to_source() for m in imported] == lines  # the stamp itself is kept as written
+    tool_result = {"role": "toolResult", "content": "x", "timestamp": stamp}
+    conv = fresh()
+    engine.ingest(conv, tool_result)
+    [stored] = engine.messages(conv)
+    assert stored.to_source() == tool_result
+    assert (stored.role, stored.content) == ("tool", "x")
+    for message in (*imported, stored):
+        assert started <= message.created_at <= format_ts(now())
 
 
 def test_a_message_nested_deeper_than_json_can_encode_is_refused(engine: Engine) -> None:
@@ -1222,13 +1233,7 @@ def test_non_finite_numbers_are_refused_by_the_config_loader(
         {"LOSSLESS_GRANT_TTL_SECONDS": str(10**12)},
     ],
 )
-def test_integer_settings_the_engine_cannot_use_are_refused(
-    tmp_path: Path, env: dict[str, str]
-) -> None:
-    try:
-        config = load_config(env=env)
-    except ConfigError:
-        return
-    with Engine.open(tmp_path / "big.db", config=config) as engine:
-        engine.ingest("s", {"role": "user", "content": "what is the port? 9043"})
-        engine.expand_query("what is the port?", conversation="s")
+def test_integer_settings_the_engine_cannot_use_are_refused(env: dict[str, str]) -> None:
+    [name] = env
+    with pytest.raises(ConfigError, match=rf"config key '\w+' .*\(from {name}\)"):
+        load_config(env=env)
