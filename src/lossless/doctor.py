@@ -28,23 +28,6 @@ class Problem:
         return {"check": self.check, "ids": self.ids, "detail": self.detail, "fix": self.fix}
 
 
-_REACHABLE = """
-WITH RECURSIVE reach(summary_id) AS (
-  SELECT summary_id FROM context_items WHERE item_type = 'summary'
-  UNION
-  SELECT sp.parent_summary_id FROM summary_parents sp JOIN reach r ON sp.summary_id = r.summary_id
-),
-placed(message_id) AS (
-  SELECT message_id FROM context_items WHERE message_id IS NOT NULL
-  UNION SELECT message_id FROM context_removals
-  UNION SELECT sm.message_id FROM summary_messages sm JOIN reach r ON r.summary_id = sm.summary_id
-)
-SELECT m.conversation_id, m.message_id FROM messages m
-WHERE m.message_id IN (SELECT message_id FROM messages EXCEPT SELECT message_id FROM placed)
-ORDER BY m.message_id LIMIT ?
-"""
-
-
 def check(store: Store, *, degraded: bool = False) -> list[Problem]:
     """Run every integrity check; an empty list means the store is consistent. With
     *degraded*, also list the summaries ``doctor --apply`` would re-summarize (written by the
@@ -62,10 +45,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
             )
         )
 
-    for conv, count, low, high in store.fetchall(
-        "SELECT conversation_id, count(*), min(ordinal), max(ordinal) FROM context_items"
-        " GROUP BY conversation_id HAVING min(ordinal) <> 0 OR max(ordinal) <> count(*) - 1"
-    ):
+    for conv, count, low, high in store.ordinal_gaps():
         add(
             Problem(
                 "context ordinals",
@@ -75,19 +55,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
             )
         )
 
-    for conv, ordinal, kind, ident in store.fetchall(
-        "SELECT ci.conversation_id, ci.ordinal, ci.item_type,"
-        " coalesce(CAST(ci.message_id AS TEXT), ci.summary_id)"
-        " FROM context_items ci"
-        " LEFT JOIN messages m ON m.message_id = ci.message_id"
-        " LEFT JOIN summaries s ON s.summary_id = ci.summary_id"
-        " WHERE (ci.item_type = 'message' AND (m.message_id IS NULL"
-        "        OR m.conversation_id <> ci.conversation_id))"
-        "    OR (ci.item_type = 'summary' AND (s.summary_id IS NULL"
-        "        OR s.conversation_id <> ci.conversation_id))"
-        " LIMIT ?",
-        (_LIMIT,),
-    ):
+    for conv, ordinal, kind, ident in store.dangling_items(_LIMIT):
         add(
             Problem(
                 "context items",
@@ -97,7 +65,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
             )
         )
 
-    for conv, mid in store.fetchall(_REACHABLE, (_LIMIT,)):
+    for conv, mid in store.unplaced_messages(_LIMIT):
         add(
             Problem(
                 "reachability",
@@ -109,15 +77,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
             )
         )
 
-    for sid, kind in store.fetchall(
-        "SELECT s.summary_id, s.kind FROM summaries s WHERE"
-        " (s.kind = 'leaf' AND NOT EXISTS"
-        "   (SELECT 1 FROM summary_messages sm WHERE sm.summary_id = s.summary_id))"
-        " OR (s.kind = 'condensed' AND NOT EXISTS"
-        "   (SELECT 1 FROM summary_parents sp WHERE sp.summary_id = s.summary_id))"
-        " LIMIT ?",
-        (_LIMIT,),
-    ):
+    for sid, kind in store.orphan_summaries(_LIMIT):
         add(
             Problem(
                 "summary sources",
@@ -127,35 +87,19 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
             )
         )
 
-    for sid, other, conv in store.fetchall(
-        "SELECT sm.summary_id, 'msg#' || sm.message_id, s.conversation_id FROM summary_messages sm"
-        " JOIN summaries s ON s.summary_id = sm.summary_id"
-        " JOIN messages m ON m.message_id = sm.message_id"
-        " WHERE m.conversation_id <> s.conversation_id"
-        " UNION ALL"
-        " SELECT sp.summary_id, sp.parent_summary_id, s.conversation_id FROM summary_parents sp"
-        " JOIN summaries s ON s.summary_id = sp.summary_id"
-        " JOIN summaries p ON p.summary_id = sp.parent_summary_id"
-        " WHERE p.conversation_id <> s.conversation_id"
-        " LIMIT ?",
-        (_LIMIT,),
-    ):
+    for link in store.cross_conversation_links(_LIMIT):
+        other = f"msg#{link.source}" if link.source_type == "message" else link.source
+        conv = link.conversation_id
         add(
             Problem(
                 "cross-conversation",
-                f"{sid} -> {other}",
+                f"{link.summary_id} -> {other}",
                 f"summary of conversation {conv} links a source of another conversation",
                 "copy the source into the conversation (as transplant does)",
             )
         )
 
-    for sid, parent, depth, pdepth in store.fetchall(
-        "SELECT sp.summary_id, sp.parent_summary_id, s.depth, p.depth FROM summary_parents sp"
-        " JOIN summaries s ON s.summary_id = sp.summary_id"
-        " JOIN summaries p ON p.summary_id = sp.parent_summary_id"
-        " WHERE p.depth >= s.depth LIMIT ?",
-        (_LIMIT,),
-    ):
+    for sid, parent, depth, pdepth in store.depth_violations(_LIMIT):
         add(
             Problem(
                 "dag depth",
@@ -165,22 +109,16 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
             )
         )
 
-    for ident, where in store.fetchall(
-        "SELECT ci.summary_id, 'the context of conversation ' || ci.conversation_id"
-        " FROM context_items ci JOIN summaries s ON s.summary_id = ci.summary_id"
-        " WHERE s.retired_at IS NOT NULL"
-        " UNION ALL"
-        " SELECT sp.parent_summary_id, 'live summary ' || sp.summary_id FROM summary_parents sp"
-        " JOIN summaries c ON c.summary_id = sp.summary_id"
-        " JOIN summaries p ON p.summary_id = sp.parent_summary_id"
-        " WHERE c.retired_at IS NULL AND p.retired_at IS NOT NULL"
-        " LIMIT ?",
-        (_LIMIT,),
-    ):
+    for use in store.retired_but_live(_LIMIT):
+        where = (
+            f"the context of conversation {use.user}"
+            if use.user_type == "context"
+            else f"live summary {use.user}"
+        )
         add(
             Problem(
                 "retired summaries",
-                ident,
+                use.summary_id,
                 f"retired (rewritten or dissolved) but still used by {where}",
                 "point the user at the summary's successor (superseded_by), or dissolve it",
             )
@@ -220,7 +158,7 @@ def stray_files(store: Store, files_dir: Path) -> list[Problem]:
     nothing the store refers to."""
     if not files_dir.is_dir():
         return []
-    known = {str(r[0]) for r in store.fetchall("SELECT storage_path FROM large_files")}
+    known = store.storage_paths()
     root = files_dir.resolve()
     problems = []
     for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):

@@ -5,7 +5,7 @@
   text, typed parts, the envelope that rebuilds the source), with the ``LargeFile`` records
   of what was kept outside its text.
 * ``StoredMessage``, ``StoredPart``, ``Conversation``, ``Summary``, ``ContextItem``,
-  ``Checkpoint`` and the rest — rows as the store reads them back.
+  ``Checkpoint``, ``Grant`` and the rest — rows as the store reads them back.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ __all__ = [
     "ContextItem",
     "Conversation",
     "ConversationStats",
+    "Grant",
     "IngestResult",
     "LargeFile",
     "Message",
@@ -456,6 +457,26 @@ class SessionSummary:
             if items:
                 parts.append(f"{title}:\n" + "\n".join(f"- {item}" for item in items))
         return "\n\n".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A delegation grant as stored (``grants``): the conversations a sub-agent may expand,
+    how deep it may walk the DAG and how many tokens it may take in all, until it expires or
+    is revoked."""
+
+    grant_id: str  # grant_ + 32 hex, a secret
+    conversation_ids: tuple[int, ...]
+    max_depth: int
+    token_cap: int
+    tokens_used: int
+    expires_at: str
+    revoked_at: str | None
+
+    @property
+    def tokens_left(self) -> int:
+        """Tokens the grant still allows."""
+        return max(0, self.token_cap - self.tokens_used)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from .tokens import estimate_tokens
 
 if TYPE_CHECKING:
     from .services import Services
+    from .store.activity import ToolCall
     from .store.base import Store
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ _RESTATE = re.compile(
     r"|let'?s switch|from now on|new task|scratch that)",
     re.I,
 )
-#: The same openings, as LIKE patterns, so SQLite picks the candidates.
+#: The same openings, as LIKE patterns, so the store picks the candidates (restated_requests).
 _RESTATE_LIKE = (
     "new goal%",
     "the goal is%",
@@ -99,6 +100,7 @@ _TEXT_CHARS = 300
 #: are short and latest-first, so older history would only cost time.
 WINDOW = 2_000
 _TASK_WORDS = 4
+_REQUESTS = 20  # requests read from the start (the goal) and from the boundary back (the task)
 _LIST_MAX = 12
 
 
@@ -137,56 +139,40 @@ def boundary(store: Store, conversation_id: int, items: Sequence[ContextItem]) -
         return None
     after = next((i.message_id for i in items[last + 1 :] if i.message_id is not None), None)
     if after is None:
-        return _max_seq(store, conversation_id)
-    rows = store.fetchall("SELECT seq FROM messages WHERE message_id = ?", (after,))
-    return int(rows[0][0]) - 1 if rows else None
-
-
-def _max_seq(store: Store, conversation_id: int) -> int:
-    rows = store.fetchall(
-        "SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
-    )
-    return int(rows[0][0])
+        return store.last_seq(conversation_id)
+    seq = store.seq_of(after)
+    return None if seq is None else seq - 1
 
 
 def build_resume(
     store: Store, conversation_id: int, upto_seq: int | None, max_tokens: int
 ) -> ResumeSummary:
     """The resume summary of the messages up to *upto_seq* (all of them with ``None``)."""
-    limit = upto_seq if upto_seq is not None else _max_seq(store, conversation_id)
+    limit = upto_seq if upto_seq is not None else store.last_seq(conversation_id)
     low = max(0, limit - WINDOW)  # the recent history it reads (the goal is read from the start)
     out = ResumeSummary(conversation_id, limit)
-    first = _requests(store, conversation_id, limit, "ASC")
+    first = _requests(store, conversation_id, limit)
     if first:
         out.goal.append(_clip(first[0][1]))
-        likes = " OR ".join(["lower(substr(ltrim(content), 1, 40)) LIKE ?"] * len(_RESTATE_LIKE))
-        restated = store.fetchall(
-            "SELECT seq, content FROM messages WHERE conversation_id = ? AND role = 'user'"
-            " AND host_meta IS NULL"
-            f" AND seq > ? AND seq <= ? AND ({likes}) ORDER BY seq DESC LIMIT 10",
-            (conversation_id, max(first[0][0], low), limit, *_RESTATE_LIKE),
+        restated = store.restated_requests(
+            conversation_id, max(first[0][0], low), limit, _RESTATE_LIKE
         )
-        out.goal += [_clip(_clean(t)) for _, t in reversed(restated) if _RESTATE.match(_clean(t))][
-            -3:
-        ]
+        out.goal += [
+            _clip(t) for t in map(_clean, (r.content for r in restated)) if _RESTATE.match(t)
+        ][-3:]
         out.current_task = _clip(_current_task(store, conversation_id, limit))
-    calls = store.fetchall(
-        "SELECT e.execution_id, e.tool_name, e.input, e.status, m.seq, e.call_message_id"
-        " FROM messages m JOIN tool_executions e ON e.call_message_id = m.message_id"
-        " WHERE m.conversation_id = ? AND m.seq > ? AND m.seq <= ? ORDER BY m.seq, e.execution_id",
-        (conversation_id, low, limit),
-    )
+    calls = store.tool_calls_between(conversation_id, low, limit)
     modified: dict[str, int] = {}
     failed_edits: dict[str, int] = {}
-    for _, tool, raw_input, status, seq, _ in calls:
-        name = tool or ""
+    for call in calls:
+        name = call.tool_name or ""
         if not _EDIT_TOOL.search(name) or _READ_TOOL.fullmatch(name):
             continue
-        for path in _paths_of(raw_input):
-            if status == "error":
-                failed_edits[path] = seq
+        for path in _paths_of(call.input):
+            if call.status == "error":
+                failed_edits[path] = call.seq
             else:
-                modified[path] = seq
+                modified[path] = call.seq
                 failed_edits.pop(path, None)
     out.files_modified = sorted(modified, key=lambda p: -modified[p])
     pending_items = _pending_items(store, conversation_id, low, limit, calls)
@@ -200,51 +186,42 @@ def build_resume(
             pending.append(path)
     out.files_pending = pending
     recent = list(calls[-5:])
-    failed = [c for c in calls if c[3] == "error"][-5:]
-    chosen = sorted({c[0]: c for c in failed + recent}.values(), key=lambda c: (c[4], c[0]))
-    out.executions = [f"{c[0]} {c[1] or '?'} {c[3]} (call msg#{c[5]})" for c in chosen]
+    failed = [c for c in calls if c.status == "error"][-5:]
+    chosen = sorted(
+        {c.execution_id: c for c in failed + recent}.values(),
+        key=lambda c: (c.seq, c.execution_id),
+    )
+    out.executions = [
+        f"{c.execution_id} {c.tool_name or '?'} {c.status} (call msg#{c.call_message_id})"
+        for c in chosen
+    ]
     out.text = _render(out, max_tokens)
     return out
 
 
-def _requests(store: Store, conversation_id: int, limit: int, order: str) -> list[tuple[int, str]]:
-    """The first (``ASC``) or latest (``DESC``) user requests with text, up to *limit* (the
-    user's own words: a host's records, such as slash commands, are not requests)."""
-    rows = store.fetchall(
-        "SELECT seq, content FROM messages WHERE conversation_id = ? AND role = 'user'"
-        " AND host_meta IS NULL"
-        f" AND seq <= ? AND length(trim(content)) > 0 ORDER BY seq {order} LIMIT 20",
-        (conversation_id, limit),
-    )
-    return [(int(seq), _clean(text)) for seq, text in rows]
+def _requests(
+    store: Store, conversation_id: int, upto: int, *, newest_first: bool = False
+) -> list[tuple[int, str]]:
+    """The first (or latest) user requests with text, up to *upto*, their blanks folded
+    (the user's own words: a host's records, such as slash commands, are not requests)."""
+    found = store.user_requests(conversation_id, upto, newest_first=newest_first, limit=_REQUESTS)
+    return [(r.seq, _clean(r.content)) for r in found]
 
 
 def _current_task(store: Store, conversation_id: int, limit: int) -> str:
     """The latest request the agent acted on: the latest user message followed by tool calls
     (before the next user message and the boundary), or, when the latest one is still
     unanswered, that one if it is more than a short reply ("Nice.", "ok go on")."""
-    latest = _requests(store, conversation_id, limit, "DESC")
-    later = limit + 1
+    latest = _requests(store, conversation_id, limit, newest_first=True)
+    upto = limit  # the next request's position less one: the calls that answered this one
     for n, (seq, text) in enumerate(latest):
-        acted = store.fetchall(
-            "SELECT 1 FROM messages m JOIN tool_executions e ON e.call_message_id ="
-            " m.message_id WHERE m.conversation_id = ? AND m.seq > ? AND m.seq < ? LIMIT 1",
-            (conversation_id, seq, later),
-        )
-        pending = n == 0 and _unanswered(store, conversation_id, seq, limit)
+        acted = store.acted_between(conversation_id, seq, upto)
+        # the latest request with no reply up to the boundary is still being worked on
+        pending = n == 0 and not store.replied_between(conversation_id, seq, limit)
         if acted or (pending and len(text.split()) >= _TASK_WORDS):
             return text
-        later = seq
+        upto = seq - 1
     return next((t for _, t in latest if len(t.split()) >= _TASK_WORDS), latest[0][1])
-
-
-def _unanswered(store: Store, conversation_id: int, seq: int, limit: int) -> bool:
-    """No assistant message after *seq* up to the boundary."""
-    return not store.fetchall(
-        "SELECT 1 FROM messages WHERE conversation_id = ? AND seq > ? AND seq <= ?"
-        " AND role = 'assistant' AND host_meta IS NULL LIMIT 1",
-        (conversation_id, seq, limit),
-    )
 
 
 def _clean(text: str) -> str:
@@ -278,13 +255,14 @@ def _pending_items(
     conversation_id: int,
     low: int,
     limit: int,
-    calls: Sequence[Sequence[Any]],
+    calls: Sequence[ToolCall],
 ) -> list[str]:
     """Open task items: the latest to-do tool call's unfinished items, the unchecked items
     of the latest message with a checkbox list, the latest session summary's pending
     points."""
     items: list[str] = []
-    for _, tool, raw_input, *_ in reversed(calls):
+    for call in reversed(calls):
+        tool, raw_input = call.tool_name, call.input
         if tool and "todo" in tool.lower() and raw_input:
             try:
                 data = json.loads(raw_input)
@@ -298,26 +276,11 @@ def _pending_items(
                     if isinstance(t, dict) and t.get("status") != "completed"
                 ]
                 break
-    rows = store.fetchall(
-        "SELECT content FROM messages WHERE conversation_id = ? AND seq > ? AND seq <= ?"
-        " AND content LIKE '%[ ]%' ORDER BY seq DESC LIMIT 1",
-        (conversation_id, low, limit),
-    )
-    if rows:
-        items += _UNCHECKED.findall(rows[0][0])
-    summary = store.fetchall(
-        "SELECT ss.key_points FROM session_summaries ss"
-        " LEFT JOIN messages m ON m.message_id = ss.last_message_id"
-        " WHERE ss.conversation_id = ? AND (ss.last_message_id IS NULL OR m.seq <= ?)"
-        " ORDER BY ss.version DESC LIMIT 1",
-        (conversation_id, limit),
-    )
-    if summary:
-        try:
-            points = json.loads(summary[0][0] or "[]")
-        except ValueError:
-            points = []
-        items += [str(p) for p in points if isinstance(p, str) and _PENDING_POINT.search(p)]
+    checklist = store.latest_checklist(conversation_id, low, limit)
+    if checklist is not None:
+        items += _UNCHECKED.findall(checklist)
+    points = store.key_points_upto(conversation_id, limit)
+    items += [p for p in points if _PENDING_POINT.search(p)]
     return items
 
 

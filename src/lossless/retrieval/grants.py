@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from ..codec import dumps, loads
 from ..config import MAX_GRANT_TTL
 from ..errors import LosslessError
+from ..model import Grant
 from ..timestamps import format_ts, now
 
 if TYPE_CHECKING:
@@ -24,46 +23,16 @@ if TYPE_CHECKING:
     from ..services import Services
     from ..store.base import Store
 
-__all__ = ["Grant", "GrantError", "charge", "check", "create", "revoke", "sweep"]
+# Grant is the stored record (lossless.model); it is named here too, where callers use it.
+__all__ = ["Grant", "GrantError", "charge", "check", "create", "grant_for", "revoke", "sweep"]
+
+_REFUSED = "this grant is unknown, expired or revoked; ask for a new one"
 
 
 class GrantError(LosslessError):
     """A grant does not allow what was asked (unknown, expired, revoked, or out of scope)."""
 
     exit_code = 7
-
-
-@dataclass(frozen=True)
-class Grant:
-    """A delegation grant as stored."""
-
-    grant_id: str
-    conversation_ids: tuple[int, ...]
-    max_depth: int
-    token_cap: int
-    tokens_used: int
-    expires_at: str
-    revoked_at: str | None
-
-    @property
-    def tokens_left(self) -> int:
-        """Tokens the grant still allows."""
-        return max(0, self.token_cap - self.tokens_used)
-
-
-_COLS = "grant_id, conversation_ids, max_depth, token_cap, tokens_used, expires_at, revoked_at"
-
-
-def _grant(row: Sequence[object]) -> Grant:
-    return Grant(
-        grant_id=str(row[0]),
-        conversation_ids=tuple(int(c) for c in loads(str(row[1]))),
-        max_depth=int(row[2]),  # type: ignore[call-overload]
-        token_cap=int(row[3]),  # type: ignore[call-overload]
-        tokens_used=int(row[4]),  # type: ignore[call-overload]
-        expires_at=str(row[5]),
-        revoked_at=None if row[6] is None else str(row[6]),
-    )
 
 
 def create(
@@ -82,71 +51,51 @@ def create(
         raise GrantError(f"a grant lives from 1 to {MAX_GRANT_TTL} seconds, not {ttl_seconds}")
     if not (0 <= token_cap < 2**63 and -1 <= max_depth < 2**63):
         raise GrantError("a grant's token cap and depth must be whole numbers SQLite can store")
-    grant_id = "grant_" + secrets.token_hex(16)
     created = now()
-    with store.transaction() as conn:
-        conn.execute(
-            f"INSERT INTO grants ({_COLS}, purpose, created_at)"
-            " VALUES (?, ?, ?, ?, 0, ?, NULL, ?, ?)",
-            (
-                grant_id,
-                dumps(sorted(set(conversation_ids))),
-                max_depth,
-                token_cap,
-                format_ts(created + timedelta(seconds=ttl_seconds)),
-                purpose,
-                format_ts(created),
-            ),
-        )
-    return check(store, grant_id)
+    grant = Grant(
+        grant_id="grant_" + secrets.token_hex(16),
+        conversation_ids=tuple(sorted(set(conversation_ids))),
+        max_depth=max_depth,
+        token_cap=token_cap,
+        tokens_used=0,
+        expires_at=format_ts(created + timedelta(seconds=ttl_seconds)),
+        revoked_at=None,
+    )
+    store.insert_grant(grant, created_at=format_ts(created), purpose=purpose)
+    return check(store, grant.grant_id)
 
 
 def check(store: Store, grant_id: str) -> Grant:
     """The grant, if it exists, has not expired and was not revoked; :class:`GrantError`
     otherwise (the error does not say which, to forged ids as to real ones)."""
     if not isinstance(grant_id, str) or not grant_id.isascii():  # grant ids are ASCII
-        raise GrantError("this grant is unknown, expired or revoked; ask for a new one")
-    rows = store.fetchall(f"SELECT {_COLS} FROM grants WHERE grant_id = ?", (grant_id,))
-    if not rows:
-        raise GrantError("this grant is unknown, expired or revoked; ask for a new one")
-    grant = _grant(rows[0])
-    if grant.revoked_at is not None or grant.expires_at <= format_ts(now()):
-        raise GrantError("this grant is unknown, expired or revoked; ask for a new one")
+        raise GrantError(_REFUSED)
+    grant = store.get_grant(grant_id)
+    if grant is None or grant.revoked_at is not None or grant.expires_at <= format_ts(now()):
+        raise GrantError(_REFUSED)
     return grant
 
 
 def charge(store: Store, grant_id: str, tokens: int) -> Grant:
     """Count *tokens* against the grant (one transaction); refuse past its cap."""
-    with store.transaction() as conn:
+    with store.transaction():
         grant = check(store, grant_id)
         if tokens > grant.tokens_left:
             raise GrantError(
                 f"this grant allows {grant.tokens_left} more tokens, not {tokens}; ask for less"
             )
-        conn.execute(
-            "UPDATE grants SET tokens_used = tokens_used + ? WHERE grant_id = ?", (tokens, grant_id)
-        )
+        store.charge_grant(grant_id, tokens)
     return check(store, grant_id)
 
 
 def revoke(store: Store, grant_id: str) -> None:
     """Revoke a grant now (revoking twice, or an unknown id, is not an error)."""
-    with store.transaction() as conn:
-        conn.execute(
-            "UPDATE grants SET revoked_at = ? WHERE grant_id = ? AND revoked_at IS NULL",
-            (format_ts(now()), grant_id),
-        )
+    store.revoke_grant(grant_id, format_ts(now()))
 
 
 def sweep(store: Store) -> int:
     """Mark every expired grant revoked; returns how many."""
-    stamp = format_ts(now())
-    with store.transaction() as conn:
-        cur = conn.execute(
-            "UPDATE grants SET revoked_at = ? WHERE revoked_at IS NULL AND expires_at <= ?",
-            (stamp, stamp),
-        )
-        return max(int(cur.rowcount), 0)
+    return store.revoke_expired_grants(format_ts(now()))
 
 
 def grant_for(

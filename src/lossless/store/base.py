@@ -10,12 +10,15 @@ messages; the DAG rewrites the context), so each sees only what lies beneath it.
 
 from __future__ import annotations
 
+from .activity import ActivityStore
+from .checks import CheckStore
 from .core import NO_LIMIT, in_chunks
+from .grants import GrantStore
 from .records import RecordStore
 from .summaries import SummaryStore
 
 __all__ = ["NO_LIMIT", "Store", "in_chunks"]
 
 
-class Store(SummaryStore, RecordStore):
+class Store(SummaryStore, RecordStore, ActivityStore, GrantStore, CheckStore):
     """A lossless store (see the module doc)."""
