@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
-from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import doctor
-from .errors import LosslessError
+from .errors import LosslessError, StoreError
 from .store.base import Store
-from .store.sqlite import SQLiteStore
+from .store.sqlite import copy_database, standalone
 from .timestamps import now
 
 __all__ = ["BackupError", "BackupReport", "backup", "restore"]
@@ -69,27 +67,18 @@ def _files_beside(database: Path) -> Path:
 def _check(path: Path) -> tuple[int, int, list[str]]:
     """Counts and ``doctor`` problems of the database at *path*; it is left as one
     self-contained file (rollback journal, no write-ahead log beside it)."""
-    store = SQLiteStore(path)
-    try:
+    with standalone(path) as store:
         problems = [f"{p.check}: {p.ids} — {p.detail}" for p in doctor.check(store)]
-        messages = int(store.fetchall("SELECT count(*) FROM messages")[0][0])
-        summaries = int(store.fetchall("SELECT count(*) FROM summaries")[0][0])
-    finally:
-        store.close()
-    with closing(sqlite3.connect(path)) as conn:
-        conn.execute("PRAGMA journal_mode = DELETE")
+        messages = store.row_count("messages")
+        summaries = store.row_count("summaries")
     return messages, summaries, problems
 
 
 def _copy(source: Path, dest: Path) -> None:
     """Copy a database file through SQLite (what a write-ahead log beside it holds too)."""
     try:
-        with (
-            closing(sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)) as src,
-            closing(sqlite3.connect(dest)) as dst,
-        ):
-            src.backup(dst)
-    except sqlite3.Error as exc:
+        copy_database(source, dest)
+    except StoreError as exc:
         dest.unlink(missing_ok=True)
         raise BackupError(f"{source} cannot be read as a lossless store: {exc}") from exc
 

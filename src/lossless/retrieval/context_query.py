@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..codec import clean_text
-from .grep import _WORD, MAX_LIMIT, GrepError, _fts_query, _in, _snippet
+from ..store.search import CallFilter, ExecutionRow, FrameRow, SearchScope
+from .grep import _WORD, MAX_LIMIT, GrepError, _fts_query, _snippet
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -122,178 +123,69 @@ def chat_context_query(
     )
     query = _fts_query(text, any_word=False) if text and text.strip() else None
     by_execution = tool_name is not None or execution_id is not None or status is not None
+    scope = SearchScope(
+        None if conversation_ids is None else tuple(conversation_ids), since, before
+    )
+    calls = CallFilter(tool_name, execution_id, status)
+    newest_first = order == "newest"
     result = ContextQueryResult()
     more = False
     if kind in ("executions", "both") and role is None:
-        rows = _executions(
-            store,
-            conversation_ids,
-            tool_name,
-            execution_id,
-            status,
-            since,
-            before,
-            query,
-            _WORD.findall(text or "") if query else [],
-            limit + 1,
-            offset,
-            order,
+        rows = store.executions(
+            scope,
+            calls,
+            query=query,
+            words=_WORD.findall(text or "") if query else [],
+            limit=limit + 1,
+            offset=offset,
+            newest_first=newest_first,
         )
         more |= len(rows) > limit
-        result.executions = rows[:limit]
+        result.executions = [_execution(r) for r in rows[:limit]]
     if kind in ("frames", "both"):
-        frames = _frames(
-            store,
-            conversation_ids,
-            role,
-            since,
-            before,
-            query,
-            text,
-            (tool_name, execution_id, status) if by_execution else None,
-            limit + 1,
-            offset,
-            order,
+        frames = store.frames(
+            scope,
+            role=role,
+            query=query,
+            calls=calls if by_execution else None,
+            limit=limit + 1,
+            offset=offset,
+            newest_first=newest_first,
         )
         more |= len(frames) > limit
-        result.frames = frames[:limit]
+        words = text.split() if text else []
+        result.frames = [_frame(r, words[0] if words else None) for r in frames[:limit]]
     result.next_offset = offset + limit if more else None
     return result
 
 
-def _scope(alias: str, ids: Sequence[int] | None) -> tuple[str, list[Any]]:
-    if ids is None:
-        return "", []
-    clause, params = _in(f"{alias}.conversation_id", list(ids) or [-1])
-    return f" AND {clause}", params
-
-
-def _executions(
-    store: Store,
-    ids: Sequence[int] | None,
-    tool_name: str | None,
-    execution_id: str | None,
-    status: str | None,
-    since: str | None,
-    before: str | None,
-    query: str | None,
-    words: Sequence[str],
-    limit: int,
-    offset: int,
-    order: Order,
-) -> list[ExecutionHit]:
-    where, params = _scope("e", ids)
-    at = "coalesce(e.started_at, e.finished_at)"
-    for clause, value in (
-        ("e.tool_name = ?", tool_name),
-        ("e.execution_id = ?", execution_id),
-        ("e.status = ?", status),
-        (f"{at} >= ?", since),
-        (f"{at} < ?", before),
-    ):
-        if value is not None:
-            where += f" AND {clause}"
-            params.append(value)
-    if query is not None:
-        # The index finds the messages; each word must then be in this execution's own input
-        # or output (one message can carry the results of several parallel calls).
-        where += (
-            f" AND (e.call_message_id IN ({store.match_ids_sql})"
-            f" OR e.result_message_id IN ({store.match_ids_sql}))"
-        )
-        params += [store.word_query(query)] * 2
-        for word in words:
-            where += (
-                f" AND (coalesce(e.input, '') || ' ' || coalesce(e.output, '')) {store.like} ?"
-                " ESCAPE '\\'"
-            )
-            params.append("%" + _like(word) + "%")
-    direction = "DESC" if order == "newest" else "ASC"
-    rows = store.fetchall(
-        "SELECT e.execution_id, e.conversation_id, e.tool_name, e.status, e.started_at,"
-        " e.finished_at, e.duration_ms, e.input, e.output, e.error, e.call_message_id,"
-        " e.result_message_id, e.output_file_id FROM tool_executions e"
-        f" WHERE 1 = 1{where} ORDER BY {at} {direction}, e.execution_id LIMIT ? OFFSET ?",
-        [*params, limit, offset],
+def _execution(row: ExecutionRow) -> ExecutionHit:
+    return ExecutionHit(
+        execution_id=row.execution_id,
+        conversation_id=row.conversation_id,
+        tool_name=row.tool_name,
+        status=row.status,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        duration_ms=row.duration_ms,
+        input=None if row.input is None else _clip(row.input, _INPUT_CHARS),
+        output=_snippet(row.output or "", None),
+        error=row.error,
+        call_message=None if row.call_message_id is None else f"msg#{row.call_message_id}",
+        result_message=None if row.result_message_id is None else f"msg#{row.result_message_id}",
+        output_file_id=row.output_file_id,
     )
-    return [
-        ExecutionHit(
-            execution_id=r[0],
-            conversation_id=r[1],
-            tool_name=r[2],
-            status=r[3],
-            started_at=r[4],
-            finished_at=r[5],
-            duration_ms=r[6],
-            input=None if r[7] is None else _clip(r[7], _INPUT_CHARS),
-            output=_snippet(r[8] or "", None),
-            error=r[9],
-            call_message=None if r[10] is None else f"msg#{r[10]}",
-            result_message=None if r[11] is None else f"msg#{r[11]}",
-            output_file_id=r[12],
-        )
-        for r in rows
-    ]
 
 
-def _frames(
-    store: Store,
-    ids: Sequence[int] | None,
-    role: str | None,
-    since: str | None,
-    before: str | None,
-    query: str | None,
-    text: str | None,
-    calls: tuple[str | None, str | None, str | None] | None,
-    limit: int,
-    offset: int,
-    order: Order,
-) -> list[FrameHit]:
-    where, params = _scope("m", ids)
-    for clause, value in (
-        ("m.role = ?", role),
-        ("m.created_at >= ?", since),
-        ("m.created_at < ?", before),
-    ):
-        if value is not None:
-            where += f" AND {clause}"
-            params.append(value)
-    if query is not None:
-        where += f" AND m.message_id IN ({store.match_ids_sql})"
-        params.append(store.word_query(query))
-    if calls is not None:  # the messages that made or answered the chosen calls
-        tool_name, execution_id, status = calls
-        inner, inner_params = _scope("e", ids)
-        for clause, value in (
-            ("e.tool_name = ?", tool_name),
-            ("e.execution_id = ?", execution_id),
-            ("e.status = ?", status),
-        ):
-            if value is not None:
-                inner += f" AND {clause}"
-                inner_params.append(value)
-        where += (
-            " AND m.message_id IN (SELECT e.call_message_id FROM tool_executions e"
-            f" WHERE 1 = 1{inner} UNION SELECT e.result_message_id FROM tool_executions e"
-            f" WHERE 1 = 1{inner})"
-        )
-        params += inner_params + inner_params
-    direction = "DESC" if order == "newest" else "ASC"
-    rows = store.fetchall(
-        "SELECT m.message_id, m.conversation_id, m.seq, m.role, m.created_at, m.content"
-        f" FROM messages m WHERE 1 = 1{where}"
-        f" ORDER BY m.created_at {direction}, m.message_id {direction} LIMIT ? OFFSET ?",
-        [*params, limit, offset],
+def _frame(row: FrameRow, needle: str | None) -> FrameHit:
+    return FrameHit(
+        f"msg#{row.message_id}",
+        row.conversation_id,
+        row.seq,
+        row.role,
+        row.created_at,
+        _snippet(row.content, needle),
     )
-    words = text.split() if text else []
-    return [
-        FrameHit(f"msg#{r[0]}", r[1], r[2], r[3], r[4], _snippet(r[5], words[0] if words else None))
-        for r in rows
-    ]
-
-
-def _like(word: str) -> str:
-    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _clip(text: str, chars: int) -> str:

@@ -33,7 +33,7 @@ import regex
 
 from ..codec import clean_text
 from ..errors import LosslessError
-from ..store.base import in_chunks
+from ..store.search import SearchScope, TextRow
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -45,10 +45,6 @@ Scope = Literal["messages", "summaries", "both", "files"]
 Sort = Literal["recency", "relevance", "hybrid"]
 
 MAX_LIMIT = 200
-#: A query whose rarest word is in at most this share of the rows (or this many rows) is
-#: answered from the word index and sorted, rather than by walking rows newest first.
-SELECTIVE_SHARE = 0.02
-SELECTIVE_ROWS = 2_000
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _REGEX_HINTS = re.compile(r"\.\*|\.\+|\\[dwsbDWSB]|\[[^\]]+\]|\(\?|[^\\]\|[^|]|^\^|\$$|\{\d")
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -173,10 +169,6 @@ TIERED_ABOVE = 20_000
 #: A word in at most this share of the rows (or this many) is rare enough to rank alone.
 RARE_SHARE = 0.01
 RARE_ROWS = 1_000
-#: Candidates ranked inside the index before their rows are read (then the full join).
-RANK_CANDIDATES_MAX = 100_000
-#: Short needles (one or two characters) are searched in at most this many newest rows.
-SHORT_NEEDLE_ROWS = 20_000
 
 
 class GrepError(LosslessError):
@@ -238,8 +230,23 @@ def _snippet(text: str, needle: str | None, width: int = 160) -> str:
     return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
 
 
-def _in(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-    return f"{column} IN ({','.join('?' * len(values))})", list(values)
+def _hit(row: TextRow, needle: str | None) -> GrepHit:
+    return GrepHit(
+        row.id,
+        row.kind,
+        row.conversation_id,
+        row.created_at,
+        row.role,
+        row.depth,
+        _snippet(row.content, needle),
+        row.score,
+    )
+
+
+def _scope(
+    ids: Sequence[int] | None, since: str | None = None, before: str | None = None
+) -> SearchScope:
+    return SearchScope(None if ids is None else tuple(ids), since, before)
 
 
 def grep(
@@ -292,19 +299,19 @@ def grep(
     truncated = False
     cjk = bool(_CJK.search(pattern))
     needle = pattern.replace('"', " ").strip()
+    within = _scope(conversation_ids, since, before)
     for table in tables[scope]:
         found: list[GrepHit] = []
         if not cjk:
-            scope_args = (conversation_ids, since, before, limit)
             if sort == "recency":
                 query = _fts_query(pattern, any_word=False)
-                found = _fts(store, table, query, pattern, *scope_args, sort)
+                found = _fts(store, table, query, pattern, within, limit, sort)
             else:
-                found = _ranked(store, table, pattern, scope_args, sort)
+                found = _ranked(store, table, pattern, within, limit, sort)
         if cjk or len(found) < limit:
             seen = {h.id for h in found}
-            more, cut = _substring(store, table, needle, conversation_ids, since, before, limit)
-            found += [h for h in more if h.id not in seen]
+            rows, cut = store.substring_search(table, needle, within, limit)
+            found += [h for h in (_hit(r, needle) for r in rows) if h.id not in seen]
             truncated |= cut
         hits += found
     if sort == "recency":
@@ -315,11 +322,7 @@ def grep(
 
 
 def _ranked(
-    store: Store,
-    table: str,
-    pattern: str,
-    scope_args: tuple[Sequence[int] | None, str | None, str | None, int],
-    sort: Sort,
+    store: Store, table: str, pattern: str, within: SearchScope, limit: int, sort: Sort
 ) -> list[GrepHit]:
     """A relevance search: documents matching some of the words, ranked by BM25.
 
@@ -329,7 +332,6 @@ def _ranked(
     matching any of the rare words (in at most 1% of the rows), ranked, after them. A small
     index ranks one OR query over all the words.
     """
-    limit = scope_args[3]
     phrases = [f'"{p}"' for p in _PHRASE.findall(pattern) if p.strip()]
     words = list(_WORD.findall(_PHRASE.sub(" ", pattern)))
     content = [w for w in words if w.lower() not in STOP_WORDS] or words
@@ -338,8 +340,8 @@ def _ranked(
     terms = phrases + [f'"{w}"' for w in dict.fromkeys(content)]
     counts, rows = store.term_documents(table, [])
     if rows <= TIERED_ABOVE or len(terms) == 1:
-        return _fts(store, table, " OR ".join(terms), pattern, *scope_args, sort)
-    first = _fts(store, table, " AND ".join(terms), pattern, *scope_args, sort)
+        return _fts(store, table, " OR ".join(terms), pattern, within, limit, sort)
+    first = _fts(store, table, " AND ".join(terms), pattern, within, limit, sort)
     if len(first) >= limit:
         return first
     rare_limit = max(RARE_ROWS, int(rows * RARE_SHARE))
@@ -354,40 +356,10 @@ def _ranked(
     seen = {h.id for h in first}
     second = [
         dataclasses.replace(h, tier=1)
-        for h in _fts(store, table, " OR ".join(rare), pattern, *scope_args, sort)
+        for h in _fts(store, table, " OR ".join(rare), pattern, within, limit, sort)
         if h.id not in seen
     ]
     return first + second
-
-
-def _hit_columns(message: bool) -> str:
-    """The columns of a hit (id, kind, conversation, time, role, depth), from alias ``s``."""
-    if message:
-        return "'msg#' || s.message_id, 'message', s.conversation_id, s.created_at, s.role, NULL"
-    return (
-        "s.summary_id, 'summary', s.conversation_id, coalesce(s.latest_at, s.created_at),"
-        " NULL, s.depth"
-    )
-
-
-def _scope_sql(
-    alias: str, ids: Sequence[int] | None, since: str | None, before: str | None, time_col: str
-) -> tuple[str, list[Any]]:
-    where: list[str] = []
-    params: list[Any] = []
-    if ids is not None:
-        clause, values = _in(f"{alias}.conversation_id", ids or [-1])
-        where.append(clause)
-        params += values
-    if since:
-        where.append(f"{alias}.{time_col} >= ?")
-        params.append(since)
-    if before:
-        where.append(f"{alias}.{time_col} < ?")
-        params.append(before)
-    if time_col == "latest_at":  # summaries: retired ones (rewritten, dissolved) are not found
-        where.append(f"{alias}.retired_at IS NULL")
-    return "".join(f" AND {w}" for w in where), params
 
 
 def _fts(
@@ -395,191 +367,15 @@ def _fts(
     table: str,
     query: str,
     pattern: str,
-    ids: Sequence[int] | None,
-    since: str | None,
-    before: str | None,
+    within: SearchScope,
     limit: int,
     sort: Sort,
 ) -> list[GrepHit]:
-    message = table == "messages"
-    key = "message_id" if message else "rowid"
-    time_col = "created_at" if message else "latest_at"
-    extra, params = _scope_sql("s", ids, since, before, time_col)
-    # Newest first by row id: the index's own order, so no sort of every match is needed.
-    order = {"recency": "f.rowid DESC", "relevance": "score", "hybrid": "score"}[sort]
-    cols = _hit_columns(message)
-    sql = (
-        f"SELECT {cols}, s.content, bm25({table}_fts) AS score FROM {table}_fts f"
-        f" JOIN {table} s ON s.{key} = f.rowid WHERE {table}_fts MATCH ?{extra}"
-        f" ORDER BY {order} LIMIT ?"
+    rows = store.word_search(
+        table, query, within, limit, order="recency" if sort == "recency" else "rank"
     )
     words = _WORD.findall(pattern)
-    if store.backend == "postgresql":
-        # The word index is the tsvector column: the same quoted terms, in the syntax of
-        # websearch_to_tsquery (which never fails on user text); ts_rank_cd, negated so
-        # that, as with bm25(), lower is better.
-        if sort == "recency":
-            # Newest first by walking the key backwards suits words in many rows; for a
-            # selective query that walk reads the whole table to find a few matches (the
-            # planner cannot tell: it guesses a word's share), so the word index is used
-            # and its few matches sorted ("+ 0" keeps the key's index out of the plan).
-            order = f"s.{key} + 0 DESC" if _selective(store, table, query) else f"s.{key} DESC"
-        sql = (
-            f"SELECT {cols}, s.content, -ts_rank_cd(s.content_tsv, q) AS score FROM {table} s,"
-            f" websearch_to_tsquery('english'::regconfig, ?) q WHERE s.content_tsv @@ q{extra}"
-            f" ORDER BY {order} LIMIT ?"
-        )
-        rows = store.fetchall(sql, [store.word_query(query), *params, limit])
-    elif sort == "recency":
-        rows = store.fetchall(sql, [query, *params, limit])
-    else:
-        rows = _best_ranked(store, table, key, cols, query, extra, params, limit, sql)
-    return [
-        GrepHit(
-            r[0], r[1], r[2], r[3], r[4], r[5], _snippet(r[6], words[0] if words else None), r[7]
-        )
-        for r in rows
-    ]
-
-
-def _selective(store: Store, table: str, query: str) -> bool:
-    """Whether an all-words query matches few rows: at most :data:`SELECTIVE_SHARE` of them
-    by the words' counts (from the store, cached), taken as independent; a phrase always
-    is (each row's positions must be checked, which only the index narrows cheaply)."""
-    if any(" " in term.strip() for term in _PHRASE.findall(query)):
-        return True
-    words = _WORD.findall(query)
-    stems = store.index_terms(" ".join(words)) if words else []
-    if not stems:
-        return False
-    counts, rows = store.term_documents(table, stems)
-    if rows <= 0:
-        return True
-    expected = float(rows)
-    for stem in stems:
-        expected *= min(1.0, counts[stem] / rows)
-    return expected <= max(SELECTIVE_ROWS, rows * SELECTIVE_SHARE)
-
-
-def _best_ranked(
-    store: Store,
-    table: str,
-    key: str,
-    cols: str,
-    query: str,
-    extra: str,
-    params: list[Any],
-    limit: int,
-    plain_sql: str,
-) -> list[tuple[Any, ...]]:
-    """The best-ranked matches, ranked inside the index first: only the top candidates are
-    checked against the scope and only the winners' rows are read (reading every candidate's
-    row before sorting is what costs). When the scope leaves fewer than *limit* of the
-    candidates and the index has more, it is asked for eight times more, at last for all."""
-    inner = limit * 4
-    by_row = extra.replace("s.conversation_id IN", "+s.conversation_id IN")  # rowid lookups
-    while inner <= RANK_CANDIDATES_MAX:
-        candidates = store.fetchall(
-            f"SELECT rowid, bm25({table}_fts) AS score FROM {table}_fts"
-            f" WHERE {table}_fts MATCH ? ORDER BY score LIMIT ?",
-            [query, inner],
-        )
-        score = {int(r[0]): float(r[1]) for r in candidates}
-        kept: list[int] = []
-        ids = list(score)
-        for chunk, marks in in_chunks(ids):
-            kept += [
-                int(r[0])
-                for r in store.fetchall(
-                    f"SELECT s.{key} FROM {table} s WHERE s.{key} IN ({marks}){by_row}",
-                    [*chunk, *params],
-                )
-            ]
-        if len(kept) >= limit or len(candidates) < inner:
-            best = sorted(kept, key=lambda k: score[k])[:limit]
-            if not best:
-                return []
-            marks = ",".join("?" * len(best))
-            rows = store.fetchall(
-                f"SELECT {cols}, s.content, s.{key} FROM {table} s WHERE s.{key} IN ({marks})",
-                best,
-            )
-            return sorted(((*r[:7], score[int(r[7])]) for r in rows), key=lambda r: float(r[7]))
-        inner *= 8
-    return store.fetchall(plain_sql, [query, *params, limit])
-
-
-def _substring(
-    store: Store,
-    table: str,
-    needle: str,
-    ids: Sequence[int] | None,
-    since: str | None,
-    before: str | None,
-    limit: int,
-) -> tuple[list[GrepHit], bool]:
-    """Rows whose text contains *needle* (case-insensitive), newest first, through the
-    trigram index; needles of one or two characters (too short for trigrams: a two-character
-    CJK word) are looked for in the newest rows only, and the result says if it stopped
-    there. Returns the hits and whether the search was bounded."""
-    if not needle:
-        return [], False
-    message = table == "messages"
-    if message:
-        store.catch_up_indexes()
-    key = "message_id" if message else "rowid"
-    time_col = "created_at" if message else "latest_at"
-    extra, params = _scope_sql("s", ids, since, before, time_col)
-    extra = extra.replace("s.conversation_id IN", "+s.conversation_id IN")  # keep the key plan
-    cols = _hit_columns(message)
-    bounded = False
-    # The index is asked for the longest run of the needle without LIKE's wildcards: no ESCAPE
-    # clause (with one, SQLite does not use the trigram index), and no % or _ at all, since a
-    # wildcard beside non-ASCII text crashes SQLite 3.40's trigram LIKE (detail='none'). The
-    # exact check below keeps only the rows that hold the whole needle.
-    # (NUL too: SQLite reads a pattern only up to its first NUL.)
-    run = max(re.split(r"[%_\x00]", needle), key=len)
-    if store.backend == "postgresql" and len(run) >= 3:
-        # pg_trgm's GIN index serves ILIKE (any needle: its wildcards are escaped).
-        run = needle
-        where = "s.content ILIKE ?"
-        args: list[Any] = ["%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%"]
-    elif len(run) >= 3:
-        where = f"s.{key} IN ({_trigram_rows(table)})"
-        args = [f"%{run}%"]
-    else:
-        (newest,) = store.fetchall(f"SELECT coalesce(max({key}), 0) FROM {table}")[0]
-        bounded = newest > SHORT_NEEDLE_ROWS
-        find = "strpos" if store.backend == "postgresql" else "instr"
-        probe = run or needle
-        if probe.lower() == probe.upper():  # CJK and digits have no case: no lower() per row
-            where = f"s.{key} > ? AND {find}(s.content, ?) > 0"
-        else:
-            where = f"s.{key} > ? AND {find}(lower(s.content), lower(?)) > 0"
-        args = [newest - SHORT_NEEDLE_ROWS, run or needle]
-    wanted = needle.lower()
-    fetch = limit if run == needle else limit * 4
-    rows = store.fetchall(
-        f"SELECT {cols}, s.content FROM {table} s WHERE {where}{extra}"
-        f" ORDER BY s.{key} DESC LIMIT ?",
-        [*args, *params, fetch],
-    )
-    hits = [
-        GrepHit(r[0], r[1], r[2], r[3], r[4], r[5], _snippet(r[6], needle))
-        for r in rows
-        if wanted in r[6].lower()
-    ]
-    return hits[:limit], bounded
-
-
-def _trigram_rows(table: str) -> str:
-    """SQLite: the rows whose text may contain a LIKE pattern (one ``?``): what the trigram
-    index finds, and the rows holding a NUL character, past which it cannot see."""
-    key = "message_id" if table == "messages" else "rowid"
-    return (
-        f"SELECT rowid FROM {table}_trigram WHERE content LIKE ?"
-        f" UNION ALL SELECT {key} FROM {table} WHERE instr(content, char(0)) > 0"
-    )
+    return [_hit(r, words[0] if words else None) for r in rows]
 
 
 def required_literal(pattern: str) -> str | None:
@@ -674,36 +470,16 @@ def _regex(
         "files": [],
     }[scope]
     literal = required_literal(pattern)
+    within = _scope(ids, since, before)
     for table in tables:
-        message = table == "messages"
-        key = "message_id" if message else "rowid"
-        time_col = "created_at" if message else "latest_at"
-        extra, params = _scope_sql("s", ids, since, before, time_col)
-        extra = extra.replace("s.conversation_id IN", "+s.conversation_id IN")
-        if literal is not None:
-            if store.backend == "postgresql":
-                extra += " AND s.content LIKE ?"  # pg_trgm serves LIKE
-                escaped = literal.replace("\\", "\\\\")
-                params = [*params, f"%{escaped}%"]
-            else:
-                if message:
-                    store.catch_up_indexes()
-                extra += f" AND s.{key} IN ({_trigram_rows(table)})"
-                params = [*params, f"%{literal}%"]
-        cols = _hit_columns(message)
-        below = 1 << 62  # newest first, a page at a time by row id: no sort, no OFFSET
+        pages = store.scan_newest(table, within, containing=literal)
         while len(hits) < limit:
             if time.monotonic() >= deadline:
                 truncated = True
                 break
-            rows = store.fetchall(
-                f"SELECT {cols}, s.content, s.{key} FROM {table} s WHERE s.{key} < ?{extra}"
-                f" ORDER BY s.{key} DESC LIMIT 500",
-                [below, *params],
-            )
+            rows = next(pages, None)
             if not rows:
                 break
-            below = rows[-1][7]
             for r in rows:
                 scanned += 1
                 left = deadline - time.monotonic()
@@ -711,14 +487,12 @@ def _regex(
                     truncated = True
                     break
                 try:
-                    found = compiled.search(r[6], timeout=min(left, 0.5))
+                    found = compiled.search(r.content, timeout=min(left, 0.5))
                 except TimeoutError:
                     truncated = True
                     continue
                 if found:
-                    hits.append(
-                        GrepHit(r[0], r[1], r[2], r[3], r[4], r[5], _snippet(r[6], found.group(0)))
-                    )
+                    hits.append(_hit(r, found.group(0)))
                     if len(hits) >= limit:
                         break
             if truncated:

@@ -15,10 +15,11 @@ from .checks import CheckStore
 from .core import NO_LIMIT, in_chunks
 from .grants import GrantStore
 from .records import RecordStore
+from .search import SearchStore
 from .summaries import SummaryStore
 
 __all__ = ["NO_LIMIT", "Store", "in_chunks"]
 
 
-class Store(SummaryStore, RecordStore, ActivityStore, GrantStore, CheckStore):
+class Store(SummaryStore, RecordStore, ActivityStore, SearchStore, GrantStore, CheckStore):
     """A lossless store (see the module doc)."""

@@ -113,17 +113,6 @@ class StoreCore:
     def _index_summaries(self, conn: Any, summary_ids: Sequence[str]) -> None:
         """Index these summaries for search (no-op where the engine does)."""
 
-    #: A case-insensitive LIKE (SQLite's LIKE folds ASCII case; PostgreSQL needs ILIKE).
-    like = "LIKE"
-
-    #: Message ids whose text matches a word query (one ``?``, see :meth:`word_query`).
-    match_ids_sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-
-    def word_query(self, query: str) -> str:
-        """A safe query of quoted terms joined by ``AND`` / ``OR`` (how search builds them)
-        in the syntax of this engine's word index."""
-        return query
-
     def pending_index_rows(self) -> int:
         """Messages not yet in every search index."""
         return 0
@@ -143,6 +132,12 @@ class StoreCore:
     def backup_to(self, dest: Path) -> None:
         """Copy the whole store to *dest* while writers go on."""
         raise StoreError(f"the {self.backend} back end has no built-in backup")
+
+    def finish_bulk_copy(self) -> None:
+        """Make the store ready for writers and searches after rows were written into it
+        with their ids as they were (``migrate-store``'s copy): the id generators continue
+        after the largest id copied, and the search indexes hold the copied text."""
+        raise NotImplementedError
 
     def fts_problems(self) -> list[tuple[str, str, str]]:
         """Search-index rows that do not match their sources: (index, id, problem)."""
@@ -164,6 +159,12 @@ class StoreCore:
         """Run a read query (used by the integrity checks and reports)."""
         with self.read() as conn:
             return list(conn.execute(sql, params).fetchall())
+
+    def row_count(self, table: str) -> int:
+        """Rows in *table*, one of the store's own tables (named, never user text)."""
+        if not table.isidentifier():
+            raise ValueError(f"not a table name: {table!r}")
+        return int(self.fetchall(f"SELECT count(*) FROM {table}")[0][0])
 
     def applied_migrations(self) -> list[str]:
         """Names of the migrations recorded in this database, in order."""

@@ -32,11 +32,21 @@ from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store
 from .migrations import STEPS
+from .pg_search import PgSearch
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["Checkpoint", "PostgresStore", "content_hash", "redact_url", "translate"]
+
+#: The id generators and the columns whose largest value they must pass after a bulk copy.
+_SEQUENCES = (
+    ("'message_ids'", "messages", "message_id"),
+    ("'part_ids'", "message_parts", "part_id"),
+    ("pg_get_serial_sequence('conversations', 'conversation_id')", "conversations",
+     "conversation_id"),
+    ("pg_get_serial_sequence('summaries', 'rowid')", "summaries", "rowid"),
+)  # fmt: skip
 
 #: Connections a store keeps at most (threads beyond it wait for one to come back).
 POOL_MAX = 8
@@ -137,20 +147,10 @@ class PgConnection:
         return cur
 
 
-class PostgresStore(Store):
+class PostgresStore(PgSearch, Store):
     """Messages, parts, summaries, context items and indexes in a PostgreSQL schema."""
 
     backend = "postgresql"
-    like = "ILIKE"
-    match_ids_sql = (
-        "SELECT message_id FROM messages"
-        " WHERE content_tsv @@ websearch_to_tsquery('english'::regconfig, ?)"
-    )
-
-    def word_query(self, query: str) -> str:
-        """The quoted terms in ``websearch_to_tsquery``'s syntax, which never fails on user
-        text: ``"a" "b"`` for all of them, ``"a" or "b"`` for any."""
-        return query.replace('" AND "', '" "').replace('" OR "', '" or "')
 
     def __init__(self, url: str, *, pool_size: int = POOL_MAX) -> None:
         try:
@@ -388,6 +388,17 @@ class PostgresStore(Store):
             " writers run (one consistent snapshot), and pg_restore --dbname '<url>' to put it"
             " back, or copy it to SQLite with: lossless migrate-store '<url>' backup.db"
         )
+
+    def finish_bulk_copy(self) -> None:
+        """Move the id generators past the copied ids (rows written with their ids as they
+        were leave the sequences behind); the search indexes are kept on every write."""
+        with self.transaction() as conn:
+            for sequence, table, column in _SEQUENCES:
+                # setval(seq, max + 1, false): the next id handed out is max + 1 (1 if empty)
+                conn.execute(
+                    f"SELECT setval({sequence},"
+                    f" (SELECT coalesce(max({column}), 0) + 1 FROM {table}), false)"
+                )
 
     # --- integrity -------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 from ..codec import content_hash
@@ -22,15 +22,16 @@ from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store, in_chunks
 from .migrations import MIGRATIONS
+from .sqlite_search import SQLiteSearch
 
-__all__ = ["Checkpoint", "SQLiteStore", "content_hash"]
+__all__ = ["Checkpoint", "SQLiteStore", "content_hash", "copy_database", "standalone"]
 
 BUSY_TIMEOUT_MS = 30_000
 #: A WAL larger than this is checkpointed and truncated after the commit that grew it.
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteSearch, Store):
     """Messages, parts, summaries, context items and indexes in one SQLite file."""
 
     backend = "sqlite"
@@ -305,6 +306,11 @@ class SQLiteStore(Store):
             target.close()
             source.close()
 
+    def finish_bulk_copy(self) -> None:
+        """Build the full-text indexes from the copied text (ids are allocated from the
+        largest stored, so they need nothing)."""
+        self.rebuild_fts()
+
     def _index_summaries(self, conn: sqlite3.Connection, summary_ids: Sequence[str]) -> None:
         ids = list(summary_ids)
         for chunk, marks in in_chunks(ids):
@@ -385,6 +391,39 @@ class SQLiteStore(Store):
             except OSError:
                 sizes[label] = 0
         return sizes
+
+
+def copy_database(source: Path, dest: Path) -> None:
+    """Copy the SQLite database at *source* into the file *dest* through SQLite, so what a
+    write-ahead log beside *source* holds is in the copy too. *source* is opened read-only
+    and left as it was; raises :class:`StoreError` when it cannot be read as a database
+    (*dest* may then hold part of a copy: the caller removes it)."""
+    try:
+        with (
+            closing(sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)) as src,
+            closing(sqlite3.connect(dest)) as dst,
+        ):
+            src.backup(dst)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot copy the database {source}: {exc}") from exc
+
+
+@contextmanager
+def standalone(path: Path) -> Iterator[SQLiteStore]:
+    """The store in the SQLite file at *path* (opened, so migrated as needed) for the block;
+    when the block ends the store is closed and, unless it raised, the file is left one
+    self-contained file: rollback journal, no write-ahead log beside it (what a backup, or
+    a file about to be renamed into place, should be)."""
+    store = SQLiteStore(path)
+    try:
+        yield store
+    finally:
+        store.close()
+    try:
+        with closing(sqlite3.connect(path)) as conn:
+            conn.execute("PRAGMA journal_mode = DELETE")
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot leave {path} as one self-contained file: {exc}") from exc
 
 
 def _write_error(path: Path, exc: sqlite3.OperationalError) -> StoreError:

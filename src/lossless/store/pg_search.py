@@ -1,0 +1,100 @@
+"""PostgreSQL's side of :class:`~.search.SearchStore`: the word index is the stored
+``content_tsv`` column (``websearch_to_tsquery``, ``ts_rank_cd``), the substring index a
+``pg_trgm`` GIN index on ``content`` (it serves ``LIKE`` and ``ILIKE``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .search import SearchStore, WordOrder, hit_columns, key_column
+
+__all__ = ["PgSearch"]
+
+#: An all-words query whose words are together in at most this share of the rows (or this
+#: many rows) is answered from the word index and sorted, rather than by walking rows newest
+#: first.
+SELECTIVE_SHARE = 0.02
+SELECTIVE_ROWS = 2_000
+_WORD = re.compile(r"\w+", re.UNICODE)
+_PHRASE = re.compile(r'"([^"]+)"')
+
+
+class PgSearch(SearchStore):
+    """Search through PostgreSQL's ``tsvector`` and ``pg_trgm`` indexes."""
+
+    _match_ids_sql = (
+        "SELECT message_id FROM messages"
+        " WHERE content_tsv @@ websearch_to_tsquery('english'::regconfig, ?)"
+    )
+    _like = "ILIKE"
+    _find = "strpos"
+
+    if TYPE_CHECKING:  # the store's (RecordStore's): how selective a query is
+
+        def term_documents(
+            self, table: str, terms: Sequence[str]
+        ) -> tuple[dict[str, int], int]: ...
+
+    def _word_query(self, query: str) -> str:
+        """The quoted terms in ``websearch_to_tsquery``'s syntax, which never fails on user
+        text: ``"a" "b"`` for all of them, ``"a" or "b"`` for any."""
+        return query.replace('" AND "', '" "').replace('" OR "', '" or "')
+
+    def _word_rows(
+        self,
+        table: str,
+        query: str,
+        where: str,
+        params: list[Any],
+        limit: int,
+        order: WordOrder,
+    ) -> list[tuple[Any, ...]]:
+        # The word index is the tsvector column: the same quoted terms, in the syntax of
+        # websearch_to_tsquery (which never fails on user text); ts_rank_cd, negated so
+        # that, as with bm25(), lower is better.
+        key = key_column(table)
+        by = "score"
+        if order == "recency":
+            # Newest first by walking the key backwards suits words in many rows; for a
+            # selective query that walk reads the whole table to find a few matches (the
+            # planner cannot tell: it guesses a word's share), so the word index is used
+            # and its few matches sorted ("+ 0" keeps the key's index out of the plan).
+            by = f"s.{key} + 0 DESC" if self._selective(table, query) else f"s.{key} DESC"
+        sql = (
+            f"SELECT {hit_columns(table)}, s.content, -ts_rank_cd(s.content_tsv, q) AS score"
+            f" FROM {table} s, websearch_to_tsquery('english'::regconfig, ?) q"
+            f" WHERE s.content_tsv @@ q{where} ORDER BY {by} LIMIT ?"
+        )
+        return self.fetchall(sql, [self._word_query(query), *params, limit])
+
+    def _selective(self, table: str, query: str) -> bool:
+        """Whether an all-words query matches few rows: at most :data:`SELECTIVE_SHARE` of
+        them by the words' counts (from the store, cached), taken as independent; a phrase
+        always is (each row's positions must be checked, which only the index narrows
+        cheaply)."""
+        if any(" " in term.strip() for term in _PHRASE.findall(query)):
+            return True
+        words = _WORD.findall(query)
+        stems = self.index_terms(" ".join(words)) if words else []
+        if not stems:
+            return False
+        counts, rows = self.term_documents(table, stems)
+        if rows <= 0:
+            return True
+        expected = float(rows)
+        for stem in stems:
+            expected *= min(1.0, counts[stem] / rows)
+        return expected <= max(SELECTIVE_ROWS, rows * SELECTIVE_SHARE)
+
+    def _contains_where(self, table: str, needle: str, run: str) -> tuple[str, list[Any], str]:
+        # pg_trgm's GIN index serves ILIKE (any needle: its wildcards are escaped), so the
+        # whole needle is looked for.
+        return "s.content ILIKE ?", ["%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%"], needle
+
+    def _literal_where(self, table: str, literal: str) -> tuple[str, list[Any]]:
+        # pg_trgm serves LIKE (the literal has no wildcards; its backslashes are escaped).
+        escaped = literal.replace("\\", "\\\\")
+        return "s.content LIKE ?", [f"%{escaped}%"]

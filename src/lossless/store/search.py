@@ -1,0 +1,404 @@
+"""Text search over messages and summaries: word index, substring (trigram) and bounded row
+scans; and the frame and tool-execution filters of ``chat_context_query``.
+
+The queries are written once here; each back end supplies its own index syntax through the
+hooks at the end of :class:`SearchStore` (:mod:`.sqlite_search`: FTS5 with BM25 and a trigram
+table; :mod:`.pg_search`: a ``tsvector`` column and ``pg_trgm``). What to look for is the
+caller's to decide (``retrieval.grep`` quotes user text into a *word query* — quoted terms and
+``"phrases"`` joined by `` AND `` or `` OR ``, nothing else reaches a word index — and checks
+regular expressions itself); rows come back as plain tuples: :class:`TextRow`,
+:class:`FrameRow`, :class:`ExecutionRow`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from .core import StoreCore
+
+__all__ = [
+    "CallFilter",
+    "ExecutionRow",
+    "FrameRow",
+    "SearchScope",
+    "SearchStore",
+    "TextRow",
+    "WordOrder",
+]
+
+#: ``recency``: newest first; ``rank``: best-ranked first.
+WordOrder = Literal["recency", "rank"]
+
+#: Short needles (one or two characters) are searched in at most this many newest rows.
+SHORT_NEEDLE_ROWS = 20_000
+
+
+class TextRow(NamedTuple):
+    """A message or summary a search found."""
+
+    id: str  # msg#N, or the summary id
+    kind: str  # message | summary
+    conversation_id: int
+    created_at: str  # a summary's: the time of the latest message it covers
+    role: str | None  # messages only
+    depth: int | None  # summaries only
+    content: str
+    #: A word search's rank, lower is better (``None`` from the other searches).
+    score: float | None = None
+
+
+class FrameRow(NamedTuple):
+    """A stored message, as ``chat_context_query`` lists it."""
+
+    message_id: int
+    conversation_id: int
+    seq: int
+    role: str
+    created_at: str
+    content: str
+
+
+class ExecutionRow(NamedTuple):
+    """A logged tool execution."""
+
+    execution_id: str
+    conversation_id: int
+    tool_name: str | None
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    duration_ms: int | None
+    input: str | None
+    output: str | None
+    error: str | None
+    call_message_id: int | None
+    result_message_id: int | None
+    output_file_id: str | None
+
+
+@dataclass(frozen=True)
+class SearchScope:
+    """Where to look: these conversations (``None``: all; empty: none) and this time range
+    (ISO-8601, ``since`` inclusive, ``before`` exclusive; a message's time, a summary's
+    latest, an execution's start or else its finish)."""
+
+    conversation_ids: tuple[int, ...] | None = None
+    since: str | None = None
+    before: str | None = None
+
+
+@dataclass(frozen=True)
+class CallFilter:
+    """Tool executions by tool name, call id and status (``None``: any)."""
+
+    tool_name: str | None = None
+    execution_id: str | None = None
+    status: str | None = None
+
+
+def key_column(table: str) -> str:
+    """The integer key of a searchable table (the row id its indexes are keyed by)."""
+    if table == "messages":
+        return "message_id"
+    if table == "summaries":
+        return "rowid"
+    raise ValueError(f"no text search over {table!r}")
+
+
+def hit_columns(table: str) -> str:
+    """The columns of a :class:`TextRow` before ``content`` (id, kind, conversation, time,
+    role, depth), from alias ``s``."""
+    if key_column(table) == "message_id":
+        return "'msg#' || s.message_id, 'message', s.conversation_id, s.created_at, s.role, NULL"
+    return (
+        "s.summary_id, 'summary', s.conversation_id, coalesce(s.latest_at, s.created_at),"
+        " NULL, s.depth"
+    )
+
+
+def in_conversations(alias: str, ids: Sequence[int] | None) -> tuple[str, list[Any]]:
+    """`` AND alias.conversation_id IN (...)`` and its parameters ("" for all)."""
+    if ids is None:
+        return "", []
+    values = list(ids) or [-1]
+    return f" AND {alias}.conversation_id IN ({','.join('?' * len(values))})", values
+
+
+def scope_sql(table: str, scope: SearchScope) -> tuple[str, list[Any]]:
+    """The conditions (each after `` AND ``) that keep a search of *table* (alias ``s``) in
+    *scope*; retired summaries (rewritten, dissolved) are never found."""
+    where, params = in_conversations("s", scope.conversation_ids)
+    time_col = "created_at" if table == "messages" else "latest_at"
+    if scope.since:
+        where += f" AND s.{time_col} >= ?"
+        params.append(scope.since)
+    if scope.before:
+        where += f" AND s.{time_col} < ?"
+        params.append(scope.before)
+    if time_col == "latest_at":
+        where += " AND s.retired_at IS NULL"
+    return where, params
+
+
+def by_key(where: str) -> str:
+    """*where* with its conversation filter kept out of index choice (``+`` makes it an
+    expression): the plan walks the table's key, newest first, or looks rows up by it."""
+    return where.replace("s.conversation_id IN", "+s.conversation_id IN")
+
+
+def calls_sql(alias: str, calls: CallFilter) -> tuple[str, list[Any]]:
+    """The conditions (each after `` AND ``) on ``tool_executions`` as *alias* that keep the
+    executions *calls* selects."""
+    where = ""
+    params: list[Any] = []
+    for column, value in (
+        ("tool_name", calls.tool_name),
+        ("execution_id", calls.execution_id),
+        ("status", calls.status),
+    ):
+        if value is not None:
+            where += f" AND {alias}.{column} = ?"
+            params.append(value)
+    return where, params
+
+
+def _like_literal(word: str) -> str:
+    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+class SearchStore(StoreCore):
+    """Text search over messages and summaries, and the frame and execution filters."""
+
+    def word_search(
+        self,
+        table: str,
+        query: str,
+        scope: SearchScope,
+        limit: int,
+        *,
+        order: WordOrder = "recency",
+    ) -> list[TextRow]:
+        """Up to *limit* rows of *table* (``messages`` or ``summaries``) whose words match
+        *query*, a word query (quoted terms and phrases joined by `` AND `` or `` OR ``),
+        newest first (``recency``) or best-ranked first (``rank``). Each row's ``score`` is
+        its rank, lower is better: BM25 on SQLite, ``ts_rank_cd`` negated on PostgreSQL."""
+        where, params = scope_sql(table, scope)
+        return [TextRow(*r) for r in self._word_rows(table, query, where, params, limit, order)]
+
+    def substring_search(
+        self, table: str, needle: str, scope: SearchScope, limit: int
+    ) -> tuple[list[TextRow], bool]:
+        """Up to *limit* rows of *table* whose text contains *needle* (case-insensitive),
+        newest first, through the trigram index; needles of one or two characters (too short
+        for trigrams: a two-character CJK word) are looked for in the newest
+        :data:`SHORT_NEEDLE_ROWS` rows only. Returns the rows and whether the search stopped
+        there (was bounded)."""
+        if not needle:
+            return [], False
+        key = key_column(table)
+        if table == "messages":
+            self.catch_up_indexes()
+        extra, params = scope_sql(table, scope)
+        extra = by_key(extra)  # keep the key plan
+        bounded = False
+        # The index is asked for the longest run of the needle without LIKE's wildcards: no
+        # ESCAPE clause (with one, SQLite does not use the trigram index), and no % or _ at
+        # all, since a wildcard beside non-ASCII text crashes SQLite 3.40's trigram LIKE
+        # (detail='none'). The exact check below keeps only the rows that hold the whole
+        # needle. (NUL too: SQLite reads a pattern only up to its first NUL.)
+        run = max(re.split(r"[%_\x00]", needle), key=len)
+        if len(run) >= 3:
+            where, args, run = self._contains_where(table, needle, run)
+        else:
+            (newest,) = self.fetchall(f"SELECT coalesce(max({key}), 0) FROM {table}")[0]
+            bounded = newest > SHORT_NEEDLE_ROWS
+            probe = run or needle
+            if probe.lower() == probe.upper():  # CJK and digits have no case: no lower() per row
+                where = f"s.{key} > ? AND {self._find}(s.content, ?) > 0"
+            else:
+                where = f"s.{key} > ? AND {self._find}(lower(s.content), lower(?)) > 0"
+            args = [newest - SHORT_NEEDLE_ROWS, run or needle]
+        wanted = needle.lower()
+        fetch = limit if run == needle else limit * 4
+        rows = self.fetchall(
+            f"SELECT {hit_columns(table)}, s.content FROM {table} s WHERE {where}{extra}"
+            f" ORDER BY s.{key} DESC LIMIT ?",
+            [*args, *params, fetch],
+        )
+        return [TextRow(*r) for r in rows if wanted in r[6].lower()][:limit], bounded
+
+    def scan_newest(
+        self,
+        table: str,
+        scope: SearchScope,
+        *,
+        containing: str | None = None,
+        page: int = 500,
+    ) -> Iterator[list[TextRow]]:
+        """The rows of *table* in *scope*, newest first, a page of *page* rows at a time (the
+        caller stops when its own bounds say so: each page is read as it is asked for).
+
+        With *containing* — a literal of three or more characters, none of LIKE's wildcards
+        nor NUL, that every wanted row holds (case-sensitive) — only rows the substring index
+        says may hold it are read (it may say so of a few more: the caller checks each row),
+        so a scan reaches back through all of history instead of the newest rows only."""
+        key = key_column(table)
+        extra, params = scope_sql(table, scope)
+        extra = by_key(extra)
+        if containing is not None:
+            where, args = self._literal_where(table, containing)
+            extra += f" AND {where}"
+            params += args
+        sql = (
+            f"SELECT {hit_columns(table)}, s.content, s.{key} FROM {table} s"
+            f" WHERE s.{key} < ?{extra} ORDER BY s.{key} DESC LIMIT {int(page)}"
+        )
+        return self._pages(sql, params)
+
+    def _pages(self, sql: str, params: list[Any]) -> Iterator[list[TextRow]]:
+        below = 1 << 62  # newest first, a page at a time by row id: no sort, no OFFSET
+        while True:
+            rows = self.fetchall(sql, [below, *params])
+            if not rows:
+                return
+            below = rows[-1][7]
+            yield [TextRow(*r[:7]) for r in rows]
+
+    def executions(
+        self,
+        scope: SearchScope,
+        calls: CallFilter | None = None,
+        *,
+        query: str | None = None,
+        words: Sequence[str] = (),
+        limit: int,
+        offset: int = 0,
+        newest_first: bool = True,
+    ) -> list[ExecutionRow]:
+        """One page of logged tool executions in *scope* (by their start, or finish when
+        they have none) that *calls* selects, ordered by that time. With *query* (a word
+        query), only those whose call or result message matches it and whose own input or
+        output holds each of *words* (case-insensitive)."""
+        where, params = in_conversations("e", scope.conversation_ids)
+        if calls is not None:
+            more, values = calls_sql("e", calls)
+            where += more
+            params += values
+        at = "coalesce(e.started_at, e.finished_at)"
+        for clause, value in ((f"{at} >= ?", scope.since), (f"{at} < ?", scope.before)):
+            if value is not None:
+                where += f" AND {clause}"
+                params.append(value)
+        if query is not None:
+            # The index finds the messages; each word must then be in this execution's own
+            # input or output (one message can carry the results of several parallel calls).
+            where += (
+                f" AND (e.call_message_id IN ({self._match_ids_sql})"
+                f" OR e.result_message_id IN ({self._match_ids_sql}))"
+            )
+            params += [self._word_query(query)] * 2
+            for word in words:
+                where += (
+                    f" AND (coalesce(e.input, '') || ' ' || coalesce(e.output, '')) {self._like} ?"
+                    " ESCAPE '\\'"
+                )
+                params.append("%" + _like_literal(word) + "%")
+        direction = "DESC" if newest_first else "ASC"
+        rows = self.fetchall(
+            "SELECT e.execution_id, e.conversation_id, e.tool_name, e.status, e.started_at,"
+            " e.finished_at, e.duration_ms, e.input, e.output, e.error, e.call_message_id,"
+            " e.result_message_id, e.output_file_id FROM tool_executions e"
+            f" WHERE 1 = 1{where} ORDER BY {at} {direction}, e.execution_id LIMIT ? OFFSET ?",
+            [*params, limit, offset],
+        )
+        return [ExecutionRow(*r) for r in rows]
+
+    def frames(
+        self,
+        scope: SearchScope,
+        *,
+        role: str | None = None,
+        query: str | None = None,
+        calls: CallFilter | None = None,
+        limit: int,
+        offset: int = 0,
+        newest_first: bool = True,
+    ) -> list[FrameRow]:
+        """One page of the stored messages in *scope* (of *role*, when given), ordered by
+        time: with *query* (a word query) those whose text matches it; with *calls* those
+        that made or answered the tool executions it selects (in the same conversations)."""
+        where, params = in_conversations("m", scope.conversation_ids)
+        for clause, value in (
+            ("m.role = ?", role),
+            ("m.created_at >= ?", scope.since),
+            ("m.created_at < ?", scope.before),
+        ):
+            if value is not None:
+                where += f" AND {clause}"
+                params.append(value)
+        if query is not None:
+            where += f" AND m.message_id IN ({self._match_ids_sql})"
+            params.append(self._word_query(query))
+        if calls is not None:  # the messages that made or answered the chosen calls
+            inner, inner_params = in_conversations("e", scope.conversation_ids)
+            more, values = calls_sql("e", calls)
+            inner += more
+            inner_params += values
+            where += (
+                " AND m.message_id IN (SELECT e.call_message_id FROM tool_executions e"
+                f" WHERE 1 = 1{inner} UNION SELECT e.result_message_id FROM tool_executions e"
+                f" WHERE 1 = 1{inner})"
+            )
+            params += inner_params + inner_params
+        direction = "DESC" if newest_first else "ASC"
+        rows = self.fetchall(
+            "SELECT m.message_id, m.conversation_id, m.seq, m.role, m.created_at, m.content"
+            f" FROM messages m WHERE 1 = 1{where}"
+            f" ORDER BY m.created_at {direction}, m.message_id {direction} LIMIT ? OFFSET ?",
+            [*params, limit, offset],
+        )
+        return [FrameRow(*r) for r in rows]
+
+    # --- what each back end supplies ---------------------------------------------------------
+
+    #: Message ids whose text matches a word query (one ``?``, see :meth:`_word_query`).
+    _match_ids_sql: str
+    #: A case-insensitive LIKE (SQLite's LIKE folds ASCII case; PostgreSQL needs ILIKE).
+    _like: str
+    #: The function ``f(text, part)`` that gives where *part* starts in *text* (from 1; 0
+    #: when it is not there).
+    _find: str
+
+    def _word_query(self, query: str) -> str:
+        """A word query in the syntax of this engine's word index."""
+        raise NotImplementedError
+
+    def _word_rows(
+        self,
+        table: str,
+        query: str,
+        where: str,
+        params: list[Any],
+        limit: int,
+        order: WordOrder,
+    ) -> list[tuple[Any, ...]]:
+        """:meth:`word_search`'s rows: :func:`hit_columns`, ``content`` and the score; *where*
+        (with *params*) holds the scope's conditions on alias ``s``, each after `` AND ``."""
+        raise NotImplementedError
+
+    def _contains_where(self, table: str, needle: str, run: str) -> tuple[str, list[Any], str]:
+        """A condition on alias ``s`` that the substring index serves, with its parameters,
+        true at least of the rows whose text holds *needle* (case-insensitive); *run* is its
+        longest piece without LIKE's wildcards or NUL (three characters or more). The third
+        value is what the condition looks for: unless it is the whole needle, more rows are
+        read, as some will hold only that."""
+        raise NotImplementedError
+
+    def _literal_where(self, table: str, literal: str) -> tuple[str, list[Any]]:
+        """A condition on alias ``s`` that the substring index serves, with its parameters,
+        true at least of the rows whose text holds *literal* (case-sensitive; three
+        characters or more, none of LIKE's wildcards nor NUL)."""
+        raise NotImplementedError

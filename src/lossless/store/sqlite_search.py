@@ -1,0 +1,116 @@
+"""SQLite's side of :class:`~.search.SearchStore`: the porter FTS5 tables (``messages_fts``,
+``summaries_fts``: ``MATCH``, ``bm25()``) and the trigram tables beside them
+(``messages_trigram``, ``summaries_trigram``) that serve substring ``LIKE``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .core import in_chunks
+from .search import SearchStore, WordOrder, by_key, hit_columns, key_column
+
+__all__ = ["SQLiteSearch"]
+
+#: Candidates ranked inside the index before their rows are read (then the full join).
+RANK_CANDIDATES_MAX = 100_000
+
+
+class SQLiteSearch(SearchStore):
+    """Search through SQLite's FTS5 word and trigram indexes."""
+
+    _match_ids_sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+    _like = "LIKE"
+    _find = "instr"
+
+    def _word_query(self, query: str) -> str:
+        """FTS5 takes the quoted terms as they are."""
+        return query
+
+    def _word_rows(
+        self,
+        table: str,
+        query: str,
+        where: str,
+        params: list[Any],
+        limit: int,
+        order: WordOrder,
+    ) -> list[tuple[Any, ...]]:
+        key = key_column(table)
+        # Newest first by row id: the index's own order, so no sort of every match is needed.
+        by = "f.rowid DESC" if order == "recency" else "score"
+        sql = (
+            f"SELECT {hit_columns(table)}, s.content, bm25({table}_fts) AS score"
+            f" FROM {table}_fts f JOIN {table} s ON s.{key} = f.rowid"
+            f" WHERE {table}_fts MATCH ?{where} ORDER BY {by} LIMIT ?"
+        )
+        if order == "recency":
+            return self.fetchall(sql, [query, *params, limit])
+        return self._best_ranked(table, query, where, params, limit, sql)
+
+    def _best_ranked(
+        self,
+        table: str,
+        query: str,
+        where: str,
+        params: list[Any],
+        limit: int,
+        plain_sql: str,
+    ) -> list[tuple[Any, ...]]:
+        """The best-ranked matches, ranked inside the index first: only the top candidates are
+        checked against the scope and only the winners' rows are read (reading every
+        candidate's row before sorting is what costs). When the scope leaves fewer than
+        *limit* of the candidates and the index has more, it is asked for eight times more, at
+        last for all (*plain_sql*: the full join, ranked)."""
+        key = key_column(table)
+        inner = limit * 4
+        by_row = by_key(where)  # rowid lookups
+        while inner <= RANK_CANDIDATES_MAX:
+            candidates = self.fetchall(
+                f"SELECT rowid, bm25({table}_fts) AS score FROM {table}_fts"
+                f" WHERE {table}_fts MATCH ? ORDER BY score LIMIT ?",
+                [query, inner],
+            )
+            score = {int(r[0]): float(r[1]) for r in candidates}
+            kept: list[int] = []
+            ids = list(score)
+            for chunk, marks in in_chunks(ids):
+                kept += [
+                    int(r[0])
+                    for r in self.fetchall(
+                        f"SELECT s.{key} FROM {table} s WHERE s.{key} IN ({marks}){by_row}",
+                        [*chunk, *params],
+                    )
+                ]
+            if len(kept) >= limit or len(candidates) < inner:
+                best = sorted(kept, key=lambda k: score[k])[:limit]
+                if not best:
+                    return []
+                marks = ",".join("?" * len(best))
+                rows = self.fetchall(
+                    f"SELECT {hit_columns(table)}, s.content, s.{key} FROM {table} s"
+                    f" WHERE s.{key} IN ({marks})",
+                    best,
+                )
+                return sorted(((*r[:7], score[int(r[7])]) for r in rows), key=lambda r: float(r[7]))
+            inner *= 8
+        return self.fetchall(plain_sql, [query, *params, limit])
+
+    def _contains_where(self, table: str, needle: str, run: str) -> tuple[str, list[Any], str]:
+        # Only the run, and in a LIKE without ESCAPE: see SearchStore.substring_search.
+        return f"s.{key_column(table)} IN ({_trigram_rows(table)})", [f"%{run}%"], run
+
+    def _literal_where(self, table: str, literal: str) -> tuple[str, list[Any]]:
+        if table == "messages":
+            self.catch_up_indexes()
+        return f"s.{key_column(table)} IN ({_trigram_rows(table)})", [f"%{literal}%"]
+
+
+def _trigram_rows(table: str) -> str:
+    """The rows whose text may contain a LIKE pattern (one ``?``): what the trigram index
+    finds, and the rows holding a NUL character, past which it cannot see."""
+    key = key_column(table)
+    return (
+        f"SELECT rowid FROM {table}_trigram WHERE content LIKE ?"
+        f" UNION ALL SELECT {key} FROM {table} WHERE instr(content, char(0)) > 0"
+    )
