@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from ..model import (
     ContextItem,
     StoredMessage,
 )
 from ..timestamps import format_ts, now
+from .connection import Connection
 from .core import in_chunks
 from .messages import MessageStore
 
@@ -76,7 +76,7 @@ class ContextStore(MessageStore):
             return self.get_message(int(row[1]))
 
     @staticmethod
-    def _shift_ordinals(conn: Any, conversation_id: int, *, after: int, by: int) -> None:
+    def _shift_ordinals(conn: Connection, conversation_id: int, *, after: int, by: int) -> None:
         """Move the items after ordinal *after* by *by*, through negative numbers so that the
         primary key never sees two items on one ordinal, whatever order rows are visited in."""
         if by == 0:

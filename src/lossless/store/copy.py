@@ -351,7 +351,7 @@ def _check_conversations(source: Store, target: Store) -> None:
         if not in_target:
             return
         marks = ",".join("?" * len(in_target))
-        in_source = dict(
+        in_source: dict[int, str] = dict(
             source.fetchall(
                 "SELECT conversation_id, session_id FROM conversations"
                 f" WHERE conversation_id IN ({marks})",

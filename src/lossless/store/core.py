@@ -9,6 +9,7 @@ PostgreSQL connection translates them), on top of :class:`StoreCore`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 
 from ..codec import loads
 from ..errors import StoreError
+from .connection import Connection, Row
 
 __all__ = ["NO_LIMIT", "StoreCore", "in_chunks"]
 
@@ -59,7 +61,7 @@ def _row_id(value: int) -> int:
     return value if isinstance(value, int) and -(2**63) <= value < 2**63 else -1
 
 
-class StoreCore:
+class StoreCore(ABC):
     """What every aggregate of the store builds on; a back end fills in the hooks."""
 
     backend = ""
@@ -75,27 +77,29 @@ class StoreCore:
     #: The file the store lives in (``None`` for a server's store).
     path: Path | None = None
 
+    @abstractmethod
     def close(self) -> None:
         """Close every connection the store opened."""
-        raise NotImplementedError
 
-    def transaction(self) -> AbstractContextManager[Any]:
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[Connection]:
         """A write transaction on a connection of this thread; nested calls are savepoints."""
-        raise NotImplementedError
 
-    def read(self) -> AbstractContextManager[Any]:
+    @abstractmethod
+    def read(self) -> AbstractContextManager[Connection]:
         """A consistent snapshot for several reads (joins an open transaction)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def migrate(self) -> list[str]:
         """Apply pending migrations, each in its own transaction; return the names applied."""
-        raise NotImplementedError
 
-    def _allocate_ids(self, conn: Any, table: str, count: int) -> int:
+    @abstractmethod
+    def _allocate_ids(self, conn: Connection, table: str, count: int) -> int:
         """The first of *count* consecutive fresh ids for ``messages`` or ``message_parts``."""
-        raise NotImplementedError
 
-    def _lock_conversation(self, conn: Any, conversation_id: int) -> None:
+    def _lock_conversation(  # noqa: B027 - a default: a store with one writer needs none
+        self, conn: Connection, conversation_id: int
+    ) -> None:
         """Hold the conversation's write lock until the transaction ends (writers to one
         conversation never interleave, whatever process or host they run in)."""
 
@@ -107,10 +111,14 @@ class StoreCore:
         ends in a ConflictError, retried)."""
         yield True
 
-    def _index_messages(self, conn: Any, first_id: int, last_id: int, *, trigram: bool) -> None:
+    def _index_messages(  # noqa: B027 - a default: the server may index on its own
+        self, conn: Connection, first_id: int, last_id: int, *, trigram: bool
+    ) -> None:
         """Index messages ``first_id..last_id`` for search (no-op where the engine does)."""
 
-    def _index_summaries(self, conn: Any, summary_ids: Sequence[str]) -> None:
+    def _index_summaries(  # noqa: B027 - a default: the server may index on its own
+        self, conn: Connection, summary_ids: Sequence[str]
+    ) -> None:
         """Index these summaries for search (no-op where the engine does)."""
 
     def pending_index_rows(self) -> int:
@@ -121,41 +129,41 @@ class StoreCore:
         """Index what large batches left out; returns rows indexed."""
         return 0
 
+    @abstractmethod
     def index_terms(self, text: str) -> list[str]:
         """The distinct terms the word index makes of *text* (stemmed, folded)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _term_counts(self, table: str, terms: Sequence[str]) -> dict[str, int]:
         """How many rows of *table* hold each of *terms* (as :meth:`index_terms` makes them)."""
-        raise NotImplementedError
 
     def backup_to(self, dest: Path) -> None:
         """Copy the whole store to *dest* while writers go on."""
         raise StoreError(f"the {self.backend} back end has no built-in backup")
 
+    @abstractmethod
     def finish_bulk_copy(self) -> None:
         """Make the store ready for writers and searches after rows were written into it
         with their ids as they were (``migrate-store``'s copy): the id generators continue
         after the largest id copied, and the search indexes hold the copied text."""
-        raise NotImplementedError
 
+    @abstractmethod
     def fts_problems(self) -> list[tuple[str, str, str]]:
         """Search-index rows that do not match their sources: (index, id, problem)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def rebuild_fts(self) -> None:
         """Rebuild every search index from its source table."""
-        raise NotImplementedError
 
+    @abstractmethod
     def foreign_key_problems(self) -> list[tuple[str, int, str, int]]:
         """Rows whose foreign keys point nowhere: (table, row, parent table, fk index)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def database_size(self) -> dict[str, int]:
         """Bytes the store takes (``database``, and ``wal`` where there is one)."""
-        raise NotImplementedError
 
-    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run a read query (used by the integrity checks and reports)."""
         with self.read() as conn:
             return list(conn.execute(sql, params).fetchall())

@@ -15,6 +15,7 @@ from ..model import (
     StoredPart,
 )
 from ..timestamps import format_ts, now
+from .connection import Connection
 from .core import (
     _MESSAGE_INSERT,
     _PART_INSERT,
@@ -355,7 +356,9 @@ class MessageStore(StoreCore):
         " source_format, envelope, metadata, host_meta"
     )
 
-    def _messages_with_parts(self, conn: Any, rows: list[tuple[Any, ...]]) -> list[StoredMessage]:
+    def _messages_with_parts(
+        self, conn: Connection, rows: list[tuple[Any, ...]]
+    ) -> list[StoredMessage]:
         if not rows:
             return []
         parts: dict[int, list[StoredPart]] = {}

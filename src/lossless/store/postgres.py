@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +31,7 @@ from ..errors import StoreError
 from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store
+from .connection import Connection
 from .migrations import STEPS
 from .pg_search import PgSearch
 
@@ -139,7 +140,7 @@ class PgConnection:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         return self.raw.execute(translate(sql), _params(params))
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> psycopg.Cursor[Any]:
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
         cur = self.raw.cursor()
         rows = list(rows)
         if rows:
@@ -308,13 +309,13 @@ class PostgresStore(PgSearch, Store):
 
     # --- ids and locks ----------------------------------------------------------------------
 
-    def _allocate_ids(self, conn: PgConnection, table: str, count: int) -> int:
+    def _allocate_ids(self, conn: Connection, table: str, count: int) -> int:
         seq = {"messages": "message_ids", "message_parts": "part_ids"}[table]
         row = conn.execute("SELECT lossless_take_ids(?, ?)", (seq, count)).fetchone()
         assert row is not None
         return int(row[0])
 
-    def _lock_conversation(self, conn: PgConnection, conversation_id: int) -> None:
+    def _lock_conversation(self, conn: Connection, conversation_id: int) -> None:
         conn.execute(
             "SELECT pg_advisory_xact_lock(hashtext(current_schema()),"
             " (?::bigint % 2147483647)::int)",

@@ -13,6 +13,7 @@ regular expressions itself); rows come back as plain tuples: :class:`TextRow`,
 from __future__ import annotations
 
 import re
+from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -372,10 +373,11 @@ class SearchStore(StoreCore):
     #: when it is not there).
     _find: str
 
+    @abstractmethod
     def _word_query(self, query: str) -> str:
         """A word query in the syntax of this engine's word index."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _word_rows(
         self,
         table: str,
@@ -387,18 +389,17 @@ class SearchStore(StoreCore):
     ) -> list[tuple[Any, ...]]:
         """:meth:`word_search`'s rows: :func:`hit_columns`, ``content`` and the score; *where*
         (with *params*) holds the scope's conditions on alias ``s``, each after `` AND ``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _contains_where(self, table: str, needle: str, run: str) -> tuple[str, list[Any], str]:
         """A condition on alias ``s`` that the substring index serves, with its parameters,
         true at least of the rows whose text holds *needle* (case-insensitive); *run* is its
         longest piece without LIKE's wildcards or NUL (three characters or more). The third
         value is what the condition looks for: unless it is the whole needle, more rows are
         read, as some will hold only that."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _literal_where(self, table: str, literal: str) -> tuple[str, list[Any]]:
         """A condition on alias ``s`` that the substring index serves, with its parameters,
         true at least of the rows whose text holds *literal* (case-sensitive; three
         characters or more, none of LIKE's wildcards nor NUL)."""
-        raise NotImplementedError

@@ -21,6 +21,7 @@ from ..errors import StoreError
 from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store, in_chunks
+from .connection import Connection
 from .migrations import MIGRATIONS
 from .sqlite_search import SQLiteSearch
 
@@ -186,14 +187,14 @@ class SQLiteStore(SQLiteSearch, Store):
                 applied.append(name)
         return applied
 
-    def _allocate_ids(self, conn: sqlite3.Connection, table: str, count: int) -> int:
+    def _allocate_ids(self, conn: Connection, table: str, count: int) -> int:
         """The next ids after the largest stored: the write lock is held (``BEGIN
         IMMEDIATE``), so no one else allocates before this transaction ends."""
         key = {"messages": "message_id", "message_parts": "part_id"}[table]
         return int(conn.execute(f"SELECT coalesce(max({key}), 0) + 1 FROM {table}").fetchone()[0])
 
     def _index_messages(
-        self, conn: sqlite3.Connection, first_id: int, last_id: int, *, trigram: bool
+        self, conn: Connection, first_id: int, last_id: int, *, trigram: bool
     ) -> None:
         tables = ("messages_fts", "messages_trigram") if trigram else ("messages_fts",)
         for table in tables:
@@ -311,7 +312,7 @@ class SQLiteStore(SQLiteSearch, Store):
         largest stored, so they need nothing)."""
         self.rebuild_fts()
 
-    def _index_summaries(self, conn: sqlite3.Connection, summary_ids: Sequence[str]) -> None:
+    def _index_summaries(self, conn: Connection, summary_ids: Sequence[str]) -> None:
         ids = list(summary_ids)
         for chunk, marks in in_chunks(ids):
             for table in ("summaries_fts", "summaries_trigram"):

@@ -6,9 +6,8 @@ one write) and by the migration that logs the messages stored before the log exi
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..timestamps import parse_ts
+from .connection import Connection
 
 __all__ = ["ERROR_CHARS", "record_tool_executions"]
 
@@ -17,7 +16,7 @@ ERROR_CHARS = 500
 
 
 def record_tool_executions(
-    conn: Any, conversation_id: int | None, first_id: int, last_id: int
+    conn: Connection, conversation_id: int | None, first_id: int, last_id: int
 ) -> int:
     """Log the tool calls and results of messages ``first_id..last_id`` (of one
     conversation, or of all when ``None``); returns how many parts were logged.
