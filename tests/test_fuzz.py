@@ -593,8 +593,16 @@ def test_any_text_in_full_text_mode_gives_hits_or_a_grep_error(
 def test_any_text_in_chat_context_query_gives_frames_or_a_grep_error(
     seeded: Engine, text: str, role: str | None
 ) -> None:
-    _, error = attempt(seeded.chat_context_query, conversation="seed", text=text, role=role)
-    assert error is None or said_why(error, GrepError), repr(error)
+    result, error = attempt(seeded.chat_context_query, conversation="seed", text=text, role=role)
+    if error is not None:
+        assert said_why(error, GrepError), repr(error)
+        return
+    seed = seeded.conversation("seed").conversation_id
+    assert all(f.conversation_id == seed for f in result.frames)
+    assert all(e.conversation_id == seed for e in result.executions)
+    if role is not None:
+        assert all(f.role == role for f in result.frames)
+    assert len(result.frames) <= 20 and len(result.executions) <= 20
 
 
 @fuzz(40, deadline_ms=15_000)
