@@ -668,7 +668,7 @@ async def test_mcp_session_tools_respect_pinned_and_grant_scopes(engine: Engine)
         other = await refusal(client, "summarize_session", conversation="beta")
         other_history = await refusal(client, "get_history", conversation="beta")
     assert pinned["conversation_id"] == history["conversation_id"] == 1
-    assert "not one this server can see" in other and "not one this server can see" in other_history
+    assert "not one these tools can see" in other and "not one these tools can see" in other_history
     assert engine.session_summaries("beta") == []
 
     grant = engine.create_grant("alpha")
@@ -679,5 +679,5 @@ async def test_mcp_session_tools_respect_pinned_and_grant_scopes(engine: Engine)
         missing = await refusal(client, "summarize_session", conversation="alpha")
     assert "get_history" in names and "summarize_session" not in names
     assert read["session_id"] == "alpha" and len(read["messages"]) == 3
-    assert "not one this server can see" in outside
+    assert "not one these tools can see" in outside
     assert "Unknown tool" in missing

@@ -147,3 +147,32 @@ def test_the_agents_sdk_tools_are_the_declaration_without_the_conversation(
                 assert (param.name in schema.get("required", [])) == (param.default is REQUIRED)
     finally:
         engine.close()
+
+
+def test_a_calls_arguments_are_checked_against_the_declaration() -> None:
+    from lossless.errors import ArgumentError
+
+    grep = TOOLS["lcm_grep"]
+    completed = grep.check({"pattern": "deploy"})
+    assert completed["pattern"] == "deploy"
+    assert completed["limit"] == grep.param("limit").default
+    assert completed["sort"] == grep.param("sort").default
+    refusals = {
+        "missing": ({}, "needs pattern"),
+        "unknown": ({"pattern": "x", "limt": 5}, "no parameter 'limt'"),
+        "type": ({"pattern": 3}, "pattern must be a string"),
+        "bool is not an integer": ({"pattern": "x", "limit": True}, "limit must be an integer"),
+        "limit": ({"pattern": "x", "limit": 500}, "from 1 to 200"),
+        "choice": ({"pattern": "x", "sort": "newest"}, "one of relevance, recency, hybrid"),
+        "not an object": (["x"], "must be an object"),
+    }
+    for arguments, said in refusals.values():
+        with pytest.raises(ArgumentError, match=said):
+            grep.check(arguments)
+    expand = TOOLS["lcm_expand"]
+    with pytest.raises(ArgumentError, match="at least 1 item"):
+        expand.check({"summary_ids": []})
+    with pytest.raises(ArgumentError, match="a list of strings"):
+        expand.check({"summary_ids": "sum_0123456789abcdef"})
+    assert TOOLS["lcm_describe"].check({"id": "msg#1", "token_cap": None})["token_cap"] is None
+    assert "conversation" not in grep.check({"pattern": "x"}, omit=("conversation",))

@@ -7,6 +7,7 @@ turns them into exit codes at its boundary; library callers catch :class:`Lossle
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentError",
     "ConfigError",
     "ConflictError",
     "ImportProblem",
@@ -26,6 +27,13 @@ class LosslessError(Exception):
 
 class ConfigError(LosslessError):
     """A configuration key is unknown or has a value outside what it accepts."""
+
+    exit_code = 2
+
+
+class ArgumentError(LosslessError):
+    """A call's arguments do not fit what the operation declares (a missing or unknown
+    name, a wrong type, a value outside its limits)."""
 
     exit_code = 2
 

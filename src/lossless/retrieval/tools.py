@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from ..errors import ArgumentError
+
 __all__ = ["REQUIRED", "TOOLS", "Param", "RecallTool", "tool"]
 
 #: The default of a parameter that has none (the call must give it).
@@ -75,6 +77,56 @@ class Param:
             out["min_length"] = self.min_items
         return out
 
+    def check(self, value: Any, owner: str) -> Any:
+        """*value* if it fits this parameter (JSON types: an integer for ``integer``, a list
+        of strings for ``strings``; ``None`` where the default is ``None``), else an
+        :class:`~lossless.errors.ArgumentError` saying what was expected."""
+        if value is None and self.default is None:
+            return None
+        where = f"{owner}: {self.name}"
+        expected = self.expects()
+        if self.kind == "strings":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ArgumentError(f"{where} must be {expected} (got {_shown(value)})")
+            if self.min_items is not None and len(value) < self.min_items:
+                raise ArgumentError(f"{where} needs at least {self.min_items} item(s)")
+            return value
+        fits = {
+            "string": isinstance(value, str),
+            "integer": isinstance(value, int) and not isinstance(value, bool),
+            "boolean": isinstance(value, bool),
+            "conversation": isinstance(value, str)
+            or (isinstance(value, int) and not isinstance(value, bool)),
+        }[self.kind]
+        if not fits or (self.choices and value not in self.choices):
+            raise ArgumentError(f"{where} must be {expected} (got {_shown(value)})")
+        if isinstance(value, int) and not isinstance(value, bool):
+            low = -(2**63) if self.minimum is None else self.minimum
+            high = 2**63 - 1 if self.maximum is None else self.maximum
+            if not low <= value <= high:
+                raise ArgumentError(f"{where} must be {expected} (got {value})")
+        return value
+
+    def expects(self) -> str:
+        """What a value must be, in words (for error messages)."""
+        if self.choices:
+            said = "one of " + ", ".join(self.choices)
+        else:
+            said = {
+                "string": "a string",
+                "integer": "an integer",
+                "boolean": "true or false",
+                "strings": "a list of strings",
+                "conversation": "a conversation id or a session id",
+            }[self.kind]
+        if self.minimum is not None and self.maximum is not None:
+            said += f" from {self.minimum} to {self.maximum}"
+        elif self.minimum is not None:
+            said += f" of at least {self.minimum}"
+        elif self.maximum is not None:
+            said += f" of at most {self.maximum}"
+        return said + (" or null" if self.default is None else "")
+
     def json_schema(self) -> dict[str, Any]:
         """The parameter's JSON Schema."""
         schema: dict[str, Any]
@@ -125,6 +177,35 @@ class RecallTool:
     def defaults(self) -> dict[str, Any]:
         """``{name: default}`` of the parameters that have one."""
         return {p.name: p.default for p in self.params if not p.required}
+
+    def check(self, arguments: Any, *, omit: Sequence[str] = ()) -> dict[str, Any]:
+        """The arguments of a call (a JSON object), checked against the declaration and
+        completed with the defaults; an :class:`~lossless.errors.ArgumentError` names the
+        first argument that is missing, unknown or does not fit (and what would)."""
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise ArgumentError(
+                f"{self.name}: the arguments must be an object of named values (got"
+                f" {_shown(arguments)})"
+            )
+        kept = [p for p in self.params if p.name not in omit]
+        names = {p.name for p in kept}
+        unknown = sorted(k for k in arguments if k not in names)
+        if unknown:
+            raise ArgumentError(
+                f"{self.name} has no parameter {', '.join(map(repr, unknown))}; it takes"
+                f" {', '.join(p.name for p in kept) or 'none'}"
+            )
+        out: dict[str, Any] = {}
+        for p in kept:
+            if p.name in arguments:
+                out[p.name] = p.check(arguments[p.name], self.name)
+            elif p.required:
+                raise ArgumentError(f"{self.name} needs {p.name}: {p.expects()}")
+            else:
+                out[p.name] = p.default
+        return out
 
     def json_schema(self, omit: Sequence[str] = ()) -> dict[str, Any]:
         """The parameters' JSON Schema (an object), without those in *omit*."""
@@ -557,6 +638,12 @@ TOOLS: dict[str, RecallTool] = {
         ),
     )
 }
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message quotes it (short)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def tool(name: str) -> RecallTool:

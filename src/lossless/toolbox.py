@@ -1,0 +1,486 @@
+"""The recall tools at work: each declared tool (:mod:`lossless.retrieval.tools`) as one
+function over an :class:`~lossless.engine.Engine` and the scope a shell gives it.
+
+Every shell that offers the tools to a model calls these: the MCP server, ``lossless serve``
+(and through it the OpenClaw plugin), the Hermes Agent engine. A function takes the scope
+and the declared arguments and returns a JSON-ready dict; it raises
+:class:`~lossless.errors.LosslessError` (with what was wrong and what to do) and nothing a
+shell has to know about. :func:`call` checks a call's arguments against the declaration first.
+
+A scope is one of three, fixed when a shell is built:
+
+* the **store**: every conversation; tools take an optional ``conversation``;
+* **pinned** to a conversation: its family, and nothing else (a request naming another
+  conversation, or an id from one, is refused with the words used for an unknown one);
+* a **grant**: a sub-agent's, bound to a delegation grant: the grant's conversations, the grant
+  checked on every call; ``lcm_expand`` instead of ``lcm_expand_query``, and no
+  ``summarize_session``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .engine import ConversationRef, Engine
+from .errors import ArgumentError, NotFoundError
+from .model import Conversation
+from .retrieval.context_query import Kind as QueryKind
+from .retrieval.context_query import Order as QueryOrder
+from .retrieval.describe import parse_lines
+from .retrieval.grep import Mode, Scope, Sort
+from .retrieval.tools import TOOLS
+from .timestamps import format_ts, parse_ts
+
+__all__ = ["MANIFEST_SHOWN", "RECALL_ORDER", "TOOLSETS", "ToolScope", "call", "run"]
+
+#: Manifest entries a describe shows; the rest are counted (a deep summary has thousands).
+MANIFEST_SHOWN = 50
+
+RECALL_ORDER = (
+    "Recall in this order: lcm_grep finds ids; lcm_describe shows what an id is and what lies"
+    " below it, with token costs; lcm_expand_query answers a question from the exact history"
+    " below the summaries, citing ids (a sub-agent holding a grant uses lcm_expand instead)."
+    " Ids look like msg#42 (a stored message), sum_0123456789abcdef (a summary: sum_ and 16 hex"
+    " digits) and file_0123456789abcdef (a large file kept outside the context)."
+)
+
+
+@dataclass(frozen=True)
+class ToolScope:
+    """What the tools see: the engine and the conversations in scope.
+
+    A pinned scope reads ``pinned`` and its family (looked up on each call, so a conversation
+    that joins the family later is in it); a grant scope reads its grant's conversations, and
+    checks the grant is still live on each call. With neither, the whole store is in scope.
+    """
+
+    engine: Engine
+    pinned: Conversation | None = None
+    grant_id: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        engine: Engine,
+        *,
+        conversation: ConversationRef | None = None,
+        grant_id: str | None = None,
+    ) -> ToolScope:
+        """The store's scope, a conversation's (looked up now: an unknown one raises) or a
+        grant's (checked now: a dead grant raises)."""
+        if conversation is not None and grant_id is not None:
+            raise ValueError("give a conversation or a grant, not both: a grant has its own scope")
+        if conversation is not None:
+            return cls(engine, pinned=engine.lookup(conversation))
+        if grant_id is not None:
+            engine.check_grant(grant_id)
+            return cls(engine, grant_id=grant_id)
+        return cls(engine)
+
+    @property
+    def mode(self) -> str:
+        """``store``, ``pinned`` or ``grant``: which toolset it offers (:data:`TOOLSETS`)."""
+        if self.grant_id is not None:
+            return "grant"
+        return "store" if self.pinned is None else "pinned"
+
+    def scope(self) -> tuple[int, ...] | None:
+        """The conversation ids the tools may read now (``None``: all of them)."""
+        if self.grant_id is not None:
+            return self.engine.check_grant(self.grant_id).conversation_ids
+        if self.pinned is not None:
+            return tuple(self.engine.family_ids(self.pinned))
+        return None
+
+    def describe_scope(self) -> str:
+        """The scope in words, for instructions and refusals."""
+        if self.grant_id is not None:
+            return "the conversations of its delegation grant"
+        if self.pinned is not None:
+            return (
+                f"conversation {self.pinned.conversation_id} (session"
+                f" {self.pinned.session_id!r}) and its family"
+            )
+        return "every conversation in the store"
+
+    def resolve(self, ref: int | str | None) -> tuple[Conversation | None, tuple[int, ...] | None]:
+        """The conversation a tool call names (or the pinned one) and the ids it may read.
+
+        A conversation outside the scope is refused with the same words as an unknown one, so
+        a scoped shell does not even confirm that other conversations exist.
+        """
+        scope = self.scope()
+        if ref is None:
+            return self.pinned, scope
+        try:
+            conv = self.engine.lookup(ref)
+        except NotFoundError:
+            conv = None
+        if conv is None or (scope is not None and conv.conversation_id not in scope):
+            raise NotFoundError(
+                f"conversation {ref!r} is not one these tools can see (they serve"
+                f" {self.describe_scope()}); lcm_list_conversations lists them"
+            )
+        family = self.engine.family_ids(conv)
+        ids = tuple(i for i in family if scope is None or i in scope)
+        return conv, ids
+
+
+def _time(value: str | None, name: str) -> str | None:
+    if value is None or not value.strip():
+        return None
+    parsed = parse_ts(value)
+    if parsed is None:
+        raise ArgumentError(
+            f"{name} must be an ISO-8601 time, e.g. 2026-03-02 or 2026-03-02T09:30Z"
+        )
+    return format_ts(parsed)
+
+
+def lcm_grep(
+    tools: ToolScope,
+    *,
+    pattern: str,
+    mode: Mode,
+    scope: Scope,
+    sort: Sort,
+    since: str | None,
+    before: str | None,
+    limit: int,
+    conversation: int | str | None,
+) -> dict[str, Any]:
+    """Search the stored history (hits with ids and snippets)."""
+    _, ids = tools.resolve(conversation)
+    result = tools.engine.grep(
+        pattern,
+        within=ids,
+        mode=mode,
+        scope=scope,
+        since=_time(since, "since"),
+        before=_time(before, "before"),
+        limit=limit,
+        sort=sort,
+    )
+    out: dict[str, Any] = {
+        "hits": [h.to_dict() for h in result.hits],
+        "truncated": result.truncated,
+    }
+    if mode == "regex":
+        out["scanned"] = result.scanned
+    if not result.hits:
+        out["hint"] = (
+            "no matches: try other or fewer words (relevance needs only some of them to"
+            " match), mode=regex for a pattern, scope=files for large files, or another"
+            " conversation (lcm_list_conversations)"
+        )
+    return out
+
+
+def lcm_describe(
+    tools: ToolScope,
+    *,
+    id: str,
+    token_cap: int | None,
+    lines: str | None,
+    conversation: int | str | None,
+) -> dict[str, Any]:
+    """An id's metadata, manifest and content."""
+    span = parse_lines(lines)
+    _, ids = tools.resolve(conversation)
+    found = tools.engine.describe(id, within=ids, token_cap=token_cap, lines=span)
+    out = found.to_dict()
+    manifest = out.pop("manifest")
+    if manifest:
+        out["manifest"] = manifest[:MANIFEST_SHOWN]
+        out["manifest_items"] = len(manifest)
+        out["manifest_tokens"] = manifest[-1]["cumulative_tokens"]
+        if len(manifest) > MANIFEST_SHOWN:
+            out["manifest_more"] = len(manifest) - MANIFEST_SHOWN
+    if found.kind == "file" and span is None and found.content is not None:
+        _cap_file(tools.engine, out, found.content, token_cap)
+    return out
+
+
+def _cap_file(engine: Engine, out: dict[str, Any], content: str, token_cap: int | None) -> None:
+    """Keep a whole large file out of the agent's context unless it fits the cap."""
+    cap = token_cap or engine.config.max_expand_tokens
+    if engine.token_counter.count(content) <= cap:
+        return
+    kept: list[str] = []
+    used = 0
+    rows = content.splitlines()
+    for row in rows:
+        cost = engine.token_counter.count(row) + 1
+        if used + cost > cap:
+            break
+        kept.append(row)
+        used += cost
+    out["content"] = "\n".join(kept)
+    out["content_truncated"] = True
+    out["lines_total"] = len(rows)
+    out["hint"] = (
+        f"the file is over {cap:,} tokens: this is lines 1:{len(kept)} of {len(rows)};"
+        " ask for more with lines=FIRST:LAST"
+    )
+
+
+def lcm_expand_query(
+    tools: ToolScope,
+    *,
+    prompt: str,
+    query: str | None,
+    summary_ids: list[str] | None,
+    conversation: int | str | None,
+    max_tokens: int | None,
+) -> dict[str, Any]:
+    """An answer from the history below the summaries, with citations."""
+    conv, _ = tools.resolve(conversation)
+    wanted = [s.strip() for s in summary_ids or [] if s.strip()]
+    if conv is None and wanted:  # the engine refuses ids outside this one's family
+        owner = tools.engine.summary(wanted[0]).conversation_id
+        conv, _ = tools.resolve(owner)
+    if conv is None:
+        raise ArgumentError(
+            "name the conversation to answer from: conversation=<id or session id> (lcm_grep"
+            " hits and lcm_list_conversations show them), or give summary_ids"
+        )
+    result = tools.engine.expand_query(
+        prompt,
+        conversation=conv.conversation_id,
+        query=query,
+        summary_ids=wanted or None,
+        max_tokens=max_tokens,
+    )
+    return {"conversation_id": conv.conversation_id, **result.to_dict()}
+
+
+def lcm_expand(
+    tools: ToolScope,
+    *,
+    summary_ids: list[str],
+    max_depth: int | None,
+    include_messages: bool,
+    token_cap: int | None,
+) -> dict[str, Any]:
+    """The summaries below the given ones (and their messages), under the scope's grant."""
+    if tools.grant_id is None:
+        raise ArgumentError("lcm_expand needs a delegation grant; these tools have none")
+    result = tools.engine.expand(
+        tools.grant_id,
+        [s.strip() for s in summary_ids],
+        max_depth=max_depth,
+        include_messages=include_messages,
+        token_cap=token_cap,
+    )
+    return result.to_dict()
+
+
+def lcm_list_conversations(tools: ToolScope, *, limit: int) -> dict[str, Any]:
+    """The conversations in scope, most recently active first."""
+    scope = tools.scope()
+    rows = [
+        r
+        for r in tools.engine.conversations()
+        if scope is None or r.conversation.conversation_id in scope
+    ]
+    rows.sort(key=lambda r: r.last_message_at or r.conversation.created_at, reverse=True)
+    return {
+        "conversations": [
+            {
+                "conversation_id": r.conversation.conversation_id,
+                "session_id": r.conversation.session_id,
+                "title": r.conversation.title,
+                "status": r.conversation.status,
+                "messages": r.message_count,
+                "message_tokens": r.message_tokens,
+                "summaries": r.summary_count,
+                "context_tokens": r.context_tokens,
+                "last_message_at": r.last_message_at,
+            }
+            for r in rows[:limit]
+        ],
+        "total": len(rows),
+        "scope": tools.describe_scope(),
+    }
+
+
+def _one_conversation(tools: ToolScope, ref: int | str | None, tool: str) -> Conversation:
+    """The conversation a session tool names, else the pinned one, else the only one in
+    scope; refused when that leaves a choice."""
+    conv, scope = tools.resolve(ref)
+    if conv is None and scope is not None and len(scope) == 1:
+        conv, _ = tools.resolve(scope[0])
+    if conv is None:
+        raise ArgumentError(
+            f"name the conversation for {tool}: conversation=<id or session id>"
+            " (lcm_list_conversations lists them)"
+        )
+    return conv
+
+
+def _msg(message_id: int | None) -> str | None:
+    return None if message_id is None else f"msg#{message_id}"
+
+
+def summarize_session(
+    tools: ToolScope, *, conversation: int | str | None, incremental: bool
+) -> dict[str, Any]:
+    """A new version of the conversation's session summary (or the latest, unchanged)."""
+    conv = _one_conversation(tools, conversation, "summarize_session")
+    before = tools.engine.latest_session_summary(conv)
+    summary = tools.engine.summarize_session(conv.conversation_id, full=not incremental)
+    out = summary.to_dict()
+    out["first_message_id"] = _msg(summary.first_message_id)
+    out["last_message_id"] = _msg(summary.last_message_id)
+    out["unchanged"] = (
+        before is not None and before.session_summary_id == summary.session_summary_id
+    )
+    return out
+
+
+def get_history(
+    tools: ToolScope,
+    *,
+    conversation: int | str | None,
+    after_seq: int,
+    limit: int,
+    token_cap: int | None,
+    include_summaries: bool,
+) -> dict[str, Any]:
+    """A page of a conversation's messages, exactly as stored."""
+    engine = tools.engine
+    conv = _one_conversation(tools, conversation, "get_history")
+    cid = conv.conversation_id
+    page = engine.messages(cid, after_seq=after_seq, limit=limit)
+    total = engine.message_count(cid)
+    versions = engine.session_summaries(cid) if include_summaries else []
+    cap = token_cap or engine.config.max_expand_tokens
+    messages: list[dict[str, Any]] = []
+    used = 0
+    for m in page:
+        if messages and used + m.token_count > cap:
+            break
+        used += m.token_count
+        messages.append(
+            {
+                "id": f"msg#{m.message_id}",
+                "seq": m.seq,
+                "role": m.role,
+                "created_at": m.created_at,
+                "token_count": m.token_count,
+                "content": m.content,
+            }
+        )
+    last = messages[-1]["seq"] if messages else after_seq
+    out: dict[str, Any] = {
+        "conversation_id": cid,
+        "session_id": conv.session_id,
+        "total_messages": total,
+        "messages": messages,
+        "tokens": used,
+        "next_after_seq": last if last < total else None,
+    }
+    if include_summaries:
+        out["summaries"] = [
+            {
+                **v.to_dict(),
+                "first_message_id": _msg(v.first_message_id),
+                "last_message_id": _msg(v.last_message_id),
+            }
+            for v in versions
+        ]
+    return out
+
+
+def chat_context_query(
+    tools: ToolScope,
+    *,
+    text: str | None,
+    kind: QueryKind,
+    role: str | None,
+    tool_name: str | None,
+    execution_id: str | None,
+    status: str | None,
+    since: str | None,
+    before: str | None,
+    limit: int,
+    offset: int,
+    order: QueryOrder,
+    conversation: int | str | None,
+) -> dict[str, Any]:
+    """Stored messages and logged tool executions, filtered and paged."""
+    _, ids = tools.resolve(conversation)
+    result = tools.engine.chat_context_query(
+        within=ids,
+        kind=kind,
+        role=role,
+        tool_name=tool_name,
+        execution_id=execution_id,
+        status=status,
+        since=_time(since, "since"),
+        before=_time(before, "before"),
+        text=text,
+        limit=limit,
+        offset=offset,
+        order=order,
+    )
+    return result.to_dict()
+
+
+#: Each declared tool's implementation.
+IMPLEMENTATIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "lcm_grep": lcm_grep,
+    "lcm_describe": lcm_describe,
+    "lcm_expand_query": lcm_expand_query,
+    "lcm_expand": lcm_expand,
+    "lcm_list_conversations": lcm_list_conversations,
+    "summarize_session": summarize_session,
+    "get_history": get_history,
+    "chat_context_query": chat_context_query,
+}
+
+_EVERYONES = ("lcm_grep", "lcm_describe")
+#: The tools each scope offers: a grant holder expands but cannot start sub-agents, and
+#: reads but does not write session summaries.
+TOOLSETS: dict[str, tuple[str, ...]] = {
+    "store": (
+        *_EVERYONES,
+        "lcm_expand_query",
+        "lcm_list_conversations",
+        "summarize_session",
+        "get_history",
+        "chat_context_query",
+    ),
+    "pinned": (
+        *_EVERYONES,
+        "lcm_expand_query",
+        "lcm_list_conversations",
+        "summarize_session",
+        "get_history",
+        "chat_context_query",
+    ),
+    "grant": (
+        *_EVERYONES,
+        "lcm_expand",
+        "lcm_list_conversations",
+        "get_history",
+        "chat_context_query",
+    ),
+}
+
+
+def run(tools: ToolScope, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Run tool *name* with arguments already checked and completed (every declared name)."""
+    return IMPLEMENTATIONS[name](tools, **arguments)
+
+
+def call(tools: ToolScope, name: str, arguments: Any) -> dict[str, Any]:
+    """Run tool *name* on a call's raw arguments (a JSON object): an unknown tool, a tool
+    the scope does not offer, or arguments that do not fit the declaration are an
+    :class:`~lossless.errors.ArgumentError` that says what would."""
+    offered = TOOLSETS[tools.mode]
+    if name not in offered:
+        raise ArgumentError(f"no tool {name!r} here; the tools are {', '.join(offered)}")
+    return run(tools, name, TOOLS[name].check(arguments))
