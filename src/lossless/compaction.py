@@ -221,7 +221,8 @@ class _Deadline(Summarizer):
 
 
 class Compactor:
-    """Runs passes over one store with one summarizer (the caller holds the conversation lock)."""
+    """Runs passes over one store with one summarizer (the caller holds the right to compact
+    the conversation; writers of new messages go on meanwhile)."""
 
     def __init__(
         self,
@@ -679,24 +680,42 @@ def compact(
     run elsewhere is left to finish the work, and the report has no passes."""
     compactor = Compactor(services, budget=budget, deadline=deadline)
     store = services.store
-    with (
-        services.lock(conversation_id),
-        store.compaction_lock(conversation_id, wait=not if_free) as mine,
-    ):
-        if not mine:
-            tokens = sum(i.tokens for i in store.context(conversation_id))
-            return CompactionReport(conversation_id, mode, tokens, tokens)
-        if until is not None:
-            report = compactor.until_under(conversation_id, until)
-        elif mode == "incremental":
-            report = compactor.incremental(conversation_id)
-        elif mode == "full":
-            report = compactor.full_sweep(conversation_id)
-        else:
-            raise ValueError(f"unknown compaction mode {mode!r}; use full or incremental")
-        if report.passes and services.config.resume.inject:
-            warm_resume(services, conversation_id)
-        return report
+    here = services.compacting.get(conversation_id)
+    if not here.acquire(blocking=not if_free):
+        return _left_to_another(services, conversation_id, mode)
+    try:
+        with store.compaction_lock(conversation_id, wait=not if_free) as mine:
+            if not mine:
+                return _left_to_another(services, conversation_id, mode)
+            return _compact_held(compactor, services, conversation_id, mode, until)
+    finally:
+        here.release()
+
+
+def _left_to_another(services: Services, conversation_id: int, mode: str) -> CompactionReport:
+    """The report of a run left to the compaction already under way: no passes."""
+    tokens = sum(i.tokens for i in services.store.context(conversation_id))
+    return CompactionReport(conversation_id, mode, tokens, tokens)
+
+
+def _compact_held(
+    compactor: Compactor,
+    services: Services,
+    conversation_id: int,
+    mode: str,
+    until: int | None,
+) -> CompactionReport:
+    if until is not None:
+        report = compactor.until_under(conversation_id, until)
+    elif mode == "incremental":
+        report = compactor.incremental(conversation_id)
+    elif mode == "full":
+        report = compactor.full_sweep(conversation_id)
+    else:
+        raise ValueError(f"unknown compaction mode {mode!r}; use full or incremental")
+    if report.passes and services.config.resume.inject:
+        warm_resume(services, conversation_id)
+    return report
 
 
 def after_turn_compaction(

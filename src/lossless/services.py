@@ -164,6 +164,10 @@ class Services:
     summarizer: Summarizer
     files_dir: Path
     locks: ConversationLocks = field(default_factory=ConversationLocks)
+    #: One compaction per conversation at a time in this process. Compaction does not hold
+    #: ``locks`` across its summarizer calls, so a turn's writes never wait for a model: each
+    #: pass writes in one transaction that checks the stretch it summarized is unchanged.
+    compacting: ConversationLocks = field(default_factory=ConversationLocks)
     background: BackgroundQueue = field(default_factory=BackgroundQueue)
     #: Resume summaries by (conversation, boundary): assembly asks for one every turn.
     resume_cache: BoundedCache[tuple[int, int], str] = field(

@@ -24,6 +24,7 @@ from . import (
 )
 from . import hooks as hook_commands
 from . import mcp as mcp_commands
+from . import serve as serve_commands
 from . import sync as sync_commands
 from .output import State, stderr
 
@@ -82,6 +83,7 @@ for command in (
     retrieval.query_command,
     mcp_commands.mcp_command,
     mcp_commands.grant_command,
+    serve_commands.serve_command,
     maintenance.transplant_command,
     maintenance.rewrite_command,
     maintenance.dissolve_command,

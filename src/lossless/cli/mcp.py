@@ -20,7 +20,7 @@ class MissingSdk(click.ClickException):
     exit_code = 2
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -74,7 +74,7 @@ def mcp_command(
     """
     if conversation is not None and grant_id is not None:
         raise click.UsageError("give --conversation or --grant, not both: a grant has its scope")
-    if http and not _is_loopback(host) and not token:
+    if http and not is_loopback(host) and not token:
         raise click.UsageError(
             f"serving on {host} exposes the whole store to the network: give --token TOKEN (or"
             " LOSSLESS_MCP_TOKEN) so that clients must send it, or serve on 127.0.0.1"

@@ -38,8 +38,9 @@ class Param:
     """One parameter of a recall tool."""
 
     name: str
-    #: ``string``, ``integer``, ``boolean``, ``strings`` (a list of strings) or
-    #: ``conversation`` (an id or a host's session id).
+    #: ``string``, ``integer``, ``boolean``, ``strings`` (a list of strings),
+    #: ``conversation`` (an id or a host's session id), ``object`` (a JSON object, e.g. a
+    #: message) or ``objects`` (a list of them).
     kind: str
     description: str
     default: Any = REQUIRED
@@ -60,6 +61,10 @@ class Param:
             base = Literal.__getitem__(self.choices)
         elif self.kind == "strings":
             base = list[str]
+        elif self.kind == "object":
+            base = dict[str, Any]
+        elif self.kind == "objects":
+            base = list[dict[str, Any]]
         elif self.kind == "conversation":
             base = int | str
         else:
@@ -85,13 +90,15 @@ class Param:
             return None
         where = f"{owner}: {self.name}"
         expected = self.expects()
-        if self.kind == "strings":
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if self.kind in ("strings", "objects"):
+            item = str if self.kind == "strings" else dict
+            if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
                 raise ArgumentError(f"{where} must be {expected} (got {_shown(value)})")
             if self.min_items is not None and len(value) < self.min_items:
                 raise ArgumentError(f"{where} needs at least {self.min_items} item(s)")
             return value
         fits = {
+            "object": isinstance(value, dict),
             "string": isinstance(value, str),
             "integer": isinstance(value, int) and not isinstance(value, bool),
             "boolean": isinstance(value, bool),
@@ -117,6 +124,8 @@ class Param:
                 "integer": "an integer",
                 "boolean": "true or false",
                 "strings": "a list of strings",
+                "object": "an object",
+                "objects": "a list of objects",
                 "conversation": "a conversation id or a session id",
             }[self.kind]
         if self.minimum is not None and self.maximum is not None:
@@ -130,10 +139,13 @@ class Param:
     def json_schema(self) -> dict[str, Any]:
         """The parameter's JSON Schema."""
         schema: dict[str, Any]
-        if self.kind == "strings":
-            schema = {"type": "array", "items": {"type": "string"}}
+        if self.kind in ("strings", "objects"):
+            item = "string" if self.kind == "strings" else "object"
+            schema = {"type": "array", "items": {"type": item}}
             if self.min_items is not None:
                 schema["minItems"] = self.min_items
+        elif self.kind == "object":
+            schema = {"type": "object"}
         elif self.kind == "conversation":
             schema = {"type": ["integer", "string"]}
         else:

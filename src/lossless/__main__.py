@@ -1,0 +1,5 @@
+"""``python -m lossless``: the ``lossless`` command."""
+
+from .cli.main import main
+
+main()

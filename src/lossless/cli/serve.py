@@ -1,0 +1,112 @@
+"""``lossless serve``: the engine over JSON-RPC 2.0 for hosts that are not Python."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from pathlib import Path
+
+import click
+
+from .mcp import MIN_TOKEN_CHARS, is_loopback
+from .output import State, pass_state, stderr
+
+
+def _address(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"{value!r} is not HOST:PORT, e.g. 127.0.0.1:8766")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@click.command("serve")
+@click.option("--stdio", is_flag=True, help="Newline-delimited JSON-RPC on stdin/stdout (default).")
+@click.option("--http", "http", metavar="HOST:PORT", help="JSON-RPC over HTTP (POST /) instead.")
+@click.option(
+    "--token",
+    envvar="LOSSLESS_SERVE_TOKEN",
+    metavar="TOKEN",
+    help="With --http: the bearer token clients must send (default: a new random one)."
+    " Env: LOSSLESS_SERVE_TOKEN.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --http: write the token to this file (mode 600) for clients to read.",
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="With --http: allow an address other than loopback (the token still guards it).",
+)
+@click.option(
+    "--workers", type=click.IntRange(1, 64), default=8, show_default=True, help="Worker threads."
+)
+@click.option(
+    "--foreground-compaction",
+    is_flag=True,
+    help="Compact inside after_turn instead of in the background.",
+)
+@click.option("--db", metavar="PATH", help="Database file or URL; the same as `lossless --db`.")
+@pass_state
+def serve_command(
+    state: State,
+    stdio: bool,
+    http: str | None,
+    token: str | None,
+    token_file: Path | None,
+    allow_remote: bool,
+    workers: int,
+    foreground_compaction: bool,
+    db: str | None,
+) -> None:
+    """Serve the engine over JSON-RPC 2.0 (docs/serve.md).
+
+    Methods: bootstrap, ingest, ingest_batch, after_turn, assemble, compact, grep, describe,
+    expand, expand_query, session_summary, resume, status, doctor, tools, call_tool,
+    wait_for_compaction; rpc.discover lists them with their parameters. With --stdio (the
+    default) a host spawns the server as its child and closing stdin stops it; with --http
+    several hosts share one server on a loopback address.
+    """
+    from ..serve import serve_http, serve_stdio
+
+    if stdio and http:
+        raise click.UsageError("give --stdio or --http HOST:PORT, not both")
+    if db is not None:
+        state.db = db
+    # A request never waits for a summarizer: compaction after a turn runs in the background.
+    state._config = dataclasses.replace(
+        state.config, background_compaction=not foreground_compaction
+    )
+    if http is None:
+        serve_stdio(state.engine(), workers=workers)
+        return
+    host, port = _address(http)
+    if not is_loopback(host) and not allow_remote:
+        raise click.UsageError(
+            f"{host} is not a loopback address: the server would answer the network. Serve on"
+            " 127.0.0.1, or add --allow-remote (clients still need the token)"
+        )
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise click.UsageError(
+            f"the token is too short to guess-proof; use at least {MIN_TOKEN_CHARS} characters"
+        )
+    token = token or secrets.token_urlsafe(32)
+    if token_file is not None:
+        token_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+    engine = state.engine()
+
+    def ready(bound: int) -> None:
+        where = f"in {token_file}" if token_file is not None else token
+        stderr.print(
+            f"lossless serve: JSON-RPC on http://{host}:{bound}/ (bearer token: {where});"
+            " Ctrl-C stops it",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    serve_http(engine, host=host, port=port, token=token, workers=workers, ready=ready)

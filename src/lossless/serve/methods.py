@@ -1,0 +1,427 @@
+"""The methods ``lossless serve`` answers: each one declared once (name, what it does, its
+parameters with types, defaults and limits) beside the engine call it makes.
+
+The recall methods (``grep``, ``describe``, ``expand``, ``expand_query``, ``session_summary``)
+take exactly the parameters of the recall tool they run (:mod:`lossless.retrieval.tools`) and
+return what the tool returns (:mod:`lossless.toolbox`); ``tools`` and ``call_tool`` hand a
+host the tools themselves, for its model. The engine methods mirror :class:`~lossless.engine.
+Engine` and name the conversation by the host's ``session_id`` (created on first use).
+``rpc.discover`` lists all of them with their parameters' JSON Schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import __version__, toolbox
+from ..assemble import FORMATS
+from ..engine import Engine
+from ..errors import ArgumentError
+from ..model import IngestResult
+from ..retrieval.tools import TOOLS, Param, RecallTool
+from ..timestamps import parse_ts
+from ..toolbox import ToolScope
+
+__all__ = ["METHODS", "Method", "discover"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method: its declaration and the call behind it."""
+
+    name: str
+    description: str
+    params: tuple[Param, ...]
+    #: ``run(engine, arguments)`` with the arguments checked and completed.
+    run: Callable[[Engine, dict[str, Any]], Any]
+    #: The parameter naming the session whose requests run one at a time, in arrival order.
+    ordered_by: str | None = "session_id"
+
+    def check(self, params: Any) -> dict[str, Any]:
+        """The request's params checked against the declaration, defaults filled in (an
+        :class:`~lossless.errors.ArgumentError` says what does not fit)."""
+        return RecallTool(self.name, self.name, self.description, self.params).check(params)
+
+    def schema(self) -> dict[str, Any]:
+        """What ``rpc.discover`` says of it."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "params": {
+                "type": "object",
+                "properties": {p.name: p.json_schema() for p in self.params},
+                "required": [p.name for p in self.params if p.required],
+                "additionalProperties": False,
+            },
+        }
+
+
+_SESSION = Param(
+    "session_id",
+    "string",
+    "The host's session id: names the conversation (created on first use).",
+)
+_FORMAT = Param(
+    "format",
+    "string",
+    "The messages' shape (anthropic, openai_chat, openai_responses, openclaw, ...);"
+    " default: detected from each message.",
+    None,
+)
+_BUDGET = Param(
+    "token_budget",
+    "integer",
+    "The model's context budget in tokens.",
+    None,
+    minimum=1,
+)
+
+
+def _ingested(result: IngestResult) -> dict[str, Any]:
+    return {
+        "conversation_id": result.conversation_id,
+        "message_ids": [f"msg#{i}" for i in result.message_ids],
+        "inserted": result.inserted,
+        "skipped": result.skipped,
+    }
+
+
+def _bootstrap(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    reports = []
+    if a["transcript"] is not None:
+        reports = [
+            r.to_dict()
+            for r in engine.bootstrap(
+                a["transcript"], format=a["format"], session_id=a["session_id"]
+            )
+        ]
+    conv = engine.conversation(a["session_id"], create=True)
+    return {**_session_state(engine, conv.conversation_id), "reports": reports}
+
+
+def _session_state(engine: Engine, conversation_id: int) -> dict[str, Any]:
+    conv = engine.conversation(conversation_id)
+    return {
+        "conversation_id": conv.conversation_id,
+        "session_id": conv.session_id,
+        "messages": engine.message_count(conv.conversation_id),
+        "context_tokens": sum(i.tokens for i in engine.context(conv.conversation_id)),
+        "summaries": sum(engine.summary_counts(conv.conversation_id).values()),
+    }
+
+
+def _ingest(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    created = None
+    if a["created_at"] is not None:
+        created = parse_ts(a["created_at"])
+        if created is None:
+            raise ArgumentError(
+                "ingest: created_at must be an ISO-8601 time, e.g. 2026-03-02T09:30Z"
+            )
+    return _ingested(
+        engine.ingest(
+            a["session_id"],
+            a["message"],
+            format=a["format"],
+            external_id=a["external_id"],
+            created_at=created,
+        )
+    )
+
+
+def _ingest_batch(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    return _ingested(
+        engine.ingest_batch(
+            a["session_id"], a["messages"], format=a["format"], external_ids=a["external_ids"]
+        )
+    )
+
+
+def _after_turn(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    turn = engine.after_turn(
+        a["session_id"], a["messages"], token_budget=a["token_budget"], format=a["format"]
+    )
+    return {
+        **_ingested(turn.ingest),
+        "compaction": None if turn.compaction is None else turn.compaction.to_dict(),
+        "deferred": turn.deferred,
+        "error": turn.error,
+    }
+
+
+def _assemble(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    made = engine.assemble(
+        a["session_id"], a["token_budget"], format=a["format"], pending_calls=a["pending_calls"]
+    )
+    return {
+        "messages": made.messages,
+        "tokens": made.tokens,
+        "budget": made.budget,
+        "format": made.format,
+        "summaries": made.summaries,
+        "raw_messages": made.raw_messages,
+        "dropped_items": made.dropped_items,
+        "over_budget": made.over_budget,
+    }
+
+
+def _compact(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    return dict(
+        engine.compact(
+            a["session_id"], mode=a["mode"], until=a["until"], budget=a["token_budget"]
+        ).to_dict()
+    )
+
+
+def _resume(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    return engine.resume(a["session_id"], latest=a["latest"]).to_dict()
+
+
+def _status(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    if a["session_id"] is not None:
+        conv = engine.conversation(a["session_id"])
+        return _session_state(engine, conv.conversation_id)
+    return {"version": __version__, **engine.stats()}
+
+
+def _doctor(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    problems = engine.check(degraded=a["degraded"])
+    return {"ok": not problems, "problems": [p.to_dict() for p in problems]}
+
+
+def _scope(engine: Engine, session_id: str | None) -> ToolScope:
+    return ToolScope.of(engine, conversation=session_id)
+
+
+def _tools(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    scope = _scope(engine, a["session_id"])
+    omit = ("conversation",) if scope.pinned is not None else ()
+    return {
+        "tools": [
+            {
+                "name": name,
+                "description": TOOLS[name].description,
+                "input_schema": TOOLS[name].json_schema(omit=omit),
+            }
+            for name in toolbox.TOOLSETS[scope.mode]
+        ],
+        "instructions": toolbox.RECALL_ORDER,
+    }
+
+
+def _call_tool(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    scope = _scope(engine, a["session_id"])
+    arguments = a["arguments"]
+    if scope.pinned is not None and isinstance(arguments, dict) and "conversation" in arguments:
+        raise ArgumentError(
+            f"{a['name']}: a session's tools search its own conversations; leave out conversation"
+        )
+    return toolbox.call(scope, a["name"], arguments)
+
+
+def _recall(name: str) -> Callable[[Engine, dict[str, Any]], Any]:
+    def run(engine: Engine, a: dict[str, Any]) -> Any:
+        return toolbox.run(ToolScope(engine), name, a)
+
+    return run
+
+
+def _expand(engine: Engine, a: dict[str, Any]) -> Any:
+    grant = a.pop("grant_id")
+    return toolbox.run(ToolScope.of(engine, grant_id=grant), "lcm_expand", a)
+
+
+def _wait(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    reports = engine.wait_for_compaction(a["timeout"])
+    return {"finished": [dict(r.to_dict()) for r in reports]}
+
+
+def _declared(method: str, tool: str, description: str) -> Method:
+    # Ordered behind the writes of the conversation it names (by session id), if it names one.
+    return Method(method, description, TOOLS[tool].params, _recall(tool), ordered_by="conversation")
+
+
+_METHODS = (
+    Method(
+        "bootstrap",
+        "Start (or resume) a session: the conversation is created if new; with transcript, the"
+        " host's transcript file is reconciled first (what the store lacks is imported, nothing"
+        " twice). Returns the session's state and the import reports.",
+        (
+            _SESSION,
+            Param("transcript", "string", "A transcript file to reconcile with.", None),
+            _FORMAT,
+        ),
+        _bootstrap,
+    ),
+    Method(
+        "ingest",
+        "Store one message exactly and append it to the active context. With external_id, a"
+        " message already stored under that id is skipped (a retried request stores nothing"
+        " twice).",
+        (
+            _SESSION,
+            Param("message", "object", "The message, in any shape lossless reads."),
+            _FORMAT,
+            Param("external_id", "string", "The host's id of the message.", None),
+            Param("created_at", "string", "When it was said (ISO-8601).", None),
+        ),
+        _ingest,
+    ),
+    Method(
+        "ingest_batch",
+        "Store several messages in one transaction (all or none), in order.",
+        (
+            _SESSION,
+            Param("messages", "objects", "The messages, oldest first."),
+            _FORMAT,
+            Param(
+                "external_ids",
+                "strings",
+                "The host's id of each message (same length as messages).",
+                None,
+            ),
+        ),
+        _ingest_batch,
+    ),
+    Method(
+        "after_turn",
+        "After the model answered: store the turn's new messages, then compact if the context"
+        " needs it (in the background: the answer never waits for a summarizer).",
+        (
+            _SESSION,
+            Param("messages", "objects", "The turn's new messages, oldest first.", []),
+            _BUDGET,
+            _FORMAT,
+        ),
+        _after_turn,
+    ),
+    Method(
+        "assemble",
+        "The messages to send the model next, within token_budget: summaries first, then the"
+        " newest items that fit, then the fresh tail; tool calls never without their results.",
+        (
+            _SESSION,
+            Param("token_budget", "integer", "The model's context budget in tokens.", minimum=1),
+            Param("format", "string", "The messages' shape.", "anthropic", choices=FORMATS),
+            Param(
+                "pending_calls",
+                "boolean",
+                "Keep a tool call whose result is not stored yet.",
+                False,
+            ),
+        ),
+        _assemble,
+    ),
+    Method(
+        "compact",
+        "Compact the session's active context now (full: every eligible leaf pass, then"
+        " condensation; incremental: what a turn does). With until, sweep until the context is"
+        " at or under that many tokens.",
+        (
+            _SESSION,
+            Param(
+                "mode", "string", "full or incremental.", "full", choices=("full", "incremental")
+            ),
+            Param("until", "integer", "Stop at this many context tokens.", None, minimum=1),
+            _BUDGET,
+        ),
+        _compact,
+    ),
+    _declared(
+        "grep",
+        "lcm_grep",
+        "Search the stored history (the lcm_grep tool): messages, summaries and large files.",
+    ),
+    _declared(
+        "describe",
+        "lcm_describe",
+        "What an id is and what lies below it (the lcm_describe tool).",
+    ),
+    Method(
+        "expand",
+        "Read below summaries under a delegation grant (the lcm_expand tool).",
+        (
+            Param("grant_id", "string", "The delegation grant the reads are charged to."),
+            *TOOLS["lcm_expand"].params,
+        ),
+        _expand,
+        ordered_by=None,
+    ),
+    _declared(
+        "expand_query",
+        "lcm_expand_query",
+        "Answer a question from the exact history below the summaries, citing ids (the"
+        " lcm_expand_query tool).",
+    ),
+    _declared(
+        "session_summary",
+        "summarize_session",
+        "Bring the session summary up to date (the summarize_session tool).",
+    ),
+    Method(
+        "resume",
+        "The resume summary: what a model needs to carry on after the compaction boundary.",
+        (
+            _SESSION,
+            Param("latest", "boolean", "Summarize every stored message instead.", False),
+        ),
+        _resume,
+    ),
+    Method(
+        "status",
+        "With session_id, the session's state (messages, context tokens, summaries);"
+        " without, the store's totals and the server's version.",
+        (Param("session_id", "string", "A session to report on.", None),),
+        _status,
+    ),
+    Method(
+        "doctor",
+        "Every integrity check of the store (ok: true when it is consistent).",
+        (Param("degraded", "boolean", "Also list summaries a repair would redo.", False),),
+        _doctor,
+        ordered_by=None,
+    ),
+    Method(
+        "tools",
+        "The recall tools to offer a model (name, description, input_schema); with"
+        " session_id, the session's tools, which search its own conversations.",
+        (Param("session_id", "string", "Pin the tools to this session.", None),),
+        _tools,
+        ordered_by=None,
+    ),
+    Method(
+        "call_tool",
+        "Run a recall tool a model called, with the model's arguments; with session_id, in"
+        " that session's scope.",
+        (
+            Param("name", "string", "The tool's name (see tools)."),
+            Param("arguments", "object", "The model's arguments.", None),
+            Param("session_id", "string", "The session whose tools these are.", None),
+        ),
+        _call_tool,
+    ),
+    Method(
+        "wait_for_compaction",
+        "Wait (at most timeout seconds) for background compaction to finish; returns the runs"
+        " that finished.",
+        (Param("timeout", "integer", "Seconds to wait at most.", 30, minimum=0, maximum=3600),),
+        _wait,
+        ordered_by=None,
+    ),
+)
+
+#: Every method, by name.
+METHODS: dict[str, Method] = {m.name: m for m in _METHODS}
+
+
+def discover() -> dict[str, Any]:
+    """``rpc.discover``: the protocol, the server's version and every method's schema."""
+    return {
+        "protocol": "JSON-RPC 2.0",
+        "server": "lossless",
+        "version": __version__,
+        "methods": [m.schema() for m in _METHODS],
+    }

@@ -1,0 +1,296 @@
+"""``lossless serve``: the engine over JSON-RPC 2.0, driven as a host drives it — a child
+process over stdio, or a shared server over loopback HTTP — through the project's client."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lossless import Config, Engine
+from lossless.serve.client import ServeClient, ServeError, StdioClient
+
+#: Small enough that a few dozen turns compact (leaf passes, then a condensed one).
+SMALL = """
+fresh_tail_count = 6
+leaf_chunk_tokens = 300
+leaf_target_tokens = 60
+condensed_target_tokens = 60
+leaf_min_fanout = 3
+condensed_min_fanout = 2
+"""
+
+
+def turn(i: int) -> list[dict[str, Any]]:
+    """Turn *i*: a user message (turn 3 carries the detail recalled later) and a reply."""
+    detail = " The staging database password rotates on Thursdays." if i == 3 else ""
+    return [
+        {"role": "user", "content": f"Question {i}: how is service number {i} deployed?{detail}"},
+        {
+            "role": "assistant",
+            "content": f"Service {i} is deployed with blue-green releases behind the load"
+            f" balancer, with a canary of {i % 7 + 1} percent for ten minutes first.",
+        },
+    ]
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "lossless.toml"
+    path.write_text(SMALL)
+    return path
+
+
+@pytest.fixture
+def client(db: str, config: Path) -> Iterator[StdioClient]:
+    with ServeClient.spawn(["--db", db, "--config", str(config)]) as made:
+        yield made
+
+
+def test_a_session_over_stdio_compacts_assembles_within_budget_and_recalls(
+    client: StdioClient, db: str
+) -> None:
+    budget = 700
+    for i in range(40):
+        answer = client.after_turn("s1", turn(i), token_budget=budget)
+        assert answer["inserted"] == 2
+    client.wait_for_compaction(60)
+
+    made = client.assemble("s1", token_budget=budget, format="openai")
+    assert made["summaries"] > 0
+    assert made["tokens"] <= budget
+    assert any("<summary id=" in str(m["content"]) for m in made["messages"])
+    assert made["messages"][-1]["content"] == turn(39)[1]["content"]
+
+    hits = client.grep("staging database password")["hits"]
+    assert hits and "Thursdays" in hits[0]["snippet"]
+    found = client.describe(hits[0]["id"])
+    assert "rotates on Thursdays" in found["content"]
+
+    state = client.status("s1")
+    assert state["messages"] == 80 and state["summaries"] > 0
+    assert client.doctor() == {"ok": True, "problems": []}
+    client.close()
+    assert client.process.returncode == 0
+    with Engine.open(db, config=Config()) as engine:  # every turn stored once, in order
+        stored = [m.content for m in engine.messages("s1")]
+    assert stored == [m["content"] for i in range(40) for m in turn(i)]
+
+
+def test_bad_lines_get_json_rpc_errors_and_the_server_lives_on(client: StdioClient) -> None:
+    client.write(b"{not json\n")
+    client.write(b"[]\n")
+    client.write(b'{"jsonrpc": "1.0", "id": 9, "method": "status"}\n')
+    for method, params, code, said in (
+        ("no_such_method", {}, -32601, "no method 'no_such_method'"),
+        ("grep", {"pattern": "x", "limit": 5000}, -32602, "limit must be an integer from 1"),
+        ("grep", {"patern": "x"}, -32602, "no parameter 'patern'"),
+        ("ingest", {"session_id": "s"}, -32602, "needs message"),
+        ("status", {"session_id": "nobody"}, -32001, "no conversation with session id"),
+        ("grep", {"pattern": "(", "mode": "regex"}, -32000, "regular expression"),
+        ("ingest", {"session_id": "s", "message": {"nonsense": 1}}, -32004, "shape"),
+    ):
+        with pytest.raises(ServeError) as raised:
+            client.call(method, **params)
+        assert raised.value.code == code, raised.value
+        assert said in raised.value.message
+    assert client.call("ingest", session_id="s", message={"role": "user", "content": "still up"})
+    unasked = sorted((r["id"] or 0, r["error"]["code"]) for r in client.unmatched)
+    assert unasked == [(0, -32700), (0, -32600), (9, -32600)]
+    assert client.status("s")["messages"] == 1
+
+
+def test_a_batch_and_a_notification(client: StdioClient) -> None:
+    batch = [
+        {"jsonrpc": "2.0", "id": "a", "method": "status"},
+        {
+            "jsonrpc": "2.0",
+            "method": "ingest",
+            "params": {"session_id": "n", "message": {"role": "user", "content": "quiet"}},
+        },
+        {"jsonrpc": "2.0", "id": "b", "method": "nope"},
+    ]
+    replies = client.send(json.dumps(batch).encode())
+    assert [r["id"] for r in replies] == ["a", "b"]  # the notification is not answered
+    assert "result" in replies[0] and replies[1]["error"]["code"] == -32601
+    assert client.status("n")["messages"] == 1  # ... but it ran, before this request
+
+
+def test_one_sessions_requests_run_in_the_order_they_arrived(client: StdioClient, db: str) -> None:
+    # Sent without waiting, interleaved over two sessions: each session keeps its order.
+    lines = []
+    for i in range(60):
+        session = "left" if i % 3 else "right"
+        lines.append(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": i,
+                    "method": "ingest",
+                    "params": {
+                        "session_id": session,
+                        "message": {"role": "user", "content": str(i)},
+                    },
+                }
+            )
+        )
+    client.write(("\n".join(lines) + "\n").encode())
+    client.close()  # closing stdin: the server answers what it was sent, then stops
+    with Engine.open(db, config=Config()) as engine:
+        for session in ("left", "right"):
+            got = [m.content for m in engine.messages(session)]
+            sent = [str(i) for i in range(60) if (session == "left") == bool(i % 3)]
+            assert got == sent
+
+
+class HeldSummarizer:
+    """An OpenAI-wire summarizer that answers only when the test lets it."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.called = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                owner.called.set()
+                owner.release.wait(60)
+                body = json.dumps(
+                    {
+                        "id": "c",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": "m",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": "Deploys, summed up."},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_background_compaction_never_holds_a_request(db: str, tmp_path: Path) -> None:
+    held = HeldSummarizer()
+    config = tmp_path / "held.toml"
+    config.write_text(
+        SMALL + f'summarizer = "held"\n[profiles.held]\nprovider = "openai"\nmodel = "m"\n'
+        f'base_url = "{held.url}"\napi_key = "k"\n'
+    )
+    try:
+        with ServeClient.spawn(["--db", db, "--config", str(config)]) as client:
+            for i in range(12):
+                client.after_turn("s", turn(i), token_budget=600)
+            assert held.called.wait(30), "compaction never asked the summarizer"
+            # The summarizer holds its answer: requests to the same session are answered.
+            assert client.after_turn("s", turn(12), token_budget=600)["deferred"] in (True, False)
+            assert client.assemble("s", token_budget=600)["raw_messages"] > 0
+            assert client.status("s")["messages"] == 26
+            held.release.set()
+            client.wait_for_compaction(60)
+            assert client.status("s")["summaries"] > 0
+    finally:
+        held.release.set()
+        held.server.shutdown()
+
+
+def test_the_recall_tools_for_a_host_model(client: StdioClient) -> None:
+    for i in range(6):
+        client.after_turn("mine", turn(i))
+    client.after_turn("theirs", [{"role": "user", "content": "Thursdays are for the other team"}])
+    tools = {t["name"]: t for t in client.tools("mine")}
+    assert (
+        "lcm_grep" in tools
+        and "conversation" not in tools["lcm_grep"]["input_schema"]["properties"]
+    )
+    hits = client.call_tool("lcm_grep", {"pattern": "Thursdays"}, session_id="mine")["hits"]
+    assert [h["conversation_id"] for h in hits] == [client.status("mine")["conversation_id"]]
+    with pytest.raises(ServeError, match="leave out conversation"):
+        client.call_tool("lcm_grep", {"pattern": "x", "conversation": "theirs"}, session_id="mine")
+    with pytest.raises(ServeError, match="no tool 'lcm_expand' here"):
+        client.call_tool("lcm_expand", {"summary_ids": ["sum_0123456789abcdef"]})
+    discovered = {m["name"]: m for m in client.discover()["methods"]}
+    assert discovered["grep"]["params"]["properties"]["limit"]["maximum"] == 200
+    assert discovered["after_turn"]["params"]["required"] == ["session_id"]
+
+
+def _start_http(db: str, config: Path, token_file: Path) -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "lossless", "--db", db, "--config", str(config), "serve"),
+            *("--http", "127.0.0.1:0", "--token-file", str(token_file)),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    line = process.stderr.readline()
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+    assert found, line
+    return process, f"http://127.0.0.1:{found.group(1)}/"
+
+
+def test_the_same_over_http_with_its_token(db: str, config: Path, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    process, url = _start_http(db, config, token_file)
+    try:
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        token = token_file.read_text().strip()
+        client = ServeClient.http(url, token)
+        for i in range(30):
+            client.after_turn("h", turn(i), token_budget=700)
+        client.wait_for_compaction(60)
+        made = client.assemble("h", token_budget=700)
+        assert made["summaries"] > 0 and made["tokens"] <= 700
+        assert "Thursdays" in client.grep("staging password")["hits"][0]["snippet"]
+        with pytest.raises(ServeError, match="missing or wrong bearer token") as refused:
+            ServeClient.http(url, "wrong-token-of-enough-length").status()
+        assert refused.value.code == 401
+        bad = urllib.request.Request(
+            url, data=b"{oops", headers={"Authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(bad) as response:
+            assert json.loads(response.read())["error"]["code"] == -32700
+        assert client.status("h")["messages"] == 60  # still serving
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+
+
+def test_http_refuses_an_address_off_loopback(db: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "lossless", "--db", db, "serve", "--http", "0.0.0.0:0"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 2
+    assert "not a loopback address" in done.stderr and "--allow-remote" in done.stderr
