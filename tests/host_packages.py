@@ -108,3 +108,45 @@ def pypi_sdist(name: str, version: str) -> Path:
             marker.write_text(json.dumps({"archive": archives[0].name}))
     (unpacked,) = [p for p in folder.iterdir() if p.is_dir()]
     return unpacked
+
+
+#: Hermes Agent, installed into a virtual environment of its own (it brings top-level
+#: packages named agent, tools, plugins, ... that must not meet the test environment's).
+HERMES_AGENT = "hermes-agent==0.19.0"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pypi_venv(spec: str) -> Path:
+    """The ``bin`` folder of a virtual environment holding *spec* from PyPI and this checkout
+    of lossless (installed on first use; lossless is re-installed from the checkout on every
+    run, so the host drives the code under test)."""
+    folder = hosts_dir() / ("venv-" + spec.replace("==", "-"))
+    bin_dir = folder / "bin"
+    marker = folder / ".installed"
+    with _install_lock(folder.name):
+        if not marker.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            steps = [
+                [sys.executable, "-m", "venv", str(folder)],
+                [str(bin_dir / "python"), "-m", "pip", "install", "-q", spec],
+            ]
+            for step in steps:
+                done = subprocess.run(
+                    step, capture_output=True, text=True, timeout=900, check=False
+                )
+                if done.returncode != 0:
+                    pytest.skip(
+                        f"could not install {spec} (is PyPI reachable?):"
+                        f" {done.stderr.strip()[-400:]}"
+                    )
+            marker.write_text(spec)
+        done = subprocess.run(
+            [str(bin_dir / "python"), "-m", "pip", "install", "-q", "-e", str(ROOT)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"lossless did not install beside {spec}: {done.stderr[-2000:]}")
+    return bin_dir

@@ -5,6 +5,10 @@ request it was sent.
 * :class:`AnthropicServer` — the Messages API (``POST /v1/messages``, server-sent events), as
   Claude Code calls it. A compaction request (its last user text asks for "a detailed summary
   of the conversation") is answered with ``<summary>SUMMARY-n ...</summary>``.
+* :class:`ChatServer` — OpenAI's Chat Completions (``POST /v1/chat/completions``, streamed
+  when asked), as Hermes Agent and OpenClaw call it. A user message ``RECALL: words`` is
+  answered with an ``lcm_grep`` tool call for the words; the tool's result with ``Found: ``
+  and the start of what came back.
 * :class:`ResponsesServer` — OpenAI's Responses API (``POST /v1/responses``, server-sent
   events), as Codex calls it. A compaction request (``request_kind: compaction`` in Codex's
   turn metadata) is answered with ``SUMMARY-n ...``.
@@ -284,3 +288,88 @@ class ResponsesServer(_Server):
                 "response": {"id": f"resp_{n}", "usage": usage},
             },
         )
+
+
+class ChatServer(_Server):
+    """OpenAI Chat Completions (see the module doc)."""
+
+    RECALL = "RECALL: "
+
+    def answer(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        if not request["path"].rstrip("/").endswith("/chat/completions"):
+            self.json(handler, {"error": {"message": f"no {request['path']} here"}}, 404)
+            return
+        body = request["body"]
+        text, calls = self.plan(body.get("messages") or [])
+        usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = calls
+        finish = "tool_calls" if calls else "stop"
+        if not body.get("stream"):
+            self.json(
+                handler,
+                {
+                    "id": "chatcmpl-scripted",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body.get("model", "m"),
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": usage,
+                },
+            )
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+
+        def chunk(delta: dict[str, Any] | None, reason: str | None = None, **extra: Any) -> None:
+            data: dict[str, Any] = {
+                "id": "chatcmpl-scripted",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": body.get("model", "m"),
+                "choices": []
+                if delta is None
+                else [{"index": 0, "delta": delta, "finish_reason": reason}],
+                **extra,
+            }
+            handler.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
+
+        chunk({"role": "assistant", "content": ""})
+        if text:
+            chunk({"content": text})
+        for i, call in enumerate(calls):
+            chunk({"tool_calls": [{"index": i, **call}]})
+        chunk({}, finish)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunk(None, usage=usage)
+        handler.wfile.write(b"data: [DONE]\n\n")
+        handler.wfile.flush()
+        handler.close_connection = True
+
+    def plan(self, messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+        """The scripted reply to *messages*: its text and tool calls."""
+        last = messages[-1] if messages else {}
+        if last.get("role") == "tool":
+            found = " ".join(_texts(last.get("content")))
+            return f"Found: {found[:2000]}", []
+        said = " ".join(_texts(last.get("content"))) if last.get("role") == "user" else ""
+        if self.RECALL in said:
+            words = said.split(self.RECALL, 1)[1].strip()
+            call = {
+                "id": f"call_{next(self.summaries)}",
+                "type": "function",
+                "function": {"name": "lcm_grep", "arguments": json.dumps({"pattern": words})},
+            }
+            return "", [call]
+        return reply(said.split("\n\n")[-1]), []
+
+    def user_texts(self) -> list[list[str]]:
+        """Each chat request's message texts, in order."""
+        return [
+            [" ".join(_texts(m.get("content"))) for m in r["body"].get("messages") or []]
+            for r in self.requests
+            if r["path"].rstrip("/").endswith("/chat/completions")
+        ]

@@ -1,0 +1,370 @@
+"""Hermes Agent's context engine: lossless keeps every turn, compresses by assembling, and
+gives the agent the recall tools (``pip install 'lossless[hermes]'``).
+
+Hermes (PyPI ``hermes-agent``) finds this module through its ``hermes_agent.plugins`` entry
+point; ``register(ctx)`` registers :class:`LosslessContextEngine` and a ``post_llm_call``
+hook. Select it in ``$HERMES_HOME/config.yaml``::
+
+    plugins: {enabled: [lossless]}
+    context: {engine: lossless}
+
+The store is lossless's own: ``LOSSLESS_DB`` / ``LOSSLESS_CONFIG`` / the config file, as for
+the CLI. A Hermes session is a lossless conversation with the same session id.
+
+* **Every turn is stored** by the ``post_llm_call`` hook (Hermes has no per-turn engine
+  method), whether or not Hermes compresses, and again (idempotently) whenever Hermes hands
+  messages over: ``compress`` and ``on_session_end`` store what the store lacks first, so a turn
+  the hook never saw (an interrupted one) is kept too.
+* **Compression** is lossless's: the conversation is compacted to a budget below Hermes's
+  threshold and the assembled context — summaries (one user message), then the newest turns
+  with tool calls and results together — replaces Hermes's working list.
+* **Recall**: ``lcm_grep``, ``lcm_describe``, ``lcm_expand_query``, ``chat_context_query``,
+  ``get_history`` and the rest of a pinned scope's tools, searching the session's own
+  conversations.
+
+Which of Hermes's messages are new is found without trusting Hermes to keep them unchanged:
+after storing, the conversation's metadata records how many messages of the working list are
+stored and a fingerprint of the last one; when the list still agrees with that, the rest is
+new, otherwise the longest run of the list that the stored tail ends with is taken as stored.
+
+Hermes deep-copies the engine for every agent, so an engine holds no connection: the store is
+opened on first use and shared by every copy in the process (closed at exit, after background
+work).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..assemble import UNTRUSTED_NOTE
+from ..engine import Engine
+from ..errors import LosslessError, NotFoundError
+from ..resume import HEADER as RESUME_HEADER
+from ..retrieval.tools import TOOLS
+from ..toolbox import TOOLSETS, ToolScope, call
+
+INSTALL_HINT = "the Hermes Agent engine needs Hermes Agent: pip install 'lossless[hermes]'"
+
+try:
+    from agent.context_engine import ContextEngine
+except ModuleNotFoundError as exc:  # the optional dependency is missing: say how to add it
+    if (exc.name or "").partition(".")[0] != "agent":
+        raise
+    raise ModuleNotFoundError(INSTALL_HINT, name=exc.name) from exc
+
+__all__ = ["ENGINE_NAME", "INSTALL_HINT", "LosslessContextEngine", "register"]
+
+logger = logging.getLogger(__name__)
+
+#: The name ``context.engine`` selects (and the plugin's name).
+ENGINE_NAME = "lossless"
+#: Hermes's own background reviews (of memory, of skills) replay the conversation under a
+#: prompt that begins so, with the parent's session id; those turns are not the conversation's.
+REVIEW_PROMPT = "Review the conversation above"
+#: Hermes's keys on a message that are its bookkeeping, not the message.
+HOST_KEYS = ("_db_persisted",)
+#: The tools the agent gets (a session's own conversations; nothing that writes history).
+TOOL_NAMES = tuple(n for n in TOOLSETS["pinned"] if n != "summarize_session")
+#: How the message lossless hands Hermes with the summaries begins.
+SUMMARY_LEAD = "[lossless: summaries of the earlier conversation"
+#: The smallest budget compression assembles to, whatever Hermes's threshold.
+MIN_BUDGET = 1_000
+
+_engines: dict[str, Engine] = {}
+_opening = threading.Lock()
+
+
+def shared_engine() -> Engine:
+    """The process's engine on the configured store (opened on first use, closed at exit)."""
+    with _opening:
+        engine = _engines.get("default")
+        if engine is None:
+            engine = _engines["default"] = Engine.open()
+            atexit.register(engine.close)
+        return engine
+
+
+def fingerprint(message: Mapping[str, Any]) -> str:
+    """What identifies a Hermes message whatever Hermes adds to it: role, content, and the
+    tool call ids it carries or answers."""
+    calls = [c.get("id") for c in message.get("tool_calls") or [] if isinstance(c, Mapping)]
+    content = message.get("content") or ""  # an assistant's tool call: None, "" or absent
+    key = [message.get("role"), content, message.get("tool_call_id") or "", calls]
+    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _is_ours(message: Mapping[str, Any]) -> bool:
+    """A summary message lossless put into the working list (not the conversation's)."""
+    content = message.get("content")
+    return isinstance(content, str) and content.startswith(SUMMARY_LEAD)
+
+
+def absorb(engine: Engine, session_id: str, working: Sequence[Mapping[str, Any]]) -> int:
+    """Store the messages of Hermes's *working* list that the conversation lacks, in order;
+    returns how many were stored. Running it again on the same list stores nothing."""
+    conv = engine.conversation(session_id, create=True)
+    anchor = (conv.metadata or {}).get("hermes") or {}
+    seen = anchor.get("seen")
+    if (
+        isinstance(seen, int)
+        and 0 < seen <= len(working)
+        and fingerprint(working[seen - 1]) == anchor.get("last")
+    ):
+        new = list(working[seen:])
+    else:
+        new = _unstored(engine, conv.conversation_id, working)
+    kept = [_clean(m) for m in new if not _is_ours(m)]
+    if kept:
+        engine.ingest_batch(conv.conversation_id, kept, format="openai_chat")
+    mark(engine, session_id, working)
+    return len(kept)
+
+
+def mark(engine: Engine, session_id: str, working: Sequence[Mapping[str, Any]]) -> None:
+    """Record that every message of *working* is stored (or is lossless's own)."""
+    if working:
+        engine.update_conversation(
+            session_id,
+            metadata={"hermes": {"seen": len(working), "last": fingerprint(working[-1])}},
+        )
+
+
+def _unstored(
+    engine: Engine, conversation_id: int, working: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The messages of *working* after the longest run of it that the stored messages end
+    with (lossless's summary messages aside)."""
+    body = [m for m in working if not _is_ours(m)]
+    if not body:
+        return []
+    total = engine.message_count(conversation_id)
+    tail = engine.messages(conversation_id, after_seq=max(0, total - len(body)))
+    stored = [fingerprint(m.to_source()) for m in tail]
+    wanted = [fingerprint(m) for m in body]
+    for k in range(min(len(stored), len(wanted)), 0, -1):
+        if wanted[:k] == stored[-k:]:
+            return body[k:]
+    return body
+
+
+def _clean(message: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if k not in HOST_KEYS}
+
+
+class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is untyped
+    """Hermes's ``ContextEngine`` over lossless (see the module docstring)."""
+
+    name = ENGINE_NAME
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.compression_count = 0
+        self.last_prompt_tokens = 0
+        self.last_completion_tokens = 0
+        self.last_total_tokens = 0
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LosslessContextEngine:
+        copy = type(self)()
+        copy.__dict__.update(self.__dict__)
+        return copy
+
+    @property
+    def engine(self) -> Engine:
+        """The process's engine (opened on first use)."""
+        return shared_engine()
+
+    # --- what Hermes tells the engine ------------------------------------------------------
+
+    def update_model(
+        self,
+        model: str,
+        context_length: int,
+        base_url: str = "",
+        api_key: str = "",
+        provider: str = "",
+        api_mode: str = "",
+    ) -> None:
+        """The model's window: compress at ``context_threshold`` of it (lossless's setting)."""
+        self.threshold_percent = self.engine.config.context_threshold
+        super().update_model(model, context_length, base_url, api_key, provider, api_mode)
+
+    def bind_session_state(self, session_db: Any = None, session_id: str | None = None) -> None:
+        """Hermes names the session (at start, and after ``/new``, ``/resume``, ``/branch``)."""
+        if session_id:
+            self.session_id = session_id
+
+    def on_session_start(self, session_id: str, **kwargs: Any) -> None:
+        """A session starts (or goes on after a compression): remember its id."""
+        self.session_id = session_id
+        self.engine.conversation(session_id, create=True)
+
+    def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
+        """Hermes hands over its working list (at exit, at ``/new``, before a compression):
+        store what the conversation lacks."""
+        if messages:
+            self._absorb(session_id, messages)
+
+    def update_from_response(self, usage: dict[str, Any]) -> None:
+        """The last call's token usage (Hermes may pass an empty dict)."""
+        self.last_prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        self.last_completion_tokens = int(usage.get("completion_tokens") or 0)
+        self.last_total_tokens = int(usage.get("total_tokens") or 0)
+
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        """Whether the prompt passed the threshold."""
+        tokens = prompt_tokens if prompt_tokens is not None else self.last_prompt_tokens
+        return bool(self.threshold_tokens) and (tokens or 0) >= self.threshold_tokens
+
+    # --- compression -----------------------------------------------------------------------
+
+    def compress(
+        self,
+        messages: list[dict[str, Any]],
+        current_tokens: int | None = None,
+        focus_topic: str | None = None,
+        force: bool = False,
+        memory_context: str = "",
+    ) -> list[dict[str, Any]]:
+        """Store what is new, compact the conversation to a budget under the threshold, and
+        return the assembled context as Hermes's new working list (no system message, tool
+        calls with their results, no two messages of one role side by side)."""
+        session_id = self.session_id
+        if session_id is None or not messages:
+            return messages
+        engine = self.engine
+        try:
+            self._absorb(session_id, messages)
+            # Compact to compaction_target of the room, so several turns pass before the next
+            # compression; assemble within the whole room (the summaries, the resume summary
+            # and what compaction left all fit in it).
+            room = self._room(messages, current_tokens)
+            target = max(MIN_BUDGET, int(room * engine.config.compaction_target))
+            engine.compact(session_id, until=target, budget=room)
+            made = engine.assemble(session_id, room, format="openai")
+        except Exception:  # the host's turn goes on: Hermes keeps its list, nothing is lost
+            logger.exception("lossless could not compress session %s", session_id)
+            return messages
+        out = to_hermes(made.messages)
+        if not out or out == messages:
+            return messages
+        mark(engine, session_id, out)
+        self.compression_count += 1
+        return out
+
+    def _room(self, messages: Sequence[Mapping[str, Any]], current: int | None) -> int:
+        """Tokens the messages may take before Hermes's threshold: the threshold less what
+        Hermes sends beside them (system prompt, tool schemas)."""
+        engine = self.engine
+        counted = sum(
+            engine.token_counter.count(json.dumps(m, default=str, ensure_ascii=False))
+            for m in messages
+        )
+        overhead = max(0, (current or 0) - counted)
+        return max(MIN_BUDGET, self.threshold_tokens - overhead)
+
+    def _absorb(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        with self.engine.lock(self.engine.conversation(session_id, create=True).conversation_id):
+            absorb(self.engine, session_id, messages)
+
+    # --- recall tools ------------------------------------------------------------------------
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        """The recall tools, as function schemas (the session's own conversations)."""
+        return [
+            {
+                "name": name,
+                "description": TOOLS[name].description,
+                "parameters": TOOLS[name].json_schema(omit=("conversation",)),
+            }
+            for name in TOOL_NAMES
+        ]
+
+    def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        """Run a recall tool the model called; lossless's errors come back as
+        ``{"error": ...}`` with their advice."""
+        try:
+            if self.session_id is None:
+                raise NotFoundError("no Hermes session has started yet; nothing to search")
+            if name not in TOOL_NAMES:
+                raise NotFoundError(f"no tool {name!r} here; the tools are {', '.join(TOOL_NAMES)}")
+            scope = ToolScope.of(self.engine, conversation=self.session_id)
+            out = call(scope, name, {k: v for k, v in (args or {}).items() if k != "conversation"})
+        except LosslessError as exc:
+            out = {"error": str(exc)}
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+    def get_status(self) -> dict[str, Any]:
+        """Hermes's status fields, and the session's stored messages and summaries."""
+        status: dict[str, Any] = dict(super().get_status())
+        if self.session_id is not None:
+            try:
+                conv = self.engine.conversation(self.session_id)
+            except NotFoundError:
+                return status
+            status["lossless_messages"] = self.engine.message_count(conv)
+            status["lossless_summaries"] = sum(self.engine.summary_counts(conv).values())
+        return status
+
+
+def to_hermes(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The assembled context as Hermes wants it: what lossless wrote (the summaries, the resume
+    summary) becomes one user message marked as lossless's, and a message of the same role as
+    the one before it is merged into it (Hermes would merge them itself)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        m = dict(message)
+        if _made_by_lossless(m):
+            m = {"role": "user", "content": f"{SUMMARY_LEAD}]\n{m.get('content') or ''}"}
+            if out and _is_ours(out[-1]):
+                body = str(m["content"]).removeprefix(f"{SUMMARY_LEAD}]\n")
+                out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{body}"}
+                continue
+        if (
+            out
+            and out[-1]["role"] == m["role"]
+            and m["role"] in ("user", "assistant")
+            and not out[-1].get("tool_calls")
+            and not m.get("tool_calls")
+        ):
+            joined = f"{out[-1].get('content') or ''}\n\n{m.get('content') or ''}"
+            out[-1] = {**out[-1], "content": joined}
+            continue
+        out.append(m)
+    return out
+
+
+def _made_by_lossless(message: Mapping[str, Any]) -> bool:
+    content = message.get("content")
+    return message.get("role") in ("user", "system") and (
+        isinstance(content, str) and content.startswith((UNTRUSTED_NOTE, RESUME_HEADER))
+    )
+
+
+def _after_turn(**kwargs: Any) -> None:
+    """The ``post_llm_call`` hook: store the turn (Hermes calls it once per answered turn)."""
+    session_id = kwargs.get("session_id")
+    history = kwargs.get("conversation_history")
+    if not session_id or not isinstance(history, list) or not history:
+        return
+    if str(kwargs.get("user_message") or "").startswith(REVIEW_PROMPT):
+        return  # Hermes's memory review, replaying the conversation: not a turn of it
+    engine = shared_engine()
+    try:
+        conv = engine.conversation(session_id, create=True)
+        with engine.lock(conv.conversation_id):
+            absorb(engine, session_id, history)
+        engine.after_turn(conv.conversation_id)
+    except Exception:  # never the host's turn: the next hand-over stores what this missed
+        logger.exception("lossless could not store the turn of session %s", session_id)
+
+
+def register(ctx: Any) -> None:
+    """Hermes's plugin entry: the engine, and the hook that stores every turn."""
+    ctx.register_context_engine(LosslessContextEngine())
+    ctx.register_hook("post_llm_call", _after_turn)
