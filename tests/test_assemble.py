@@ -202,7 +202,7 @@ def test_responses_format_passes_its_own_items_through_and_converts_others(engin
     assert items[5] == {"type": "function_call_output", "call_id": "c7", "output": "result of c7"}
 
 
-@pytest.mark.parametrize("fmt", ["anthropic", "openai", "responses"])
+@pytest.mark.parametrize("fmt", ["anthropic", "openai", "responses", "openclaw"])
 def test_no_format_emits_an_orphan_at_a_budget_boundary(engine: Engine, fmt: str) -> None:
     engine.ingest("s", {"role": "user", "content": words(30, "old")})
     _tool_exchange(engine, ["c1"])
@@ -213,3 +213,54 @@ def test_no_format_emits_an_orphan_at_a_budget_boundary(engine: Engine, fmt: str
     budget = sum(i.tokens for i in items[-4:]) + items[2].tokens
     dumped = json.dumps(engine.assemble("s", budget, format=fmt).messages)
     assert "c1" not in dumped
+
+
+#: An OpenClaw turn with every kind of message it writes (unknown keys included).
+OPENCLAW_TURN = [
+    {"role": "user", "content": "look it up", "timestamp": 1, "__openclaw": {"owner": True}},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "hmm", "thinkingSignature": "sig"},
+            {"type": "toolCall", "id": "call_1", "name": "lookup", "arguments": {"q": "x"}},
+        ],
+        "api": "openai-completions",
+        "provider": "p",
+        "model": "m",
+        "usage": {"input": 1, "output": 1, "totalTokens": 2},
+        "stopReason": "toolUse",
+        "timestamp": 2,
+    },
+    {
+        "role": "toolResult",
+        "toolCallId": "call_1",
+        "toolName": "lookup",
+        "content": [{"type": "text", "text": "found it"}],
+        "isError": False,
+        "timestamp": 3,
+    },
+    {"role": "bashExecution", "command": "ls", "output": "a", "exitCode": 0, "timestamp": 4},
+    {"role": "custom", "customType": "note", "content": "n", "display": True, "timestamp": 5},
+]
+
+
+def test_openclaw_format_gives_openclaws_messages_back_exactly(engine: Engine) -> None:
+    engine.ingest_batch("s", OPENCLAW_TURN, format="openclaw")
+    assert engine.assemble("s", 10_000, format="openclaw").messages == OPENCLAW_TURN
+
+
+def test_openclaw_format_converts_summaries_and_other_shapes(engine: Engine) -> None:
+    fill(engine, 6)
+    _tool_exchange(engine, ["c9"])  # chat-shaped, converted
+    engine.compact("s")
+    made = engine.assemble("s", 10_000, format="openclaw").messages
+    assert made[0]["role"] == "user" and '<summary id="sum_' in made[0]["content"]
+    call = next(m for m in made if m["role"] == "assistant" and m["stopReason"] == "toolUse")
+    assert call["content"][-1] == {
+        "type": "toolCall",
+        "id": "c9",
+        "name": "read",
+        "arguments": {"p": 1},
+    }
+    result = next(m for m in made if m["role"] == "toolResult")
+    assert result["toolCallId"] == "c9" and result["content"][0]["text"] == "result of c9"

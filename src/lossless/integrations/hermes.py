@@ -266,7 +266,7 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
             for m in messages
         )
         overhead = max(0, (current or 0) - counted)
-        return max(MIN_BUDGET, self.threshold_tokens - overhead)
+        return max(MIN_BUDGET, int(self.threshold_tokens) - overhead)
 
     def _absorb(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
         with self.engine.lock(self.engine.conversation(session_id, create=True).conversation_id):
