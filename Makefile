@@ -1,7 +1,7 @@
 # `make check` runs everything CI runs (lint, format, types, tests) in the local .venv.
 PY ?= .venv/bin/python
 
-.PHONY: check lint types imports test fmt bench venv
+.PHONY: check lint types imports test fmt bench venv openclaw-tools
 
 venv:
 	test -x $(PY) || python3 -m venv .venv
@@ -28,3 +28,8 @@ fmt:
 
 bench:
 	cd benchmarks && ../$(PY) ingest.py && ../$(PY) import_memory.py
+
+# The OpenClaw plugin's tool declarations, made from the recall tools' one declaration
+# (tests/test_tools.py fails when they differ).
+openclaw-tools:
+	$(PY) -c 'import json; from lossless.toolbox import SESSION_TOOLS, tool_schemas; print(json.dumps(tool_schemas(SESSION_TOOLS, pinned=True), indent=2))' > hosts/openclaw/tools.json

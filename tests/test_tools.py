@@ -176,3 +176,15 @@ def test_a_calls_arguments_are_checked_against_the_declaration() -> None:
         expand.check({"summary_ids": "sum_0123456789abcdef"})
     assert TOOLS["lcm_describe"].check({"id": "msg#1", "token_cap": None})["token_cap"] is None
     assert "conversation" not in grep.check({"pattern": "x"}, omit=("conversation",))
+
+
+def test_the_openclaw_plugins_tools_are_the_declaration() -> None:
+    import json
+
+    from lossless.toolbox import SESSION_TOOLS, tool_schemas
+
+    plugin = Path(__file__).resolve().parents[1] / "hosts" / "openclaw"
+    shipped = json.loads((plugin / "tools.json").read_text())
+    assert shipped == tool_schemas(SESSION_TOOLS, pinned=True), "run make openclaw-tools"
+    manifest = json.loads((plugin / "openclaw.plugin.json").read_text())
+    assert manifest["contracts"]["tools"] == [t["name"] for t in shipped]

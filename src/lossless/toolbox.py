@@ -33,7 +33,16 @@ from .retrieval.grep import Mode, Scope, Sort
 from .retrieval.tools import TOOLS
 from .timestamps import format_ts, parse_ts
 
-__all__ = ["MANIFEST_SHOWN", "RECALL_ORDER", "TOOLSETS", "ToolScope", "call", "run"]
+__all__ = [
+    "MANIFEST_SHOWN",
+    "RECALL_ORDER",
+    "SESSION_TOOLS",
+    "TOOLSETS",
+    "ToolScope",
+    "call",
+    "run",
+    "tool_schemas",
+]
 
 #: Manifest entries a describe shows; the rest are counted (a deep summary has thousands).
 MANIFEST_SHOWN = 50
@@ -469,6 +478,25 @@ TOOLSETS: dict[str, tuple[str, ...]] = {
         "chat_context_query",
     ),
 }
+
+
+def tool_schemas(names: tuple[str, ...], *, pinned: bool) -> list[dict[str, Any]]:
+    """Function-tool declarations of *names* for a host's model: ``name``, ``description``
+    and ``parameters`` (a JSON Schema; a session's tools, *pinned*, take no ``conversation``:
+    they search the session's own)."""
+    omit = ("conversation",) if pinned else ()
+    return [
+        {
+            "name": name,
+            "description": TOOLS[name].description,
+            "parameters": TOOLS[name].json_schema(omit=omit),
+        }
+        for name in names
+    ]
+
+
+#: The tools a host's agent gets for its own session (nothing that writes a new summary).
+SESSION_TOOLS = tuple(n for n in TOOLSETS["pinned"] if n != "summarize_session")
 
 
 def run(tools: ToolScope, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:

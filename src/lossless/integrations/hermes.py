@@ -46,8 +46,7 @@ from ..assemble import UNTRUSTED_NOTE
 from ..engine import Engine
 from ..errors import LosslessError, NotFoundError
 from ..resume import HEADER as RESUME_HEADER
-from ..retrieval.tools import TOOLS
-from ..toolbox import TOOLSETS, ToolScope, call
+from ..toolbox import SESSION_TOOLS, ToolScope, call, tool_schemas
 
 INSTALL_HINT = "the Hermes Agent engine needs Hermes Agent: pip install 'lossless[hermes]'"
 
@@ -70,7 +69,7 @@ REVIEW_PROMPT = "Review the conversation above"
 #: Hermes's keys on a message that are its bookkeeping, not the message.
 HOST_KEYS = ("_db_persisted",)
 #: The tools the agent gets (a session's own conversations; nothing that writes history).
-TOOL_NAMES = tuple(n for n in TOOLSETS["pinned"] if n != "summarize_session")
+TOOL_NAMES = SESSION_TOOLS
 #: How the message lossless hands Hermes with the summaries begins.
 SUMMARY_LEAD = "[lossless: summaries of the earlier conversation"
 #: The smallest budget compression assembles to, whatever Hermes's threshold.
@@ -276,14 +275,7 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
         """The recall tools, as function schemas (the session's own conversations)."""
-        return [
-            {
-                "name": name,
-                "description": TOOLS[name].description,
-                "parameters": TOOLS[name].json_schema(omit=("conversation",)),
-            }
-            for name in TOOL_NAMES
-        ]
+        return tool_schemas(TOOL_NAMES, pinned=True)
 
     def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
         """Run a recall tool the model called; lossless's errors come back as

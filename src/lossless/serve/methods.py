@@ -197,16 +197,9 @@ def _scope(engine: Engine, session_id: str | None) -> ToolScope:
 
 def _tools(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     scope = _scope(engine, a["session_id"])
-    omit = ("conversation",) if scope.pinned is not None else ()
+    names = toolbox.SESSION_TOOLS if scope.pinned is not None else toolbox.TOOLSETS["store"]
     return {
-        "tools": [
-            {
-                "name": name,
-                "description": TOOLS[name].description,
-                "input_schema": TOOLS[name].json_schema(omit=omit),
-            }
-            for name in toolbox.TOOLSETS[scope.mode]
-        ],
+        "tools": toolbox.tool_schemas(names, pinned=scope.pinned is not None),
         "instructions": toolbox.RECALL_ORDER,
     }
 
@@ -386,7 +379,7 @@ _METHODS = (
     ),
     Method(
         "tools",
-        "The recall tools to offer a model (name, description, input_schema); with"
+        "The recall tools to offer a model (name, description, parameters); with"
         " session_id, the session's tools, which search its own conversations.",
         (Param("session_id", "string", "Pin the tools to this session.", None),),
         _tools,
