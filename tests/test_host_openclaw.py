@@ -13,12 +13,18 @@ turn.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,9 +65,38 @@ def plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-@pytest.mark.parametrize("release", OPENCLAW_RELEASES)
+@contextmanager
+def shared_server(store: Path, settings: Path, tmp: Path) -> Iterator[dict[str, str]]:
+    """``lossless serve --http`` on a free loopback port; the plugin's config to reach it."""
+    token_file = tmp / "serve.token"
+    process = subprocess.Popen(
+        [
+            *(str(LOSSLESS), "--db", str(store), "--config", str(settings), "serve"),
+            *("--http", "127.0.0.1:0", "--token-file", str(token_file)),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        port = re.search(r"127\.0\.0\.1:(\d+)/", process.stderr.readline())
+        assert port, "lossless serve did not say where it listens"
+        yield {"url": f"http://127.0.0.1:{port.group(1)}/", "tokenFile": str(token_file)}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+
+
+@pytest.mark.parametrize(
+    ("release", "transport"),
+    [
+        (OPENCLAW_RELEASES[0], "stdio"),
+        (OPENCLAW_RELEASES[1], "stdio"),
+        (OPENCLAW_RELEASES[0], "http"),
+    ],
+)
 def test_openclaw_keeps_every_turn_assembles_with_lossless_and_recalls(
-    plugin: Path, release: str, tmp_path: Path
+    plugin: Path, release: str, transport: str, tmp_path: Path
 ) -> None:
     host = openclaw_host(release)
     store = tmp_path / "store.db"
@@ -70,9 +105,29 @@ def test_openclaw_keeps_every_turn_assembles_with_lossless_and_recalls(
         "fresh_tail_count = 4\nleaf_chunk_tokens = 400\nleaf_min_fanout = 3\n"
         "condensed_min_fanout = 2\n"
     )
+    with contextlib.ExitStack() as stack:
+        if transport == "http":
+            reach: dict[str, Any] = stack.enter_context(shared_server(store, settings, tmp_path))
+        else:
+            reach = {
+                "command": str(LOSSLESS),
+                "db": str(store),
+                "args": ["--config", str(settings)],
+            }
+        answers, requests = run_session(host, plugin, reach, tmp_path)
+    check(store, answers, requests)
+
+
+PROMPTS = [prompt(i) for i in range(5)] + ["RECALL: staging password"]
+
+
+def run_session(
+    host: Path, plugin: Path, reach: dict[str, Any], tmp_path: Path
+) -> tuple[list[str], list[list[str]]]:
+    """Every prompt, one ``openclaw agent`` process each; the answers and what the model
+    server was sent."""
     home = tmp_path / "home"
     (home / ".openclaw").mkdir(parents=True)
-    prompts = [prompt(i) for i in range(5)] + ["RECALL: staging password"]
     with ChatServer() as server:
         config = {
             "models": {
@@ -103,11 +158,7 @@ def test_openclaw_keeps_every_turn_assembles_with_lossless_and_recalls(
                 "entries": {
                     "lossless": {
                         "enabled": True,
-                        "config": {
-                            "command": str(LOSSLESS),
-                            "db": str(store),
-                            "args": ["--config", str(settings)],
-                        },
+                        "config": reach,
                     }
                 },
                 "slots": {"contextEngine": "lossless"},
@@ -122,7 +173,7 @@ def test_openclaw_keeps_every_turn_assembles_with_lossless_and_recalls(
             "HOME": str(home),
         }
         answers = []
-        for text in prompts:
+        for text in PROMPTS:
             done = subprocess.run(
                 [
                     *(str(host / "node_modules" / ".bin" / "openclaw"), "agent", "--local"),
@@ -137,8 +188,12 @@ def test_openclaw_keeps_every_turn_assembles_with_lossless_and_recalls(
             assert done.returncode == 0, done.stderr[-3000:]
             assert "degraded" not in done.stderr, done.stderr[-3000:]
             answers.append(json.loads(done.stdout)["payloads"][0]["text"])
-        requests = server.user_texts()
+        return answers, server.user_texts()
 
+
+def check(store: Path, answers: list[str], requests: list[list[str]]) -> None:
+    """What the session must have left: see the module docstring."""
+    prompts = PROMPTS
     # lossless assembled what the model saw: its summaries reached the later requests.
     assert any('<summary id="sum_' in t for t in requests[-1]), "no summaries reached the model"
     assert not any(prompts[0] in t for t in requests[-1]), "the first turn was still sent whole"
