@@ -152,3 +152,12 @@ def test_hermes_keeps_every_turn_compresses_with_lossless_and_recalls(
     assert replies[-2].startswith("[tool call lcm_grep]") and replies[-1].startswith("Found:")
     assert [m.role for m in stored[-4:]] == ["user", "assistant", "tool", "assistant"]
     assert "Thursday" in stored[-2].content
+
+    # What Hermes itself stored (state.db) imports into a fresh store as the same messages,
+    # once: without the copies its in-place compression wrote, or lossless's summary message.
+    with Engine.open(tmp_path / "imported.db", config=Config()) as engine:
+        first = engine.import_path(home / "state.db")
+        assert sum(r.imported for r in first) == len(stored), [r.to_dict() for r in first]
+        imported = [(m.role, m.content) for m in engine.messages(session)]
+        assert imported == [(m.role, m.content) for m in stored]
+        assert sum(r.imported for r in engine.import_path(home / "state.db")) == 0

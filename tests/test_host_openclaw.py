@@ -116,6 +116,7 @@ def test_openclaw_keeps_every_turn_assembles_with_lossless_and_recalls(
             }
         answers, requests = run_session(host, plugin, reach, tmp_path)
     check(store, answers, requests)
+    imports_its_own_transcript(tmp_path / "home" / ".openclaw" / "agents", store, tmp_path)
 
 
 PROMPTS = [prompt(i) for i in range(5)] + ["RECALL: staging password"]
@@ -209,3 +210,15 @@ def check(store: Path, answers: list[str], requests: list[list[str]]) -> None:
     roles = [m.role for m in stored]
     assert roles == ["user", "assistant"] * 5 + ["user", "assistant", "tool", "assistant"]
     assert "Thursday" in stored[-2].content
+
+
+def imports_its_own_transcript(agents: Path, live: Path, tmp_path: Path) -> None:
+    """What OpenClaw itself stored (2026.9: its agent SQLite database; 2026.7: the session's
+    JSONL) imports into a fresh store as the same messages the plugin stored, once."""
+    with Engine.open(live, config=Config()) as engine:
+        kept = [(m.role, m.content) for m in engine.messages("s1")]
+    with Engine.open(tmp_path / "imported.db", config=Config()) as engine:
+        first = engine.import_path(agents)
+        assert sum(r.imported for r in first) == len(kept), [r.to_dict() for r in first]
+        assert [(m.role, m.content) for m in engine.messages("s1")] == kept
+        assert sum(r.imported for r in engine.import_path(agents)) == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -22,7 +23,9 @@ __all__ = [
     "CONTENT",
     "LIST",
     "SCALAR",
+    "SUMMARY_MESSAGE_LEAD",
     "WHOLE",
+    "chat_fingerprint",
     "clean_text",
     "content_hash",
     "dumps",
@@ -137,3 +140,22 @@ def loads(text: str) -> Any:
 def content_hash(text: str) -> str:
     """SHA-256 of a text (how transplant recognises content the target already holds)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+#: How the message begins that carries lossless's summaries into a host's own message list
+#: (Hermes Agent's): lossless's output, never stored back as the conversation's.
+SUMMARY_MESSAGE_LEAD = "[lossless: summaries of the earlier conversation"
+
+
+def chat_fingerprint(message: Mapping[str, Any]) -> str:
+    """What identifies an OpenAI chat message whatever a host adds to it or renders it as:
+    its role, its content (``None``, ``""`` and none alike), the tool call it answers and the
+    ids of the tool calls it makes."""
+    calls = [c.get("id") for c in message.get("tool_calls") or [] if isinstance(c, Mapping)]
+    key = [
+        message.get("role"),
+        message.get("content") or "",
+        message.get("tool_call_id") or "",
+        calls,
+    ]
+    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()

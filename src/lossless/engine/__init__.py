@@ -26,9 +26,9 @@ from ..compaction import CompactionReport, after_turn_compaction
 from ..compaction import compact as compact_context
 from ..config import Config, load_config
 from ..errors import NotFoundError
+from ..ingest.importer import import_path as import_transcripts
 from ..ingest.pipeline import append, prepare
 from ..ingest.reconcile import Progress, ReconcileReport, reconcile_file
-from ..ingest.reconcile import import_path as import_transcripts
 from ..model import Conversation, IngestResult, NormalizedMessage, StoredMessage, StoredPart
 from ..redact import Redactor, Sealer
 from ..services import ConversationLocks, Services
@@ -408,7 +408,8 @@ class Engine(Reads, Recall, Upkeep):
         format: str | None = None,
         progress: Progress | None = None,
     ) -> list[ReconcileReport]:
-        """Import a transcript file, or every transcript below a directory.
+        """Import a transcript file, a host's database (OpenClaw's ``openclaw-agent.sqlite``,
+        Hermes Agent's ``state.db``), or every transcript and host database below a directory.
 
         In a directory, ``.jsonl`` files and ``.json`` files that look like transcripts are
         imported; other ``.json`` files (Claude Code's ``sessions-index.json``, sub-agent

@@ -31,6 +31,7 @@ from ..errors import ImportProblem, LosslessError
 from .entries import Entry, FileIdentity, Line, TranscriptFormat
 from .formats.claude_code import ClaudeCodeFormat
 from .formats.codex import CodexFormat
+from .formats.hermes import HermesFormat
 from .formats.messages import MessagesFormat
 from .formats.openclaw import OpenClawFormat, OpenClawTrajectoryFormat
 
@@ -100,6 +101,7 @@ FORMATS: dict[str, TranscriptFormat] = {
         OpenClawFormat(),
         ClaudeCodeFormat(),
         CodexFormat(),
+        HermesFormat(),
         MessagesFormat(),
     )
 }

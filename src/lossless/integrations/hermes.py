@@ -35,7 +35,6 @@ work).
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import logging
 import threading
@@ -43,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..assemble import UNTRUSTED_NOTE
+from ..codec import SUMMARY_MESSAGE_LEAD, chat_fingerprint
 from ..engine import Engine
 from ..errors import LosslessError, NotFoundError
 from ..resume import HEADER as RESUME_HEADER
@@ -71,7 +71,7 @@ HOST_KEYS = ("_db_persisted",)
 #: The tools the agent gets (a session's own conversations; nothing that writes history).
 TOOL_NAMES = SESSION_TOOLS
 #: How the message lossless hands Hermes with the summaries begins.
-SUMMARY_LEAD = "[lossless: summaries of the earlier conversation"
+SUMMARY_LEAD = SUMMARY_MESSAGE_LEAD
 #: The smallest budget compression assembles to, whatever Hermes's threshold.
 MIN_BUDGET = 1_000
 
@@ -89,15 +89,6 @@ def shared_engine() -> Engine:
         return engine
 
 
-def fingerprint(message: Mapping[str, Any]) -> str:
-    """What identifies a Hermes message whatever Hermes adds to it: role, content, and the
-    tool call ids it carries or answers."""
-    calls = [c.get("id") for c in message.get("tool_calls") or [] if isinstance(c, Mapping)]
-    content = message.get("content") or ""  # an assistant's tool call: None, "" or absent
-    key = [message.get("role"), content, message.get("tool_call_id") or "", calls]
-    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
-
-
 def _is_ours(message: Mapping[str, Any]) -> bool:
     """A summary message lossless put into the working list (not the conversation's)."""
     content = message.get("content")
@@ -113,7 +104,7 @@ def absorb(engine: Engine, session_id: str, working: Sequence[Mapping[str, Any]]
     if (
         isinstance(seen, int)
         and 0 < seen <= len(working)
-        and fingerprint(working[seen - 1]) == anchor.get("last")
+        and chat_fingerprint(working[seen - 1]) == anchor.get("last")
     ):
         new = list(working[seen:])
     else:
@@ -130,7 +121,7 @@ def mark(engine: Engine, session_id: str, working: Sequence[Mapping[str, Any]]) 
     if working:
         engine.update_conversation(
             session_id,
-            metadata={"hermes": {"seen": len(working), "last": fingerprint(working[-1])}},
+            metadata={"hermes": {"seen": len(working), "last": chat_fingerprint(working[-1])}},
         )
 
 
@@ -144,8 +135,8 @@ def _unstored(
         return []
     total = engine.message_count(conversation_id)
     tail = engine.messages(conversation_id, after_seq=max(0, total - len(body)))
-    stored = [fingerprint(m.to_source()) for m in tail]
-    wanted = [fingerprint(m) for m in body]
+    stored = [chat_fingerprint(m.to_source()) for m in tail]
+    wanted = [chat_fingerprint(m) for m in body]
     for k in range(min(len(stored), len(wanted)), 0, -1):
         if wanted[:k] == stored[-k:]:
             return body[k:]
