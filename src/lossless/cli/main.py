@@ -59,6 +59,7 @@ def cli(ctx: click.Context, db: str | None, config_path: str | None) -> None:
 
 for command in (
     transcripts.import_command,
+    transcripts.import_store_command,
     sync_commands.sync_command,
     conversations.conversations_command,
     conversations.show_command,

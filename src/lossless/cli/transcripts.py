@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+from ..ingest.peers import PEERS
 from ..ingest.reconcile import ReconcileReport
 from ..ingest.transcripts import FORMATS
 from .output import (
@@ -125,3 +126,41 @@ def report_problems(reports: list[ReconcileReport]) -> bool:
             highlight=False,
         )
     return bool(problems)
+
+
+@click.command("import-store")
+@click.option(
+    "--from",
+    "source",
+    type=click.Choice(PEERS),
+    required=True,
+    help="Whose store it is.",
+)
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@json_option
+@pass_state
+def import_store_command(state: State, source: str, path: Path, as_json: bool) -> None:
+    """Move in from lossless-claw or hermes-lcm: every conversation of its database, with
+    its messages, summary DAG and active context (one transaction per conversation).
+
+    The database is only read. Importing again brings only what is new. What is not brought
+    (large files kept on disk) is named in the report.
+    """
+    reports = state.engine().import_store(source, path)
+    if as_json:
+        emit_json([r.to_dict() for r in reports])
+        return
+    for r in reports:
+        stdout.print(
+            f"{r.session_id} → conversation {r.conversation_id}: {r.messages_imported} messages"
+            f" imported ({r.messages_already} already stored), {r.summaries_imported} summaries"
+            f" ({r.summaries_already} already), {r.context_items} context items",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if r.kept_verbatim:
+            stdout.print(f"  {r.kept_verbatim} message(s) kept whole: their shape was not read")
+        for note in r.not_brought:
+            stdout.print(f"  not brought: {note}", highlight=False, soft_wrap=True)
+    if not reports:
+        stderr.print(f"{path} holds no conversation", highlight=False)

@@ -27,6 +27,8 @@ from ..compaction import compact as compact_context
 from ..config import Config, load_config
 from ..errors import NotFoundError
 from ..ingest.importer import import_path as import_transcripts
+from ..ingest.peers import PeerReport
+from ..ingest.peers import import_store as import_peer_store
 from ..ingest.pipeline import append, prepare
 from ..ingest.reconcile import Progress, ReconcileReport, reconcile_file
 from ..model import Conversation, IngestResult, NormalizedMessage, StoredMessage, StoredPart
@@ -400,6 +402,13 @@ class Engine(Reads, Recall, Upkeep):
             session_id=session_id,
             progress=progress,
         )
+
+    def import_store(self, source: str, path: str | os.PathLike[str]) -> list[PeerReport]:
+        """Move in from another store: a lossless-claw or hermes-lcm database (*source*), its
+        conversations with their messages, summary DAG and active context, one transaction
+        per conversation; importing again brings only what is new (see
+        :mod:`lossless.ingest.peers`)."""
+        return import_peer_store(self.services, source, path)
 
     def import_path(
         self,

@@ -302,6 +302,8 @@ def to_hermes(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         m = dict(message)
+        if m.get("role") == "system" and not _made_by_lossless(m):
+            continue  # Hermes sends its own system prompt before the list
         if _made_by_lossless(m):
             m = {"role": "user", "content": f"{SUMMARY_LEAD}]\n{m.get('content') or ''}"}
             if out and _is_ours(out[-1]):

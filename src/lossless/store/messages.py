@@ -219,6 +219,22 @@ class MessageStore(StoreCore):
                 )
         return found
 
+    def message_ids_by_external(self, conversation_id: int, ids: Iterable[str]) -> dict[str, int]:
+        """The stored message id of each of *ids* the conversation holds."""
+        wanted = list(dict.fromkeys(ids))
+        found: dict[str, int] = {}
+        with self.read() as conn:
+            for chunk, marks in in_chunks(wanted):
+                found.update(
+                    (r[0], int(r[1]))
+                    for r in conn.execute(
+                        f"SELECT external_id, message_id FROM messages WHERE conversation_id = ?"
+                        f" AND external_id IN ({marks})",
+                        (conversation_id, *chunk),
+                    )
+                )
+        return found
+
     def append_messages(
         self, conversation: Conversation, messages: Sequence[NormalizedMessage]
     ) -> tuple[list[int], int]:

@@ -385,6 +385,73 @@ class SummaryStore(ContextStore):
             )
         }
 
+    def adopt_dag(
+        self,
+        conversation_id: int,
+        summaries: Sequence[Summary],
+        leaf_messages: dict[str, list[int]],
+        sources: dict[str, list[str]],
+        context: Sequence[tuple[str, int | str]],
+    ) -> int:
+        """Bring a summary DAG made elsewhere into a conversation whose messages are stored,
+        and make *context* (``("message", message_id)`` / ``("summary", summary_id)``, in
+        order) its active context — one transaction (the caller's, when it holds one).
+
+        *summaries* come in dependency order (sources before what condenses them); one whose id
+        the store holds already is kept as it is. *leaf_messages* links a leaf to its messages,
+        *sources* a condensed summary to the summaries it was made from, both in order.
+        Returns how many summaries were new."""
+        with self.transaction() as conn:
+            self._lock_conversation(conn, conversation_id)
+            ids = [s.summary_id for s in summaries]
+            known: set[str] = set()
+            for chunk, marks in in_chunks(ids):
+                known.update(
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT summary_id FROM summaries WHERE summary_id IN ({marks})", chunk
+                    )
+                )
+            fresh = [s for s in summaries if s.summary_id not in known]
+            conn.executemany(self._SUM_INSERT, [_summary_row(s) for s in fresh])
+            conn.executemany(
+                "INSERT INTO summary_messages (summary_id, message_id, ordinal) VALUES (?, ?, ?)",
+                [
+                    (s.summary_id, mid, n)
+                    for s in fresh
+                    for n, mid in enumerate(leaf_messages.get(s.summary_id, []))
+                ],
+            )
+            conn.executemany(
+                "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
+                " VALUES (?, ?, ?)",
+                [
+                    (s.summary_id, source, n)
+                    for s in fresh
+                    for n, source in enumerate(sources.get(s.summary_id, []))
+                ],
+            )
+            if fresh:
+                self._index_summaries(conn, [s.summary_id for s in fresh])
+            stamp = format_ts(now())
+            conn.execute("DELETE FROM context_items WHERE conversation_id = ?", (conversation_id,))
+            conn.executemany(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+                " summary_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        conversation_id,
+                        n,
+                        kind,
+                        ref if kind == "message" else None,
+                        ref if kind == "summary" else None,
+                        stamp,
+                    )
+                    for n, (kind, ref) in enumerate(context)
+                ],
+            )
+        return len(fresh)
+
     def transplant(
         self,
         source_id: int,
