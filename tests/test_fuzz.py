@@ -280,6 +280,8 @@ def _good_line(fmt: str, session: str, i: int, previous: str | None) -> dict[str
         content = [{"type": "input_text", "text": text}]
         item = {"type": "message", "role": "user", "content": content}
         return {"timestamp": "2026-11-25T08:00:00Z", "type": "response_item", "payload": item}
+    if fmt == "hermes":
+        return {"row": i, "timestamp": 1.0, "message": {"role": "user", "content": text}}
     return {"role": "user", "content": text}
 
 
@@ -299,6 +301,8 @@ def _header(fmt: str, session: str) -> bytes | None:
         return json.dumps({"type": "summary", "sessionId": session, "summary": "t"}).encode()
     if fmt == "codex":
         return json.dumps({"type": "session_meta", "payload": {"id": session}}).encode()
+    if fmt == "hermes":
+        return json.dumps({"type": "hermes_session", "id": session}).encode()
     return None
 
 

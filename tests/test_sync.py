@@ -7,6 +7,7 @@ import json
 import os
 import queue
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -48,7 +49,9 @@ def hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
         "claude": tmp_path / "claude-config",
         "codex": tmp_path / "codex-home",
         "openclaw": tmp_path / "openclaw-state",
+        "hermes": tmp_path / "hermes-home",
     }
+    monkeypatch.setenv("HERMES_HOME", str(folders["hermes"]))
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(folders["claude"]))
     monkeypatch.setenv("CODEX_HOME", str(folders["codex"]))
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(folders["openclaw"]))
@@ -206,3 +209,51 @@ def test_watch_imports_each_turn_as_it_lands_and_leaves_a_torn_line_for_later(
             "Migrated 3 tables.",
             "Now the indexes",
         ]
+
+
+def test_sync_and_watch_take_the_hosts_databases_too(
+    run_cli: Any,
+    hosts: dict[str, Path],
+    db_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from test_host_stores import hermes_db, openclaw_db
+
+    hermes_home = hosts["hermes"]
+    hermes_home.mkdir()
+    state = hermes_db(hermes_home / "state.db", [("user", "hello hermes", 1.0, None)])
+    agent = hosts["openclaw"] / "agents" / "main" / "agent"
+    agent.mkdir(parents=True)
+    openclaw_db(
+        agent / "openclaw-agent.sqlite",
+        [
+            {"type": "session", "version": 4, "id": "s1"},
+            {"type": "message", "id": "e1", "message": {"role": "user", "content": "hi claw"}},
+        ],
+    )
+    first = run_cli("--db", str(db_path), "sync", "--json")
+    assert first.code == 0, first
+    assert json.loads(first.out)["imported"] == 2
+    assert json.loads(run_cli("--db", str(db_path), "sync", "--json").out)["imported"] == 0
+
+    follower = Follower(db_path, {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg-data")})
+    try:
+        assert follower.proc.stderr is not None
+        for line in follower.proc.stderr:
+            if "watching" in line:
+                break
+        db = sqlite3.connect(state)
+        db.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp)"
+            " VALUES ('h1', 'assistant', 'hello back', 2.0)"
+        )
+        db.commit()
+        db.close()
+        report = follower.next_report()
+        assert (report["imported"], report["session_id"]) == (1, "h1")
+    finally:
+        assert follower.stop() == 0
+    with Engine.open(db_path, config=Config()) as engine:
+        assert [m.content for m in engine.messages("h1")] == ["hello hermes", "hello back"]
+        assert [m.content for m in engine.messages("s1")] == ["hi claw"]

@@ -5,7 +5,9 @@ Each host keeps its sessions in a folder of its own:
 * Claude Code — ``$CLAUDE_CONFIG_DIR/projects`` (default ``~/.claude/projects``);
 * Codex CLI — ``$CODEX_HOME/sessions`` (default ``~/.codex/sessions``);
 * OpenClaw — ``$OPENCLAW_STATE_DIR/agents/<agent>/sessions`` (default ``~/.openclaw``), the
-  session files of the releases that keep them as files.
+  session files of the releases that keep them as files, and
+  ``agents/<agent>/agent/openclaw-agent.sqlite``, the database 2026.9 keeps them in;
+* Hermes Agent — ``$HERMES_HOME/state.db`` (default ``~/.hermes``).
 
 :func:`sync` imports every transcript below the folders that exist (the import reads only
 what a file gained since its checkpoint, so a pass over unchanged files costs a few reads
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import LosslessError
+from .ingest.host_stores import HOST_STORE_NAMES
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -45,15 +48,15 @@ QUIET_SECONDS = 0.3
 
 @dataclass(frozen=True)
 class HostFolder:
-    """Where one host keeps its transcripts."""
+    """Where one host keeps its transcripts: a folder, or the database it keeps them in."""
 
     host: str
     path: Path
 
     @property
     def exists(self) -> bool:
-        """Whether the folder is there (the host is installed and has written sessions)."""
-        return self.path.is_dir()
+        """Whether it is there (the host is installed and has written sessions)."""
+        return self.path.exists()
 
 
 def _home() -> Path:
@@ -75,7 +78,15 @@ def _openclaw() -> list[Path]:
     agents = base / "agents"
     if not agents.is_dir():
         return [agents]
-    return sorted(p / "sessions" for p in agents.iterdir() if p.is_dir())
+    found = []
+    for agent in sorted(p for p in agents.iterdir() if p.is_dir()):
+        found += [agent / "sessions", agent / "agent" / "openclaw-agent.sqlite"]
+    return found
+
+
+def _hermes() -> list[Path]:
+    base = os.environ.get("HERMES_HOME")
+    return [(Path(base).expanduser() if base else _home() / ".hermes") / "state.db"]
 
 
 #: Each host's folders, found from its own environment variables and defaults.
@@ -83,6 +94,7 @@ HOSTS: dict[str, Callable[[], list[Path]]] = {
     "claude-code": _claude_code,
     "codex": _codex,
     "openclaw": _openclaw,
+    "hermes": _hermes,
 }
 
 
@@ -154,19 +166,21 @@ def watch(
         raise LosslessError(WATCH_HINT) from exc
     changed: queue.Queue[Path] = queue.Queue()
     roots = [f.path for f in folders]
+    # A database is watched through its folder (its writes land in its -wal file beside it).
+    bases = [r.parent if r.suffix in (".sqlite", ".db") else r for r in roots]
 
     class Changes(FileSystemEventHandler):
         def on_any_event(self, event: FileSystemEvent) -> None:
             if event.event_type not in ("created", "modified", "moved", "closed"):
                 return
             raw = getattr(event, "dest_path", "") or event.src_path
-            path = Path(os.fsdecode(raw))
-            if path.suffix in (".jsonl", ".json") and any(_below(path, r) for r in roots):
+            path = _watched(Path(os.fsdecode(raw)))
+            if path is not None and any(_below(path, r) for r in roots):
                 changed.put(path)
 
     observer = Observer()
     watched: set[Path] = set()
-    for root in roots:
+    for root in bases:
         base = root
         while not base.is_dir() and base != base.parent:
             base = base.parent
@@ -208,7 +222,18 @@ def watch(
         observer.join(timeout=5)
 
 
+def _watched(path: Path) -> Path | None:
+    """The file to import when *path* changed: a transcript, or a host's database (a write to
+    its ``-wal`` or ``-shm`` file is a write to it)."""
+    if path.suffix in (".jsonl", ".json"):
+        return path
+    name = path.name.removesuffix("-wal").removesuffix("-shm")
+    return path.with_name(name) if name in HOST_STORE_NAMES else None
+
+
 def _below(path: Path, root: Path) -> bool:
+    if path == root:
+        return True
     try:
         path.relative_to(root)
     except ValueError:

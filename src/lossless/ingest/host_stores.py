@@ -93,6 +93,8 @@ def import_host_store(
                 report.path = f"{path.resolve()}#{session_id}"
                 for problem in report.problems:
                     problem.path = report.path
+                if not (report.imported or report.off_branch_stored or report.problems):
+                    report.mode = "unchanged"  # read whole each time: say when nothing was new
                 reports.append(report)
     return reports
 
