@@ -30,12 +30,12 @@ import os
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import closing
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ImportProblem, LosslessError, UnknownShapeError
-from ..model import Conversation, NormalizedMessage, Summary
+from ..model import NormalizedMessage, Summary
 from ..services import Services
 from ..timestamps import format_ts, now, parse_ts
 from .pipeline import prepare
@@ -134,7 +134,7 @@ def _write(services: Services, source: str, peer: _Conversation) -> PeerReport:
             report.messages_imported = len(new_ids)
             report.messages_already = len(stored)
             by_ext = store.message_ids_by_external(conv.conversation_id, ids)
-            summaries = [_owned(s, conv) for s in peer.summaries]
+            summaries = [replace(s, conversation_id=conv.conversation_id) for s in peer.summaries]
             leaves = {
                 sid: [by_ext[e] for e in exts if e in by_ext]
                 for sid, exts in peer.leaf_messages.items()
@@ -168,23 +168,6 @@ def _normalize(
         return prepare(
             services, message, format="unknown", external_id=external_id, created_at=created
         ), 1
-
-
-def _owned(summary: Summary, conv: Conversation) -> Summary:
-    return Summary(
-        summary.summary_id,
-        conv.conversation_id,
-        summary.kind,
-        summary.depth,
-        summary.content,
-        summary.token_count,
-        summary.created_at,
-        summary.earliest_at,
-        summary.latest_at,
-        summary.descendant_count,
-        summary.file_ids,
-        summary.model,
-    )
 
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
