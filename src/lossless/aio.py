@@ -132,6 +132,7 @@ class AsyncEngine:
     backfill = _offload(Engine.backfill)
     bootstrap = _offload(Engine.bootstrap)
     import_path = _offload(Engine.import_path)
+    import_store = _offload(Engine.import_store)
     messages = _offload(Engine.messages)
     get_message = _offload(Engine.get_message)
     summary = _offload(Engine.summary)
