@@ -34,7 +34,7 @@ from ..codec import CONTENT, SCALAR, has_lone_surrogates, safe_id
 from ..errors import UnknownShapeError
 from ..model import Message, NormalizedMessage, NormalizedPart
 from ..tokens import TokenCounter, estimate_tokens
-from .normalizers import anthropic, chat, lossless, openclaw, responses, unknown
+from .normalizers import anthropic, chat, langchain, lossless, openclaw, responses, unknown
 from .normalizers.blocks import ATTACHMENTS
 
 __all__ = ["FORMATS", "detect_format", "keep_text_in_parts", "normalize"]
@@ -44,6 +44,7 @@ FORMATS: tuple[str, ...] = (
     "openai_responses",
     "anthropic",
     "openclaw",
+    "langchain",
     "lossless",
     "unknown",
 )
@@ -120,6 +121,8 @@ def detect_format(message: Any) -> str:
             f"a message must be a mapping or a lossless.Message, not {type(message).__name__}; "
             f"pass dicts shaped like OpenAI, Anthropic or Responses messages"
         )
+    if langchain.is_langchain(message):
+        return "langchain"
     kind = message.get("type")
     role = message.get("role")
     if not isinstance(role, str):
@@ -284,6 +287,7 @@ _NORMALIZERS: dict[str, Callable[[Any], NormalizedMessage]] = {
     "openai_responses": responses.normalize,
     "anthropic": anthropic.normalize,
     "openclaw": openclaw.normalize,
+    "langchain": langchain.normalize,
     "lossless": lossless.normalize,
     "unknown": unknown.normalize,
 }

@@ -41,7 +41,7 @@ from ..errors import LosslessError
 from ..model import Conversation, NormalizedMessage
 from ..retrieval.describe import parse_lines
 from ..retrieval.tools import TOOLS
-from ..timestamps import format_ts, now
+from .generations import Generations
 
 INSTALL_HINT = "the OpenAI Agents SDK integration needs the SDK: pip install 'lossless[agents]'"
 
@@ -66,6 +66,8 @@ DEFAULT_TOKEN_BUDGET = 100_000
 
 #: Where a conversation keeps what this session knows of it (in ``conversations.metadata``).
 STATE_KEY = "openai_agents"
+#: A session's generations (a clear archives one and goes on in the next).
+GENERATIONS = Generations(STATE_KEY)
 
 T = TypeVar("T")
 
@@ -126,7 +128,9 @@ class LosslessSession:
     async def conversation(self) -> Conversation:
         """The conversation the session adds to now (created on first use)."""
         if self._current is None:
-            self._current = await asyncio.to_thread(_resolve, self.engine.engine, self.session_id)
+            self._current = await asyncio.to_thread(
+                GENERATIONS.current, self.engine.engine, self.session_id
+            )
         return self._current
 
     async def assemble(self) -> AssembledContext:
@@ -191,7 +195,7 @@ class LosslessSession:
             async with self._serial():
                 conv = await self.conversation()
                 self._current = await asyncio.to_thread(
-                    _archive_and_continue,
+                    GENERATIONS.clear,
                     self.engine.engine,
                     conv.conversation_id,
                     self.session_id,
@@ -277,50 +281,6 @@ async def _answer(run: Callable[[], Any]) -> str:
 # --- the work behind the methods, run in worker threads -------------------------------------
 
 
-def _state(conversation: Conversation) -> dict[str, Any]:
-    value = conversation.metadata.get(STATE_KEY)
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-def _resolve(engine: Engine, session_id: str) -> Conversation:
-    """The session's current conversation: the newest of ``S``, ``S#2``, ``S#3``, ...; a
-    fresh one when that was archived (a clear stopped halfway)."""
-    conv = engine.find_conversation(session_id)
-    if conv is None:
-        conv = engine.conversation(session_id, create=True, session_key=session_id)
-        return engine.update_conversation(
-            conv.conversation_id, metadata={STATE_KEY: {"session": session_id, "generation": 1}}
-        )
-    if conv.session_key is None:  # stored before it was a session: it starts the family
-        conv = engine.update_conversation(conv.conversation_id, session_key=session_id)
-    generation = 1
-    while (later := engine.find_conversation(f"{session_id}#{generation + 1}")) is not None:
-        conv, generation = later, generation + 1
-    if conv.status == "archived":
-        return _next_generation(engine, conv, session_id, generation + 1)
-    return conv
-
-
-def _next_generation(
-    engine: Engine, previous: Conversation, session_id: str, generation: int
-) -> Conversation:
-    conv = engine.conversation(
-        f"{session_id}#{generation}",
-        create=True,
-        session_key=previous.session_key or session_id,
-    )
-    return engine.update_conversation(
-        conv.conversation_id,
-        metadata={
-            STATE_KEY: {
-                "session": session_id,
-                "generation": generation,
-                "continues": previous.conversation_id,
-            }
-        },
-    )
-
-
 def _data(item: Any) -> Any:
     """An item as JSON data (SDK pydantic objects are dumped; dicts are kept as they are)."""
     dump = getattr(item, "model_dump", None)
@@ -352,18 +312,3 @@ async def _settled(work: Awaitable[T]) -> T:
     if cancelled:
         raise asyncio.CancelledError
     return result
-
-
-def _archive_and_continue(engine: Engine, conversation_id: int, session_id: str) -> Conversation:
-    """Archive the conversation and start the next of the session's family (an empty
-    conversation is kept as it is: there is nothing to clear)."""
-    with engine.lock(conversation_id):
-        conv = engine.conversation(conversation_id)
-        if engine.message_count(conversation_id) == 0:
-            return conv
-        generation = int(_state(conv).get("generation", 1))
-        state = {**_state(conv), "archived_at": format_ts(now())}
-        archived = engine.update_conversation(
-            conversation_id, status="archived", metadata={STATE_KEY: state}
-        )
-        return _next_generation(engine, archived, session_id, generation + 1)

@@ -1,0 +1,131 @@
+"""LangChain: a chat message history that keeps every message and hands the model a bounded
+context, and the recall tools as LangChain tools (``pip install 'lossless[langchain]'``).
+
+:class:`LosslessChatMessageHistory` is a ``BaseChatMessageHistory``: ``add_messages`` stores
+each message exactly (LangChain's own serialized form, so tool calls, tool messages,
+``additional_kwargs``, content blocks and ids come back equal; the same message twice is two
+messages) and compacts when the context outgrows ``token_budget``; ``messages`` is the assembled
+context — the summaries (one system message each, ``additional_kwargs["lossless_summary"]``),
+then the newest turns — so ``RunnableWithMessageHistory`` feeds the model a bounded history
+while the whole of it stays searchable. ``clear()`` archives the conversation (kept, searchable)
+and goes on in the next generation of the session (:mod:`.generations`).
+
+:func:`recall_tools` gives ``lcm_grep``, ``lcm_describe``, ``lcm_expand_query`` and the other
+tools of a session's scope as LangChain ``StructuredTool``s, made from the recall tools' one
+declaration and run by :mod:`lossless.toolbox`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ..engine import Engine
+from ..errors import LosslessError
+from ..retrieval.tools import TOOLS
+from ..toolbox import SESSION_TOOLS, ToolScope, call
+from .generations import Generations
+
+INSTALL_HINT = "the LangChain integration needs langchain-core: pip install 'lossless[langchain]'"
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+    from langchain_core.tools import StructuredTool
+except ModuleNotFoundError as exc:  # the optional dependency is missing: say how to add it
+    if (exc.name or "").partition(".")[0] != "langchain_core":
+        raise
+    raise ModuleNotFoundError(INSTALL_HINT, name=exc.name) from exc
+
+__all__ = ["DEFAULT_TOKEN_BUDGET", "INSTALL_HINT", "LosslessChatMessageHistory", "recall_tools"]
+
+#: The assembly budget when none is given.
+DEFAULT_TOKEN_BUDGET = 100_000
+#: A session's generations (``clear`` archives one and goes on in the next).
+GENERATIONS = Generations("langchain")
+
+
+class LosslessChatMessageHistory(BaseChatMessageHistory):
+    """A LangChain chat history over lossless (see the module docstring).
+
+    *store_or_engine* is an open :class:`~lossless.engine.Engine` (the caller closes it), or a
+    store's path or URL (opened here; :meth:`close` closes it); ``None`` opens the default
+    store.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        store_or_engine: Engine | str | os.PathLike[str] | None = None,
+        *,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
+    ) -> None:
+        self.session_id = session_id
+        self.token_budget = token_budget
+        self._owned = not isinstance(store_or_engine, Engine)
+        self.engine = (
+            store_or_engine if isinstance(store_or_engine, Engine) else Engine.open(store_or_engine)
+        )
+
+    def conversation_id(self) -> int:
+        """The lossless conversation the session adds to now (created on first use)."""
+        return GENERATIONS.current(self.engine, self.session_id).conversation_id
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The assembled context: summaries first, then the newest turns, within the budget."""
+        made = self.engine.assemble(self.conversation_id(), self.token_budget, format="langchain")
+        return list(messages_from_dict(made.messages))
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Store *messages* exactly, in one transaction, then compact if the context needs it."""
+        self.engine.after_turn(
+            self.conversation_id(),
+            [message_to_dict(m) for m in messages],
+            token_budget=self.token_budget,
+            format="langchain",
+        )
+
+    def stored_messages(self) -> list[BaseMessage]:
+        """Every message of the current generation, exactly as it was added."""
+        return list(
+            messages_from_dict(
+                [m.to_source() for m in self.engine.messages(self.conversation_id())]
+            )
+        )
+
+    def clear(self) -> None:
+        """Archive the conversation (nothing is deleted) and go on in a new generation."""
+        GENERATIONS.clear(self.engine, self.conversation_id(), self.session_id)
+
+    def close(self) -> None:
+        """Close the store if this history opened it."""
+        if self._owned:
+            self.engine.close()
+
+
+def recall_tools(history: LosslessChatMessageHistory) -> list[StructuredTool]:
+    """The recall tools of the history's session (its conversations, every generation) as
+    LangChain tools; each returns JSON, lossless's errors as ``{"error": ...}``."""
+
+    def make(name: str) -> StructuredTool:
+        declared = TOOLS[name]
+
+        def run(**arguments: Any) -> str:
+            try:
+                scope = ToolScope.of(history.engine, conversation=history.conversation_id())
+                out = call(scope, name, {k: v for k, v in arguments.items() if v is not None})
+            except LosslessError as exc:
+                out = {"error": str(exc)}
+            return json.dumps(out, ensure_ascii=False, default=str)
+
+        return StructuredTool.from_function(
+            func=run,
+            name=name,
+            description=declared.description,
+            args_schema=declared.json_schema(omit=("conversation",)),
+        )
+
+    return [make(name) for name in SESSION_TOOLS]

@@ -1,0 +1,209 @@
+"""LangChain driving lossless: ``RunnableWithMessageHistory`` over
+:class:`LosslessChatMessageHistory`, with LangChain's own fake chat model, and the recall tools
+as LangChain tools."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables.history import RunnableWithMessageHistory
+
+from lossless import Config, Engine
+from lossless.integrations.langchain import LosslessChatMessageHistory, recall_tools
+from lossless.retrieval.tools import TOOLS
+
+SMALL = Config().replace(
+    fresh_tail_count=4,
+    leaf_chunk_tokens=300,
+    leaf_target_tokens=60,
+    condensed_target_tokens=60,
+    leaf_min_fanout=3,
+    condensed_min_fanout=2,
+)
+DETAIL = "The staging database password rotates every Thursday."
+
+
+@pytest.fixture
+def engine(new_db: Callable[[], str]) -> Iterator[Engine]:
+    with Engine.open(new_db(), config=SMALL) as eng:
+        yield eng
+
+
+class Seen(BaseCallbackHandler):
+    """What the chat model was given, call by call."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[BaseMessage]] = []
+
+    def on_chat_model_start(
+        self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
+    ) -> None:
+        self.calls.append(list(messages[0]))
+
+
+def question(i: int) -> str:
+    extra = f" {DETAIL}" if i == 0 else ""
+    return f"Turn {i}: how is service {i} deployed, and what is its canary share?{extra}"
+
+
+def answer(i: int) -> str:
+    return f"Service {i} ships blue-green behind the balancer with a {i % 7 + 1} percent canary."
+
+
+def test_langchain_runnable_with_history_sees_a_bounded_context_with_summaries(
+    engine: Engine,
+) -> None:
+    turns = 30
+    budget = 600
+    model = GenericFakeChatModel(
+        messages=iter([AIMessage(content=answer(i)) for i in range(turns)])
+    )
+    prompt = ChatPromptTemplate.from_messages(
+        [MessagesPlaceholder("history"), ("human", "{question}")]
+    )
+    histories: dict[str, LosslessChatMessageHistory] = {}
+
+    def history(session_id: str) -> LosslessChatMessageHistory:
+        return histories.setdefault(
+            session_id, LosslessChatMessageHistory(session_id, engine, token_budget=budget)
+        )
+
+    chain = RunnableWithMessageHistory(
+        prompt | model, history, input_messages_key="question", history_messages_key="history"
+    )
+    seen = Seen()
+    for i in range(turns):
+        reply = chain.invoke(
+            {"question": question(i)},
+            config={"configurable": {"session_id": "s1"}, "callbacks": [seen]},
+        )
+        assert reply.content == answer(i)
+
+    last = seen.calls[-1]
+    summaries = [m for m in last if m.additional_kwargs.get("lossless_summary")]
+    assert summaries and all(isinstance(m, SystemMessage) for m in summaries)
+    assert '<summary id="sum_' in str(summaries[0].content)
+    assert not any(question(0) == m.content for m in last)  # the first turn is summarized
+    assert last[-1].content == question(turns - 1)
+    tokens = [
+        engine.token_counter.count(json.dumps([str(m.content) for m in c])) for c in seen.calls
+    ]
+    assert max(tokens[-10:]) < 2 * budget  # bounded, though 30 turns were said
+
+    stored = history("s1").stored_messages()  # every message once, in order
+    assert [m.content for m in stored] == [
+        text for i in range(turns) for text in (question(i), answer(i))
+    ]
+
+
+def test_langchain_recall_tools_find_an_early_detail_and_keep_the_declaration(
+    engine: Engine,
+) -> None:
+    history = LosslessChatMessageHistory("s2", engine, token_budget=600)
+    for i in range(20):
+        history.add_messages([HumanMessage(content=question(i)), AIMessage(content=answer(i))])
+    assert len(history.messages) < 40  # compacted
+    tools = {t.name: t for t in recall_tools(history)}
+    assert set(tools) >= {"lcm_grep", "lcm_describe", "lcm_expand_query"}
+    grep = tools["lcm_grep"]
+    assert set(grep.args) == {p.name for p in TOOLS["lcm_grep"].params} - {"conversation"}
+    hits = json.loads(grep.invoke({"pattern": "staging database password"}))["hits"]
+    assert any("Thursday" in h["snippet"] for h in hits)
+    refused = json.loads(grep.invoke({"pattern": "x", "limit": 5000}))
+    assert "limit must be an integer from 1 to 200" in refused["error"]
+    answer_ = json.loads(
+        tools["lcm_expand_query"].invoke({"prompt": "when does the password rotate?"})
+    )
+    assert "Thursday" in answer_["answer"]
+
+
+def test_langchain_clear_archives_and_the_next_generation_starts_empty(engine: Engine) -> None:
+    history = LosslessChatMessageHistory("s3", engine)
+    history.add_messages([HumanMessage(content=DETAIL), AIMessage(content="Noted.")])
+    first = history.conversation_id()
+    history.clear()
+    assert history.messages == []
+    assert history.conversation_id() != first
+    assert engine.conversation(first).status == "archived"
+    history.add_messages([HumanMessage(content="new start")])
+    assert [m.content for m in history.messages] == ["new start"]
+    # The earlier generation stays searchable from the session's tools.
+    grep = next(t for t in recall_tools(history) if t.name == "lcm_grep")
+    assert "Thursday" in grep.invoke({"pattern": "staging password"})
+
+
+def test_langchain_history_opened_from_a_path_closes_its_store(tmp_path: Path) -> None:
+    history = LosslessChatMessageHistory("s4", tmp_path / "own.db")
+    history.add_message(HumanMessage(content="hello"))
+    history.close()
+    with Engine.open(tmp_path / "own.db", config=Config()) as engine:
+        assert [m.content for m in engine.messages("s4")] == ["hello"]
+
+
+TEXT = st.text(max_size=40)
+IDS = st.one_of(st.none(), st.text("abcdef0123456789", min_size=1, max_size=8))
+KWARGS = st.dictionaries(
+    st.sampled_from(["x", "refusal", "meta"]), st.integers() | TEXT, max_size=2
+)
+BLOCKS = st.lists(
+    st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}), min_size=1, max_size=3
+)
+CONTENT = TEXT | BLOCKS
+CALLS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "name": st.sampled_from(["read", "grep", "run"]),
+            "args": st.dictionaries(st.sampled_from(["a", "b"]), st.integers() | TEXT, max_size=2),
+            "id": st.text("abc123", min_size=3, max_size=6),
+        }
+    ),
+    max_size=2,
+)
+MESSAGES = st.one_of(
+    st.builds(HumanMessage, content=CONTENT, id=IDS, additional_kwargs=KWARGS),
+    st.builds(SystemMessage, content=TEXT),
+    st.builds(
+        AIMessage,
+        content=CONTENT,
+        id=IDS,
+        tool_calls=CALLS,
+        additional_kwargs=KWARGS,
+        response_metadata=st.dictionaries(st.just("model"), TEXT, max_size=1),
+    ),
+    st.builds(
+        ToolMessage,
+        content=TEXT,
+        tool_call_id=st.text("abc123", min_size=3, max_size=6),
+        name=st.none() | st.sampled_from(["read", "grep"]),
+        status=st.sampled_from(["success", "error"]),
+    ),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batch=st.lists(MESSAGES, min_size=1, max_size=8))
+def test_langchain_messages_of_every_kind_come_back_equal(
+    engine: Engine, batch: list[BaseMessage]
+) -> None:
+    history = LosslessChatMessageHistory(f"p{id(batch)}", engine)
+    history.add_messages(batch)
+    history.add_messages(batch[:1])  # the same message again is a second message
+    assert history.stored_messages() == [*batch, batch[0]]
