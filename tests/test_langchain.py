@@ -5,6 +5,7 @@ as LangChain tools."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -203,7 +204,7 @@ MESSAGES = st.one_of(
 def test_langchain_messages_of_every_kind_come_back_equal(
     engine: Engine, batch: list[BaseMessage]
 ) -> None:
-    history = LosslessChatMessageHistory(f"p{id(batch)}", engine)
+    history = LosslessChatMessageHistory(f"p-{uuid.uuid4()}", engine)
     history.add_messages(batch)
     history.add_messages(batch[:1])  # the same message again is a second message
     assert history.stored_messages() == [*batch, batch[0]]
