@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..engine import Engine
@@ -33,13 +33,20 @@ INSTALL_HINT = "the LangChain integration needs langchain-core: pip install 'los
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
     from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+    from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import StructuredTool
 except ModuleNotFoundError as exc:  # the optional dependency is missing: say how to add it
     if (exc.name or "").partition(".")[0] != "langchain_core":
         raise
     raise ModuleNotFoundError(INSTALL_HINT, name=exc.name) from exc
 
-__all__ = ["DEFAULT_TOKEN_BUDGET", "INSTALL_HINT", "LosslessChatMessageHistory", "recall_tools"]
+__all__ = [
+    "DEFAULT_TOKEN_BUDGET",
+    "INSTALL_HINT",
+    "LosslessChatMessageHistory",
+    "recall_tools",
+    "session_tools",
+]
 
 #: The assembly budget when none is given.
 DEFAULT_TOKEN_BUDGET = 100_000
@@ -109,14 +116,24 @@ class LosslessChatMessageHistory(BaseChatMessageHistory):
 def recall_tools(history: LosslessChatMessageHistory) -> list[StructuredTool]:
     """The recall tools of the history's session (its conversations, every generation) as
     LangChain tools; each returns JSON, lossless's errors as ``{"error": ...}``."""
+    return session_tools(
+        lambda _config: ToolScope.of(history.engine, conversation=history.conversation_id())
+    )
+
+
+def session_tools(scope: Callable[[RunnableConfig], ToolScope]) -> list[StructuredTool]:
+    """The session tools (:data:`lossless.toolbox.SESSION_TOOLS`) as LangChain tools, each
+    searching the scope *scope* gives for the run's config (the config LangChain passes a
+    tool: a LangGraph thread, say)."""
 
     def make(name: str) -> StructuredTool:
         declared = TOOLS[name]
 
-        def run(**arguments: Any) -> str:
+        def run(config: RunnableConfig, **arguments: Any) -> str:
             try:
-                scope = ToolScope.of(history.engine, conversation=history.conversation_id())
-                out = call(scope, name, {k: v for k, v in arguments.items() if v is not None})
+                out = call(
+                    scope(config), name, {k: v for k, v in arguments.items() if v is not None}
+                )
             except LosslessError as exc:
                 out = {"error": str(exc)}
             return json.dumps(out, ensure_ascii=False, default=str)

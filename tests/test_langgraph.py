@@ -1,0 +1,147 @@
+"""LangGraph driving lossless: its prebuilt ReAct agent and a hand-written ``StateGraph``, each
+with a checkpointer, LangChain's fake chat model, and the recall tools as graph tools."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import create_react_agent
+
+from lossless import Config, Engine
+from lossless.integrations.langgraph import LosslessContext
+
+SMALL = Config().replace(
+    fresh_tail_count=4,
+    leaf_chunk_tokens=300,
+    leaf_target_tokens=60,
+    condensed_target_tokens=60,
+    leaf_min_fanout=3,
+    condensed_min_fanout=2,
+)
+DETAIL = "The staging database password rotates every Thursday."
+
+
+@pytest.fixture
+def engine(new_db: Callable[[], str]) -> Iterator[Engine]:
+    with Engine.open(new_db(), config=SMALL) as eng:
+        yield eng
+
+
+class ToolCapableFake(GenericFakeChatModel):
+    """LangChain's fake chat model, accepting the tools an agent binds to it."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+class Seen(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.calls: list[list[BaseMessage]] = []
+
+    def on_chat_model_start(
+        self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
+    ) -> None:
+        self.calls.append(list(messages[0]))
+
+
+def tokens(engine: Engine, messages: list[BaseMessage]) -> int:
+    return sum(engine.token_counter.count(str(m.content)) for m in messages)
+
+
+def question(i: int) -> str:
+    extra = f" {DETAIL}" if i == 0 else ""
+    steps = " ".join(f"step{k} checks stage {k} of its pipeline" for k in range(8))
+    return f"Turn {i}: how is service {i} deployed, and what is its canary share? {steps}{extra}"
+
+
+def answer(i: int) -> str:
+    return f"Service {i} ships blue-green behind the balancer with a {i % 7 + 1} percent canary."
+
+
+def test_langgraph_prebuilt_agent_keeps_every_message_and_recalls_an_early_detail(
+    engine: Engine,
+) -> None:
+    turns = 20
+    ctx = LosslessContext(engine, token_budget=600)
+    replies: list[AIMessage] = [AIMessage(content=answer(i)) for i in range(turns)]
+    replies += [
+        AIMessage(
+            content="",
+            tool_calls=[{"name": "lcm_grep", "args": {"pattern": "staging password"}, "id": "c1"}],
+        ),
+        AIMessage(content="It rotates on Thursdays."),
+    ]
+    agent = create_react_agent(
+        ToolCapableFake(messages=iter(replies)),
+        tools=ctx.tools(),
+        pre_model_hook=ctx.pre_model_hook,
+        post_model_hook=ctx.post_model_hook,
+        checkpointer=InMemorySaver(),
+    )
+    seen = Seen()
+    config: Any = {"configurable": {"thread_id": "t1"}, "callbacks": [seen]}
+    for i in range(turns):
+        agent.invoke({"messages": [HumanMessage(content=question(i))]}, config)
+    out = agent.invoke({"messages": [HumanMessage(content="When does it rotate?")]}, config)
+
+    # The checkpointer still holds the whole thread; the model saw a bounded context.
+    assert len(out["messages"]) == 2 * turns + 4
+    late = seen.calls[-3]
+    assert any(m.additional_kwargs.get("lossless_summary") for m in late)
+    whole = tokens(engine, out["messages"])
+    # (the recall turn's own tool result, a page of hits, comes on top of its last call)
+    assert whole > 4 * 600 and all(tokens(engine, c) < 2 * 600 for c in seen.calls[:turns])
+    # The tool call ran the recall tool in the thread's conversation and found turn 0.
+    tool_result = out["messages"][-2]
+    assert tool_result.type == "tool" and "Thursday" in tool_result.content
+    # Every message once, in order: the hooks stored each state again and again.
+    stored = engine.messages("t1")
+    assert [m.content for m in stored[: 2 * turns]] == [
+        text for i in range(turns) for text in (question(i), answer(i))
+    ]
+    assert len(stored) == len(out["messages"])
+    assert [m.external_id for m in stored] == [m.id for m in out["messages"]]
+
+
+def test_langgraph_state_graph_with_a_checkpointer_bounds_the_model_window(
+    engine: Engine,
+) -> None:
+    ctx = LosslessContext(engine, token_budget=600)
+    model = GenericFakeChatModel(messages=iter([AIMessage(content=answer(i)) for i in range(25)]))
+    seen = Seen()
+
+    def call_model(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [model.invoke(ctx.context(state, config), config)]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_edge(START, "model")
+    app = graph.compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "g1"}, "callbacks": [seen]}
+    for i in range(25):
+        state = app.invoke({"messages": [HumanMessage(content=question(i))]}, config)
+    ctx.remember(state, config)  # the last reply
+    assert len(state["messages"]) == 50
+    assert len(engine.messages("g1")) == 50
+    assert tokens(engine, state["messages"]) > 4 * 600
+    assert all(tokens(engine, c) < 2 * 600 for c in seen.calls)
+    assert any(m.additional_kwargs.get("lossless_summary") for m in seen.calls[-1])
+    grep = next(t for t in ctx.tools() if t.name == "lcm_grep")
+    hits = json.loads(grep.invoke({"pattern": "staging password"}, config))["hits"]
+    assert any("Thursday" in h["snippet"] for h in hits)
+
+
+def test_langgraph_tools_need_a_thread(engine: Engine) -> None:
+    ctx = LosslessContext(engine)
+    grep = next(t for t in ctx.tools() if t.name == "lcm_grep")
+    said = json.loads(grep.invoke({"pattern": "x"}, {"configurable": {}}))
+    assert "needs the graph's thread" in said["error"]
