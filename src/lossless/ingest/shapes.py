@@ -34,7 +34,16 @@ from ..codec import CONTENT, SCALAR, has_lone_surrogates, safe_id
 from ..errors import UnknownShapeError
 from ..model import Message, NormalizedMessage, NormalizedPart
 from ..tokens import TokenCounter, estimate_tokens
-from .normalizers import anthropic, chat, langchain, lossless, openclaw, responses, unknown
+from .normalizers import (
+    anthropic,
+    chat,
+    langchain,
+    lossless,
+    openclaw,
+    pydantic_ai,
+    responses,
+    unknown,
+)
 from .normalizers.blocks import ATTACHMENTS
 
 __all__ = ["FORMATS", "detect_format", "keep_text_in_parts", "normalize"]
@@ -45,6 +54,7 @@ FORMATS: tuple[str, ...] = (
     "anthropic",
     "openclaw",
     "langchain",
+    "pydantic_ai",
     "lossless",
     "unknown",
 )
@@ -123,6 +133,8 @@ def detect_format(message: Any) -> str:
         )
     if langchain.is_langchain(message):
         return "langchain"
+    if pydantic_ai.is_pydantic_ai(message):
+        return "pydantic_ai"
     kind = message.get("type")
     role = message.get("role")
     if not isinstance(role, str):
@@ -288,6 +300,7 @@ _NORMALIZERS: dict[str, Callable[[Any], NormalizedMessage]] = {
     "anthropic": anthropic.normalize,
     "openclaw": openclaw.normalize,
     "langchain": langchain.normalize,
+    "pydantic_ai": pydantic_ai.normalize,
     "lossless": lossless.normalize,
     "unknown": unknown.normalize,
 }

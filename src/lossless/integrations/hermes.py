@@ -47,6 +47,7 @@ from ..engine import Engine
 from ..errors import LosslessError, NotFoundError
 from ..resume import HEADER as RESUME_HEADER
 from ..toolbox import SESSION_TOOLS, ToolScope, call, tool_schemas
+from .absorb import Absorber
 
 INSTALL_HINT = "the Hermes Agent engine needs Hermes Agent: pip install 'lossless[hermes]'"
 
@@ -95,56 +96,23 @@ def _is_ours(message: Mapping[str, Any]) -> bool:
     return isinstance(content, str) and content.startswith(SUMMARY_LEAD)
 
 
+def _clean(message: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if k not in HOST_KEYS}
+
+
+#: How Hermes's lists are stored (see :mod:`.absorb`).
+ABSORBER = Absorber("hermes", "openai_chat", chat_fingerprint, _is_ours, _clean)
+
+
 def absorb(engine: Engine, session_id: str, working: Sequence[Mapping[str, Any]]) -> int:
     """Store the messages of Hermes's *working* list that the conversation lacks, in order;
     returns how many were stored. Running it again on the same list stores nothing."""
-    conv = engine.conversation(session_id, create=True)
-    anchor = (conv.metadata or {}).get("hermes") or {}
-    seen = anchor.get("seen")
-    if (
-        isinstance(seen, int)
-        and 0 < seen <= len(working)
-        and chat_fingerprint(working[seen - 1]) == anchor.get("last")
-    ):
-        new = list(working[seen:])
-    else:
-        new = _unstored(engine, conv.conversation_id, working)
-    kept = [_clean(m) for m in new if not _is_ours(m)]
-    if kept:
-        engine.ingest_batch(conv.conversation_id, kept, format="openai_chat")
-    mark(engine, session_id, working)
-    return len(kept)
+    return ABSORBER.absorb(engine, session_id, working)
 
 
-def mark(engine: Engine, session_id: str, working: Sequence[Mapping[str, Any]]) -> None:
-    """Record that every message of *working* is stored (or is lossless's own)."""
-    if working:
-        engine.update_conversation(
-            session_id,
-            metadata={"hermes": {"seen": len(working), "last": chat_fingerprint(working[-1])}},
-        )
-
-
-def _unstored(
-    engine: Engine, conversation_id: int, working: Sequence[Mapping[str, Any]]
-) -> list[Mapping[str, Any]]:
-    """The messages of *working* after the longest run of it that the stored messages end
-    with (lossless's summary messages aside)."""
-    body = [m for m in working if not _is_ours(m)]
-    if not body:
-        return []
-    total = engine.message_count(conversation_id)
-    tail = engine.messages(conversation_id, after_seq=max(0, total - len(body)))
-    stored = [chat_fingerprint(m.to_source()) for m in tail]
-    wanted = [chat_fingerprint(m) for m in body]
-    for k in range(min(len(stored), len(wanted)), 0, -1):
-        if wanted[:k] == stored[-k:]:
-            return body[k:]
-    return body
-
-
-def _clean(message: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in message.items() if k not in HOST_KEYS}
+def mark(engine: Engine, session_id: str, *lists: Sequence[Mapping[str, Any]]) -> None:
+    """Record that every message of each of *lists* is stored (or is lossless's own)."""
+    ABSORBER.mark(engine, session_id, *lists)
 
 
 class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is untyped
@@ -243,7 +211,7 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
         out = to_hermes(made.messages)
         if not out or out == messages:
             return messages
-        mark(engine, session_id, out)
+        mark(engine, session_id, messages, out)
         self.compression_count += 1
         return out
 
