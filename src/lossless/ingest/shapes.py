@@ -38,6 +38,7 @@ from .normalizers import (
     anthropic,
     chat,
     langchain,
+    llama_index,
     lossless,
     openclaw,
     pydantic_ai,
@@ -55,6 +56,7 @@ FORMATS: tuple[str, ...] = (
     "openclaw",
     "langchain",
     "pydantic_ai",
+    "llama_index",
     "lossless",
     "unknown",
 )
@@ -135,6 +137,8 @@ def detect_format(message: Any) -> str:
         return "langchain"
     if pydantic_ai.is_pydantic_ai(message):
         return "pydantic_ai"
+    if llama_index.is_llama_index(message):
+        return "llama_index"
     kind = message.get("type")
     role = message.get("role")
     if not isinstance(role, str):
@@ -301,6 +305,7 @@ _NORMALIZERS: dict[str, Callable[[Any], NormalizedMessage]] = {
     "openclaw": openclaw.normalize,
     "langchain": langchain.normalize,
     "pydantic_ai": pydantic_ai.normalize,
+    "llama_index": llama_index.normalize,
     "lossless": lossless.normalize,
     "unknown": unknown.normalize,
 }
