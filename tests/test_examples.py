@@ -237,3 +237,27 @@ def test_the_anthropic_loop_calls_lcm_grep_and_stores_the_turn(
 @pytest.mark.parametrize("name", ["openai_loop.py", "anthropic_loop.py"])
 def test_each_example_is_short(name: str) -> None:
     assert len((ROOT / "examples" / name).read_text().splitlines()) < 80
+
+
+@pytest.mark.parametrize(
+    ("script", "said"),
+    [
+        ("langchain_history.py", ["stored 60 messages", "summaries)", "blue vault"]),
+        ("langgraph_agent.py", ["lossless stored 44", "answer: In the blue vault."]),
+        ("pydantic_ai_agent.py", ["lossless stored 44", "blue vault"]),
+        ("llama_index_memory.py", ["stored 40 messages", "summaries)", "blue vault"]),
+    ],
+)
+def test_the_framework_examples_run_offline(tmp_path: Path, script: str, said: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), str(tmp_path / "store.db")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for text in said:
+        assert text in done.stdout, done.stdout
+    assert "(0 summaries)" not in done.stdout
