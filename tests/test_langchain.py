@@ -208,3 +208,18 @@ def test_langchain_messages_of_every_kind_come_back_equal(
     history.add_messages(batch)
     history.add_messages(batch[:1])  # the same message again is a second message
     assert history.stored_messages() == [*batch, batch[0]]
+
+
+def test_langchain_context_never_hands_the_model_a_call_without_its_result(
+    engine: Engine,
+) -> None:
+    history = LosslessChatMessageHistory("s5", engine)
+    pending = AIMessage(content="", tool_calls=[{"name": "read", "args": {}, "id": "c7"}])
+    history.add_messages([HumanMessage(content="read it"), pending])
+    # The call has no result yet: the model is not shown a call it cannot see answered...
+    assert all(not getattr(m, "tool_calls", None) for m in history.messages)
+    # ...while the store keeps it exactly, and shows it once the result is there.
+    assert history.stored_messages()[-1] == pending
+    history.add_messages([ToolMessage(content="the file", tool_call_id="c7")])
+    shown = history.messages
+    assert shown[-2] == pending and shown[-1].content == "the file"

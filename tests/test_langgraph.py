@@ -145,3 +145,17 @@ def test_langgraph_tools_need_a_thread(engine: Engine) -> None:
     grep = next(t for t in ctx.tools() if t.name == "lcm_grep")
     said = json.loads(grep.invoke({"pattern": "x"}, {"configurable": {}}))
     assert "needs the graph's thread" in said["error"]
+
+
+def test_langgraph_a_state_remembered_again_stores_nothing_twice(engine: Engine) -> None:
+    from langchain_core.messages import messages_from_dict
+
+    ctx = LosslessContext(engine)
+    config: Any = {"configurable": {"thread_id": "r1"}}
+    said = [HumanMessage(content="yes", id="a"), AIMessage(content="Confirmed.", id="b")]
+    again = [HumanMessage(content="yes", id="c"), AIMessage(content="Confirmed.", id="d")]
+    assert ctx.remember({"messages": said}, config) == 2
+    assert ctx.remember({"messages": said + again}, config) == 2  # new ids: said again
+    assert ctx.remember({"messages": said + again}, config) == 0
+    stored = messages_from_dict([m.to_source() for m in engine.messages("r1")])
+    assert stored == said + again

@@ -177,3 +177,27 @@ def test_pydantic_ai_messages_of_every_kind_come_back_equal(
     # (its own round trip turns a deprecated RetryPromptPart into a retried ToolReturnPart).
     handed = ModelMessagesTypeAdapter.dump_python([*batch, batch[0]], mode="json")
     assert [m.to_source() for m in engine.messages(history.session_id)] == handed
+
+
+def test_pydantic_ai_toolset_keeps_the_declaration_and_refuses_with_advice(
+    engine: Engine,
+) -> None:
+    import asyncio
+
+    from pydantic_ai.tools import RunContext
+    from pydantic_ai.usage import RunUsage
+
+    from lossless.retrieval.tools import TOOLS
+
+    history = LosslessHistory("pa-3", engine)
+    engine.ingest("pa-3", {"role": "user", "content": DETAIL})
+    toolset = history.toolset()
+    ctx = RunContext(deps=None, model=TestModel(), usage=RunUsage())
+    tools = asyncio.run(toolset.get_tools(ctx))
+    grep = tools["lcm_grep"]
+    declared = TOOLS["lcm_grep"].json_schema(omit=("conversation",))
+    assert grep.tool_def.parameters_json_schema == declared
+    found = asyncio.run(toolset.call_tool("lcm_grep", {"pattern": "staging password"}, ctx, grep))
+    assert "Thursday" in found
+    refused = asyncio.run(toolset.call_tool("lcm_grep", {"pattern": "x", "limit": 0}, ctx, grep))
+    assert "limit must be an integer from 1 to 200" in json.loads(refused)["error"]
