@@ -223,3 +223,21 @@ def test_langchain_context_never_hands_the_model_a_call_without_its_result(
     history.add_messages([ToolMessage(content="the file", tool_call_id="c7")])
     shown = history.messages
     assert shown[-2] == pending and shown[-1].content == "the file"
+
+
+def test_langchain_show_source_exports_the_same_objects(
+    tmp_path: Path, run_cli: Callable[..., Any]
+) -> None:
+    from langchain_core.messages import messages_from_dict
+
+    said = [
+        HumanMessage(content=[{"type": "text", "text": "hi"}], id="h1"),
+        AIMessage(content="", tool_calls=[{"name": "f", "args": {"a": 1}, "id": "c1"}]),
+        ToolMessage(content="1", tool_call_id="c1", status="error"),
+    ]
+    with Engine.open(tmp_path / "s.db", config=Config()) as engine:
+        LosslessChatMessageHistory("x", engine).add_messages(said)
+    shown = run_cli("--db", str(tmp_path / "s.db"), "show", "x", "--json", "--source")
+    assert shown.code == 0, shown
+    exported = [m["source"] for m in json.loads(shown.out)["messages"]]
+    assert messages_from_dict(exported) == said

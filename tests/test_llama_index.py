@@ -216,3 +216,25 @@ def test_llama_index_function_agent_calls_a_recall_tool_with_lossless_memory(
         "RECALL the rotation"
     ]
     assert engine.summary_counts(memory.conversation_id())  # it compacted on the way
+
+
+def test_llama_index_show_source_exports_the_same_messages(
+    tmp_path: Path, run_cli: Callable[..., Any]
+) -> None:
+    said = [
+        ChatMessage(role="user", content="hi"),
+        ChatMessage(
+            role="assistant",
+            content="",
+            additional_kwargs={
+                "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]
+            },
+        ),
+        ChatMessage(role="tool", content="1", additional_kwargs={"tool_call_id": "c1"}),
+    ]
+    with Engine.open(tmp_path / "s.db", config=Config()) as engine:
+        LosslessMemory.from_defaults(session_id="x", store_or_engine=engine).put_messages(said)
+    shown = run_cli("--db", str(tmp_path / "s.db"), "show", "x", "--json", "--source")
+    assert shown.code == 0, shown
+    exported = [m["source"] for m in json.loads(shown.out)["messages"]]
+    assert [ChatMessage.model_validate(m) for m in exported] == said

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -201,3 +203,19 @@ def test_pydantic_ai_toolset_keeps_the_declaration_and_refuses_with_advice(
     assert "Thursday" in found
     refused = asyncio.run(toolset.call_tool("lcm_grep", {"pattern": "x", "limit": 0}, ctx, grep))
     assert "limit must be an integer from 1 to 200" in json.loads(refused)["error"]
+
+
+def test_pydantic_ai_show_source_exports_the_same_messages(
+    tmp_path: Path, run_cli: Callable[..., Any]
+) -> None:
+    said: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(content="hi")]),
+        ModelResponse(parts=[ToolCallPart(tool_name="f", args={"a": 1}, tool_call_id="c1")]),
+        ModelRequest(parts=[ToolReturnPart(tool_name="f", content="1", tool_call_id="c1")]),
+    ]
+    with Engine.open(tmp_path / "s.db", config=Config()) as engine:
+        LosslessHistory("x", engine)(said)
+    shown = run_cli("--db", str(tmp_path / "s.db"), "show", "x", "--json", "--source")
+    assert shown.code == 0, shown
+    exported = [m["source"] for m in json.loads(shown.out)["messages"]]
+    assert ModelMessagesTypeAdapter.validate_python(exported) == said
