@@ -25,19 +25,10 @@ from langchain_core.messages import (
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
+from framework_turns import DETAIL, SMALL, answer, question
 from lossless import Config, Engine
 from lossless.integrations.langchain import LosslessChatMessageHistory, recall_tools
 from lossless.retrieval.tools import TOOLS
-
-SMALL = Config().replace(
-    fresh_tail_count=4,
-    leaf_chunk_tokens=300,
-    leaf_target_tokens=60,
-    condensed_target_tokens=60,
-    leaf_min_fanout=3,
-    condensed_min_fanout=2,
-)
-DETAIL = "The staging database password rotates every Thursday."
 
 
 @pytest.fixture
@@ -56,15 +47,6 @@ class Seen(BaseCallbackHandler):
         self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
     ) -> None:
         self.calls.append(list(messages[0]))
-
-
-def question(i: int) -> str:
-    extra = f" {DETAIL}" if i == 0 else ""
-    return f"Turn {i}: how is service {i} deployed, and what is its canary share?{extra}"
-
-
-def answer(i: int) -> str:
-    return f"Service {i} ships blue-green behind the balancer with a {i % 7 + 1} percent canary."
 
 
 def test_langchain_runnable_with_history_sees_a_bounded_context_with_summaries(
@@ -91,7 +73,7 @@ def test_langchain_runnable_with_history_sees_a_bounded_context_with_summaries(
     seen = Seen()
     for i in range(turns):
         reply = chain.invoke(
-            {"question": question(i)},
+            {"question": question(i, steps=0)},
             config={"configurable": {"session_id": "s1"}, "callbacks": [seen]},
         )
         assert reply.content == answer(i)
@@ -100,8 +82,8 @@ def test_langchain_runnable_with_history_sees_a_bounded_context_with_summaries(
     summaries = [m for m in last if m.additional_kwargs.get("lossless_summary")]
     assert summaries and all(isinstance(m, SystemMessage) for m in summaries)
     assert '<summary id="sum_' in str(summaries[0].content)
-    assert not any(question(0) == m.content for m in last)  # the first turn is summarized
-    assert last[-1].content == question(turns - 1)
+    assert not any(question(0, steps=0) == m.content for m in last)  # the first turn is summarized
+    assert last[-1].content == question(turns - 1, steps=0)
     tokens = [
         engine.token_counter.count(json.dumps([str(m.content) for m in c])) for c in seen.calls
     ]
@@ -109,7 +91,7 @@ def test_langchain_runnable_with_history_sees_a_bounded_context_with_summaries(
 
     stored = history("s1").stored_messages()  # every message once, in order
     assert [m.content for m in stored] == [
-        text for i in range(turns) for text in (question(i), answer(i))
+        text for i in range(turns) for text in (question(i, steps=0), answer(i))
     ]
 
 
@@ -118,7 +100,9 @@ def test_langchain_recall_tools_find_an_early_detail_and_keep_the_declaration(
 ) -> None:
     history = LosslessChatMessageHistory("s2", engine, token_budget=600)
     for i in range(20):
-        history.add_messages([HumanMessage(content=question(i)), AIMessage(content=answer(i))])
+        history.add_messages(
+            [HumanMessage(content=question(i, steps=0)), AIMessage(content=answer(i))]
+        )
     assert len(history.messages) < 40  # compacted
     tools = {t.name: t for t in recall_tools(history)}
     assert set(tools) >= {"lcm_grep", "lcm_describe", "lcm_expand_query"}

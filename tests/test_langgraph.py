@@ -16,18 +16,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import create_react_agent
 
-from lossless import Config, Engine
+from framework_turns import SMALL, answer, question
+from lossless import Engine
 from lossless.integrations.langgraph import LosslessContext
-
-SMALL = Config().replace(
-    fresh_tail_count=4,
-    leaf_chunk_tokens=300,
-    leaf_target_tokens=60,
-    condensed_target_tokens=60,
-    leaf_min_fanout=3,
-    condensed_min_fanout=2,
-)
-DETAIL = "The staging database password rotates every Thursday."
 
 
 @pytest.fixture
@@ -55,16 +46,6 @@ class Seen(BaseCallbackHandler):
 
 def tokens(engine: Engine, messages: list[BaseMessage]) -> int:
     return sum(engine.token_counter.count(str(m.content)) for m in messages)
-
-
-def question(i: int) -> str:
-    extra = f" {DETAIL}" if i == 0 else ""
-    steps = " ".join(f"step{k} checks stage {k} of its pipeline" for k in range(8))
-    return f"Turn {i}: how is service {i} deployed, and what is its canary share? {steps}{extra}"
-
-
-def answer(i: int) -> str:
-    return f"Service {i} ships blue-green behind the balancer with a {i % 7 + 1} percent canary."
 
 
 def test_langgraph_prebuilt_agent_keeps_every_message_and_recalls_an_early_detail(

@@ -16,31 +16,16 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.llms.mock import MockLLMWithChatMemoryOfLastCall
 
+from framework_turns import DETAIL, SMALL, question
 from lossless import Config, Engine
 from lossless.integrations.llama_index import LosslessMemory, recall_tools
 from lossless.retrieval.tools import TOOLS
-
-SMALL = Config().replace(
-    fresh_tail_count=4,
-    leaf_chunk_tokens=300,
-    leaf_target_tokens=60,
-    condensed_target_tokens=60,
-    leaf_min_fanout=3,
-    condensed_min_fanout=2,
-)
-DETAIL = "The staging database password rotates every Thursday."
 
 
 @pytest.fixture
 def engine(new_db: Callable[[], str]) -> Iterator[Engine]:
     with Engine.open(new_db(), config=SMALL) as eng:
         yield eng
-
-
-def question(i: int) -> str:
-    extra = f" {DETAIL}" if i == 0 else ""
-    steps = " ".join(f"step{k} checks stage {k} of its pipeline" for k in range(8))
-    return f"Turn {i}: how is service {i} deployed? {steps}{extra}"
 
 
 def tokens(engine: Engine, messages: list[ChatMessage]) -> int:

@@ -28,34 +28,15 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
+from framework_turns import DETAIL, SMALL, answer, question
 from lossless import Config, Engine
 from lossless.integrations.pydantic_ai import LosslessHistory
-
-SMALL = Config().replace(
-    fresh_tail_count=4,
-    leaf_chunk_tokens=300,
-    leaf_target_tokens=60,
-    condensed_target_tokens=60,
-    leaf_min_fanout=3,
-    condensed_min_fanout=2,
-)
-DETAIL = "The staging database password rotates every Thursday."
 
 
 @pytest.fixture
 def engine(new_db: Callable[[], str]) -> Iterator[Engine]:
     with Engine.open(new_db(), config=SMALL) as eng:
         yield eng
-
-
-def question(i: int) -> str:
-    extra = f" {DETAIL}" if i == 0 else ""
-    steps = " ".join(f"step{k} checks stage {k} of its pipeline" for k in range(8))
-    return f"Turn {i}: how is service {i} deployed? {steps}{extra}"
-
-
-def answer(i: int) -> str:
-    return f"Service {i} ships blue-green with a {i % 7 + 1} percent canary."
 
 
 def texts(messages: list[ModelMessage]) -> str:

@@ -47,28 +47,47 @@ __all__ = ["DEFAULT_TOKEN_BUDGET", "INSTALL_HINT", "LosslessHistory"]
 DEFAULT_TOKEN_BUDGET = 100_000
 
 
-def _fingerprint(message: Any) -> str:
-    return hashlib.sha1(json.dumps(message, sort_keys=True, default=str).encode()).hexdigest()
+def _made_by_lossless(part: Any) -> bool:
+    """A part lossless wrote: a summary, or its resume summary."""
+    return (
+        isinstance(part, dict)
+        and isinstance(part.get("content"), str)
+        and part["content"].startswith((UNTRUSTED_NOTE, RESUME_HEADER))
+    )
+
+
+def _clean(message: Any) -> Any:
+    """A request without the parts lossless wrote (Pydantic AI merges consecutive requests,
+    so lossless's summaries can arrive inside the user's own request)."""
+    if isinstance(message, dict) and message.get("kind") == "request":
+        return {
+            **message,
+            "parts": [p for p in message.get("parts") or [] if not _made_by_lossless(p)],
+        }
+    return message
 
 
 def _ours(message: Any) -> bool:
-    """A request lossless wrote: only its summaries or its resume summary."""
+    """A request of nothing but lossless's own parts."""
     parts = message.get("parts") if isinstance(message, dict) else None
     return (
         isinstance(message, dict)
         and message.get("kind") == "request"
         and bool(parts)
-        and all(
-            isinstance(p, dict)
-            and isinstance(p.get("content"), str)
-            and p["content"].startswith((UNTRUSTED_NOTE, RESUME_HEADER))
-            for p in parts or []
-        )
+        and all(_made_by_lossless(p) for p in parts or [])
     )
 
 
+def _fingerprint(message: Any) -> str:
+    """A message by its kind and its own parts (each carries its time), whatever request it was
+    merged into."""
+    cleaned = _clean(message)
+    key = [cleaned.get("kind"), cleaned.get("parts")] if isinstance(cleaned, dict) else cleaned
+    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+
 #: How a run's message lists are stored (see :mod:`.absorb`).
-ABSORBER = Absorber("pydantic_ai", "pydantic_ai", _fingerprint, _ours)
+ABSORBER = Absorber("pydantic_ai", "pydantic_ai", _fingerprint, _ours, _clean)
 
 
 @dataclass
