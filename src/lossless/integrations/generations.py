@@ -9,6 +9,7 @@ the integration's own key.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,15 @@ from ..engine import Engine
 from ..model import Conversation
 from ..timestamps import format_ts, now
 
-__all__ = ["Generations"]
+__all__ = ["Generations", "engine_for"]
+
+
+def engine_for(store_or_engine: Engine | str | os.PathLike[str] | None) -> tuple[Engine, bool]:
+    """An adapter's engine: the caller's (``False``: the caller closes it), or one opened on
+    the store's path or URL (``None``: the default store; ``True``: the adapter closes it)."""
+    if isinstance(store_or_engine, Engine):
+        return store_or_engine, False
+    return Engine.open(store_or_engine), True
 
 
 @dataclass(frozen=True)

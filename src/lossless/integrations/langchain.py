@@ -26,7 +26,7 @@ from ..engine import Engine
 from ..errors import LosslessError
 from ..retrieval.tools import TOOLS
 from ..toolbox import SESSION_TOOLS, ToolScope, call
-from .generations import Generations
+from .generations import Generations, engine_for
 
 INSTALL_HINT = "the LangChain integration needs langchain-core: pip install 'lossless[langchain]'"
 
@@ -71,10 +71,7 @@ class LosslessChatMessageHistory(BaseChatMessageHistory):
     ) -> None:
         self.session_id = session_id
         self.token_budget = token_budget
-        self._owned = not isinstance(store_or_engine, Engine)
-        self.engine = (
-            store_or_engine if isinstance(store_or_engine, Engine) else Engine.open(store_or_engine)
-        )
+        self.engine, self._owned = engine_for(store_or_engine)
 
     def conversation_id(self) -> int:
         """The lossless conversation the session adds to now (created on first use)."""

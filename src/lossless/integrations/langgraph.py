@@ -26,6 +26,7 @@ from typing import Any
 from ..engine import Engine
 from ..errors import LosslessError
 from ..toolbox import ToolScope
+from .generations import engine_for
 from .langchain import DEFAULT_TOKEN_BUDGET, session_tools
 
 INSTALL_HINT = "the LangGraph integration needs langgraph: pip install 'lossless[langgraph]'"
@@ -60,10 +61,7 @@ class LosslessContext:
     ) -> None:
         self.token_budget = token_budget
         self.thread_key = thread_key
-        self._owned = not isinstance(store_or_engine, Engine)
-        self.engine = (
-            store_or_engine if isinstance(store_or_engine, Engine) else Engine.open(store_or_engine)
-        )
+        self.engine, self._owned = engine_for(store_or_engine)
 
     def session(self, config: RunnableConfig | Mapping[str, Any] | None) -> str:
         """The thread a run belongs to (its lossless session id)."""

@@ -19,7 +19,7 @@ from ..engine import Engine
 from ..errors import LosslessError
 from ..retrieval.tools import TOOLS
 from ..toolbox import SESSION_TOOLS, ToolScope, call
-from .generations import Generations
+from .generations import Generations, engine_for
 
 INSTALL_HINT = (
     "the LlamaIndex integration needs llama-index-core: pip install 'lossless[llama-index]'"
@@ -68,8 +68,7 @@ class LosslessMemory(BaseMemory):
         """``session_id`` (required), ``store_or_engine`` and ``token_budget``."""
         store = kwargs.pop("store_or_engine", None)
         memory = cls(**kwargs)
-        memory._owned = not isinstance(store, Engine)
-        memory._engine = store if isinstance(store, Engine) else Engine.open(store)
+        memory._engine, memory._owned = engine_for(store)
         return memory
 
     @property

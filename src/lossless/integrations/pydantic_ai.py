@@ -28,6 +28,7 @@ from ..resume import HEADER as RESUME_HEADER
 from ..retrieval.tools import TOOLS
 from ..toolbox import SESSION_TOOLS, ToolScope, call
 from .absorb import Absorber
+from .generations import engine_for
 
 INSTALL_HINT = "the Pydantic AI integration needs pydantic-ai: pip install 'lossless[pydantic-ai]'"
 
@@ -118,10 +119,7 @@ class LosslessHistory:
     ) -> None:
         self.session_id = session_id
         self.token_budget = token_budget
-        self._owned = not isinstance(store_or_engine, Engine)
-        self.engine = (
-            store_or_engine if isinstance(store_or_engine, Engine) else Engine.open(store_or_engine)
-        )
+        self.engine, self._owned = engine_for(store_or_engine)
 
     def __call__(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         """The history processor: store what is new, compact, return the assembled context."""
