@@ -1687,3 +1687,21 @@ def test_an_openclaw_trajectory_is_named_and_passed_over_never_filed_under_a_ses
     assert [m.content for m in stored(engine, SESSION)] == ["one"]
     # Nothing was created for the files that held no conversation.
     assert [c.conversation.session_id for c in engine.conversations()] == [SESSION]
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_line_with_a_non_json_number_is_reported_not_stored_as_null(
+    tmp_path: Path, constant: str
+) -> None:
+    # Python's json.dumps writes these; they are not JSON, and storing them as null would
+    # alter the message.
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"role": "user", "content": "before"}\n'
+        f'{{"role": "user", "content": "scored", "score": {constant}}}\n'
+        '{"role": "user", "content": "after"}\n'
+    )
+    with Engine.open(tmp_path / "s.db") as engine:
+        (report,) = engine.import_path(path)
+        assert [m.content for m in engine.messages(report.conversation_id)] == ["before", "after"]
+    assert [(p.line, constant in p.reason) for p in report.problems] == [(2, True)]

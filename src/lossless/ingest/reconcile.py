@@ -22,7 +22,6 @@ The spec's algorithm, made incremental and safe to repeat:
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -50,6 +49,7 @@ from .transcripts import (
     head_hash,
     head_values,
     iter_json_array,
+    parse_json,
     read_lines,
 )
 
@@ -548,7 +548,7 @@ def _load(
             return _load(services, file, fmt, skel, own)
     handle.seek(skel.start)
     raw = handle.read(skel.end - skel.start)
-    value = json.loads(raw)
+    value = parse_json(raw)
     entry = fmt.entry(Line(skel.line_no, skel.start, skel.end, raw, value=value))
     return _normalize_entry(services, entry, skel.entry_id)
 

@@ -62,6 +62,21 @@ def head_hash(path: Path) -> str:
     return hashlib.sha256(head).hexdigest()
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (JSON numbers are finite; write it as a string or null)")
+
+
+#: JSON as JSON is: Python's own ``NaN``/``Infinity`` extensions are refused, not turned into
+#: null on the way to the store.
+JSON = json.JSONDecoder(parse_constant=_not_json)
+
+
+def parse_json(raw: bytes) -> Any:
+    """One JSON text (bytes in any encoding JSON allows, a BOM included) as
+    :data:`JSON` reads it."""
+    return JSON.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+
+
 def read_lines(handle: BinaryIO, start: int = 0, line_no: int = 0) -> Iterator[Line]:
     """Yield the complete lines of a JSONL stream from byte offset *start*.
 
@@ -79,7 +94,7 @@ def read_lines(handle: BinaryIO, start: int = 0, line_no: int = 0) -> Iterator[L
         if not text:
             continue
         try:
-            value = json.loads(text)
+            value = parse_json(text)
         except RecursionError:
             if not complete:
                 return
@@ -136,7 +151,7 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
                 if text.startswith(b"["):
                     return [], True
                 try:
-                    values.append(json.loads(text))
+                    values.append(parse_json(text))
                 except (ValueError, RecursionError):
                     raise ImportProblem(
                         str(path), line_no, "the first line is not JSON; is this a transcript?"
@@ -144,7 +159,7 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
             elif text:
                 # A broken later line is the import's to report, not identity's.
                 with contextlib.suppress(ValueError, RecursionError):
-                    values.append(json.loads(text))
+                    values.append(parse_json(text))
             if len(values) >= lines or read >= HEAD_SCAN_BYTES:
                 break
     return values, False
@@ -176,7 +191,7 @@ def iter_json_array(handle: BinaryIO, chunk_size: int = 1 << 20) -> Iterator[Lin
     malformed element ends the stream with a final error line, since an array cannot be
     resynchronised after a syntax error.
     """
-    decoder = json.JSONDecoder()
+    decoder = JSON
     # Incremental: a multi-byte character split between two reads is decoded whole.
     text_decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
     buffer = ""
