@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -203,3 +204,19 @@ def test_grep_finds_across_messages_and_summaries_and_explains_modes(
     assert any(i.startswith("msg#") for i in ids) and any(i.startswith("sum_") for i in ids)
     bad = run_cli("--db", db, "grep", "dep.*timeout")
     assert bad.code == 2 and "--mode regex" in bad.err
+
+
+def test_half_a_surrogate_pair_exports_as_json_a_terminal_can_print(tmp_path: Path) -> None:
+    path = tmp_path / "half.jsonl"
+    path.write_text('{"role": "user", "content": "half \\ud83d emoji"}\n')
+    db = str(tmp_path / "s.db")
+    run = [sys.executable, "-m", "lossless", "--db", db]
+    assert subprocess.run([*run, "import", str(path)], capture_output=True).returncode == 0
+    shown = subprocess.run(
+        [*run, "show", "half", "--json", "--source"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert shown.returncode == 0, shown.stderr.decode()
+    source = json.loads(shown.stdout)["messages"][0]["source"]
+    assert source == {"role": "user", "content": "half \ud83d emoji"}  # exactly what came

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.markup import escape
 
 from ..assemble import FORMATS
 from .conversations import resolve
-from .output import State, emit_json, json_option, pass_state, stderr, stdout
+from .output import State, emit_json, json_option, json_text, pass_state, stderr, stdout
 
 
 @click.command("context")
@@ -60,7 +58,7 @@ def context_command(state: State, conversation: str, budget: int, fmt: str, as_j
     for message in assembled.messages:
         who = message.get("role") or message.get("type", "item")
         body = message.get("content", message)
-        text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+        text = body if isinstance(body, str) else json_text(body)
         stdout.print(f"[bold]{escape(str(who))}[/]: {escape(text[:300])}", highlight=False)
 
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
+from ..codec import has_lone_surrogates
 from ..config import Config, load_config
 from ..engine import Engine
 from ..retrieval.tools import REQUIRED, TOOLS
@@ -58,9 +59,19 @@ class State:
 pass_state = click.make_pass_decorator(State)
 
 
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """*value* as JSON: characters as they are, except that text holding half a surrogate
+    pair (stored exactly, since it came so) is written with ``\\u`` escapes, which JSON
+    allows and a UTF-8 terminal can print."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False, default=str)
+    if has_lone_surrogates(text):
+        text = json.dumps(value, indent=indent, ensure_ascii=True, default=str)
+    return text
+
+
 def emit_json(value: Any) -> None:
     """Print *value* as JSON on stdout (data, for scripts)."""
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    click.echo(json_text(value, indent=2))
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print data as JSON.")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -12,7 +11,16 @@ import click
 
 from ..ingest.reconcile import ReconcileReport
 from ..sync import HOSTS, host_folders, sync, watch
-from .output import EXIT_PARTIAL, State, emit_json, json_option, pass_state, stderr, stdout
+from .output import (
+    EXIT_PARTIAL,
+    State,
+    emit_json,
+    json_option,
+    json_text,
+    pass_state,
+    stderr,
+    stdout,
+)
 from .transcripts import print_reports, report_problems
 
 
@@ -42,7 +50,7 @@ def sync_command(state: State, hosts: tuple[str, ...], follow: bool, as_json: bo
     report = sync(engine, folders)
     engine.finish_indexes()
     if as_json and follow:  # one JSON object a line: the first pass, then each import
-        click.echo(json.dumps(report.to_dict(), ensure_ascii=False))
+        click.echo(json_text(report.to_dict()))
     elif as_json:
         emit_json(report.to_dict())
     elif not as_json:
@@ -72,7 +80,7 @@ def sync_command(state: State, hosts: tuple[str, ...], follow: bool, as_json: bo
         if as_json:  # one JSON object a line while it follows
             for r in reports:
                 if r.mode != "unchanged":
-                    click.echo(json.dumps(r.to_dict(), ensure_ascii=False))
+                    click.echo(json_text(r.to_dict()))
         else:
             print_reports(reports, quiet_unchanged=True)
         report_problems(reports)
