@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -220,3 +221,24 @@ def test_half_a_surrogate_pair_exports_as_json_a_terminal_can_print(tmp_path: Pa
     assert shown.returncode == 0, shown.stderr.decode()
     source = json.loads(shown.stdout)["messages"][0]["source"]
     assert source == {"role": "user", "content": "half \ud83d emoji"}  # exactly what came
+
+
+def test_revoking_a_mistyped_grant_says_so_and_leaves_the_real_one_live(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    from lossless import Engine
+
+    db = str(tmp_path / "g.db")
+    with Engine.open(db) as engine:
+        engine.ingest("s", {"role": "user", "content": "hello"})
+        real = engine.create_grant("s").grant_id
+    typo = run_cli("--db", db, "grant", "--revoke", real[:-1] + "x")
+    assert typo.code == 4 and "nothing was revoked" in typo.err
+    with Engine.open(db) as engine:
+        assert engine.check_grant(real).revoked_at is None  # still live
+    first = run_cli("--db", db, "grant", "--revoke", real)
+    again = run_cli("--db", db, "grant", "--revoke", real)
+    assert (first.code, again.code) == (0, 0)
+    assert first.out.startswith("revoked") and again.out.startswith("already revoked")
+    deep = run_cli("--db", db, "grant", "s", "--depth", "999")
+    assert deep.code != 0 and "0 to 32 levels" in deep.err

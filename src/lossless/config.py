@@ -55,6 +55,9 @@ PROVIDERS = ("openai", "anthropic")
 REDACTED = "***"
 #: The longest a delegation grant may live (a year): its expiry must stay a valid date.
 MAX_GRANT_TTL = 365 * 86_400
+#: The deepest a grant may expand: a DAG that condenses two summaries at least per level holds
+#: four billion leaves at this depth; a deeper grant is a typo.
+MAX_GRANT_DEPTH = 32
 _PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -346,7 +349,10 @@ class Config:
         metadata=_opt(minimum=1, maximum=MAX_GRANT_TTL, help="lifetime of a delegation grant"),
     )
     grant_max_depth: int = field(
-        default=3, metadata=_opt(minimum=0, help="default depth a delegation grant may expand")
+        default=3,
+        metadata=_opt(
+            minimum=0, maximum=MAX_GRANT_DEPTH, help="default depth a delegation grant may expand"
+        ),
     )
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     resume: ResumeConfig = field(default_factory=ResumeConfig)

@@ -136,11 +136,12 @@ def grant_command(
     if revoke_id is not None:
         if conversation is not None:
             raise click.UsageError("give a CONVERSATION to grant or --revoke GRANT_ID, not both")
-        engine.revoke_grant(revoke_id)
+        newly = engine.revoke_grant(revoke_id)
         if as_json:
-            emit_json({"grant_id": revoke_id, "revoked": True})
+            emit_json({"grant_id": revoke_id, "revoked": True, "already": not newly})
         else:
-            stdout.print(f"revoked {revoke_id}", highlight=False)
+            said = "revoked" if newly else "already revoked"
+            stdout.print(f"{said} {revoke_id}", highlight=False)
         return
     if conversation is None:
         raise click.UsageError("name the CONVERSATION to grant (or --revoke GRANT_ID)")

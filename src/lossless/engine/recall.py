@@ -105,9 +105,10 @@ class Recall(Facade):
         """A grant that is still live (refused when unknown, revoked or expired)."""
         return grants.check(self.store, grant_id)
 
-    def revoke_grant(self, grant_id: str) -> None:
-        """Revoke a delegation grant now."""
-        grants.revoke(self.store, grant_id)
+    def revoke_grant(self, grant_id: str) -> bool:
+        """Revoke a delegation grant now; ``False`` when it was revoked already (an unknown id
+        is a :class:`~lossless.errors.NotFoundError`)."""
+        return grants.revoke(self.store, grant_id)
 
     def expand(
         self,

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from ..config import MAX_GRANT_TTL
-from ..errors import LosslessError
+from ..config import MAX_GRANT_DEPTH, MAX_GRANT_TTL
+from ..errors import LosslessError, NotFoundError
 from ..model import Grant
 from ..timestamps import format_ts, now
 
@@ -49,8 +49,13 @@ def create(
         raise GrantError("a grant needs at least one conversation")
     if not 1 <= ttl_seconds <= MAX_GRANT_TTL:
         raise GrantError(f"a grant lives from 1 to {MAX_GRANT_TTL} seconds, not {ttl_seconds}")
-    if not (0 <= token_cap < 2**63 and -1 <= max_depth < 2**63):
-        raise GrantError("a grant's token cap and depth must be whole numbers SQLite can store")
+    if not 0 <= token_cap < 2**63:
+        raise GrantError("a grant's token cap must be a whole number SQLite can store")
+    if not -1 <= max_depth <= MAX_GRANT_DEPTH:
+        raise GrantError(
+            f"a grant expands 0 to {MAX_GRANT_DEPTH} levels below the summaries it names (-1: as"
+            f" deep as the DAG goes), not {max_depth}"
+        )
     created = now()
     grant = Grant(
         grant_id="grant_" + secrets.token_hex(16),
@@ -88,9 +93,18 @@ def charge(store: Store, grant_id: str, tokens: int) -> Grant:
     return check(store, grant_id)
 
 
-def revoke(store: Store, grant_id: str) -> None:
-    """Revoke a grant now (revoking twice, or an unknown id, is not an error)."""
-    store.revoke_grant(grant_id, format_ts(now()))
+def revoke(store: Store, grant_id: str) -> bool:
+    """Revoke a grant now; ``False`` when it was revoked already. An id no grant has is a
+    :class:`~lossless.errors.NotFoundError` (a mistyped id must not look revoked while the real
+    grant stays live)."""
+    if store.revoke_grant(grant_id, format_ts(now())):
+        return True
+    if store.get_grant(grant_id) is None:
+        raise NotFoundError(
+            f"no grant {grant_id!r}; check the id (it was printed when the grant was made):"
+            " nothing was revoked"
+        )
+    return False
 
 
 def sweep(store: Store) -> int:
