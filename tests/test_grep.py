@@ -168,3 +168,25 @@ def test_regex_results_are_those_of_scanning_every_message(engine: Engine, patte
     found = engine.grep(pattern, conversation="s", mode="regex", scope="messages")
     assert sorted(h.id for h in found.hits) == sorted(expected)
     assert expected, "the case should find something"
+
+
+@pytest.mark.parametrize("bound", ["since", "before"])
+@pytest.mark.parametrize("text", ["yesterday", "garbage", "2026-13-45"])
+def test_a_time_bound_that_is_not_a_time_is_refused_not_compared_as_text(
+    engine: Engine, bound: str, text: str
+) -> None:
+    from datetime import UTC, datetime
+
+    engine.ingest(
+        "s",
+        {"role": "user", "content": "deploy window"},
+        created_at=datetime(2026, 3, 2, tzinfo=UTC),
+    )
+    with pytest.raises(GrepError, match=f"{bound} must be an ISO-8601 time"):
+        engine.grep("deploy", **{bound: text})
+    with pytest.raises(GrepError, match=f"{bound} must be an ISO-8601 time"):
+        engine.chat_context_query(text="deploy", **{bound: text})
+    # Times in any ISO-8601 form still bound the search.
+    assert engine.grep("deploy", since="2026-03-01").hits
+    assert not engine.grep("deploy", since="2026-03-03T00:00:00+00:00").hits
+    assert engine.grep("deploy", before="2026-03-02T12:00Z").hits

@@ -31,7 +31,6 @@ from .retrieval.context_query import Order as QueryOrder
 from .retrieval.describe import parse_lines
 from .retrieval.grep import Mode, Scope, Sort
 from .retrieval.tools import TOOLS
-from .timestamps import format_ts, parse_ts
 
 __all__ = [
     "MANIFEST_SHOWN",
@@ -137,17 +136,6 @@ class ToolScope:
         return conv, ids
 
 
-def _time(value: str | None, name: str) -> str | None:
-    if value is None or not value.strip():
-        return None
-    parsed = parse_ts(value)
-    if parsed is None:
-        raise ArgumentError(
-            f"{name} must be an ISO-8601 time, e.g. 2026-03-02 or 2026-03-02T09:30Z"
-        )
-    return format_ts(parsed)
-
-
 def lcm_grep(
     tools: ToolScope,
     *,
@@ -167,8 +155,8 @@ def lcm_grep(
         within=ids,
         mode=mode,
         scope=scope,
-        since=_time(since, "since"),
-        before=_time(before, "before"),
+        since=since,
+        before=before,
         limit=limit,
         sort=sort,
     )
@@ -428,8 +416,8 @@ def chat_context_query(
         tool_name=tool_name,
         execution_id=execution_id,
         status=status,
-        since=_time(since, "since"),
-        before=_time(before, "before"),
+        since=since,
+        before=before,
         text=text,
         limit=limit,
         offset=offset,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..codec import clean_text
 from ..store.search import CallFilter, ExecutionRow, FrameRow, SearchScope
-from .grep import _WORD, MAX_LIMIT, GrepError, _fts_query, _snippet
+from .grep import _WORD, MAX_LIMIT, GrepError, _fts_query, _snippet, time_bound
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -118,8 +118,9 @@ def chat_context_query(
     if not 0 <= offset < 2**62:
         raise GrepError("offset must be 0 or more")
     # Stored text has no lone surrogates (they become U+FFFD), and SQLite cannot take them.
-    text, tool_name, execution_id, since, before = (
-        None if v is None else clean_text(v) for v in (text, tool_name, execution_id, since, before)
+    since, before = time_bound(since, "since"), time_bound(before, "before")
+    text, tool_name, execution_id = (
+        None if v is None else clean_text(v) for v in (text, tool_name, execution_id)
     )
     query = _fts_query(text, any_word=False) if text and text.strip() else None
     by_execution = tool_name is not None or execution_id is not None or status is not None

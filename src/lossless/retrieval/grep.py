@@ -34,6 +34,7 @@ import regex
 from ..codec import clean_text
 from ..errors import LosslessError
 from ..store.search import SearchScope, TextRow
+from ..timestamps import format_ts, parse_ts
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -171,6 +172,20 @@ RARE_SHARE = 0.01
 RARE_ROWS = 1_000
 
 
+def time_bound(value: str | None, name: str) -> str | None:
+    """A ``since``/``before`` bound as the store compares it (UTC, ISO-8601); text that is
+    not a time is a :class:`GrepError` (compared as text it would match nothing, or all)."""
+    if value is None or not value.strip():
+        return None
+    parsed = parse_ts(clean_text(value).strip())
+    if parsed is None:
+        raise GrepError(
+            f"{name} must be an ISO-8601 time, e.g. 2026-03-02 or 2026-03-02T09:30Z, not"
+            f" {value[:40]!r}"
+        )
+    return format_ts(parsed)
+
+
 class GrepError(LosslessError):
     """A search that cannot run as given (the message says how to fix it)."""
 
@@ -276,8 +291,7 @@ def grep(
         raise GrepError("the pattern is empty; give words (full_text) or a regular expression")
     # Stored text has no lone surrogates (they become U+FFFD), and SQLite cannot take them.
     pattern = clean_text(pattern)
-    since = clean_text(since) if since else since
-    before = clean_text(before) if before else before
+    since, before = time_bound(since, "since"), time_bound(before, "before")
     if mode == "regex":
         return _regex(
             store, pattern, conversation_ids, scope, since, before, limit, max_rows, max_seconds
