@@ -127,3 +127,15 @@ def test_replace_validates() -> None:
     with pytest.raises(ConfigError, match="fresh_tail_count"):
         Config().replace(fresh_tail_count=-5)
     assert Config().replace(sessions={"summarize_interval": 3}).sessions.summarize_interval == 3
+
+
+@pytest.mark.parametrize(
+    "nesting", ["a = " + "[" * 5000 + "]" * 5000, "a = " + "{b = " * 3000 + "1" + "}" * 3000]
+)
+def test_a_config_nested_too_deeply_is_a_config_error_not_a_crash(
+    tmp_path: Path, nesting: str
+) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text(nesting + "\n")
+    with pytest.raises(ConfigError, match="nests tables or arrays too deeply"):
+        load_config(path)

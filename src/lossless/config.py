@@ -409,6 +409,11 @@ def load_config(
                 values = tomllib.load(handle)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {file_path} is not valid TOML: {exc}") from exc
+        except RecursionError:
+            raise ConfigError(
+                f"config file {file_path} nests tables or arrays too deeply to read; lossless's"
+                " settings are at most two levels deep (see docs/configuration.md)"
+            ) from None
         _check_keys(Config, values, "", source=str(file_path))
     _merge_env(Config, values, environ, "")
     for key, value in overrides.items():
