@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from lossless import Engine, doctor
 from lossless.cli.main import cli
-from lossless.errors import ImportProblem
+from lossless.errors import ImportProblem, LosslessError
 from lossless.ingest import reconcile
 from lossless.ingest.transcripts import iter_json_array
 from lossless.model import StoredMessage
@@ -1705,3 +1705,14 @@ def test_a_line_with_a_non_json_number_is_reported_not_stored_as_null(
         (report,) = engine.import_path(path)
         assert [m.content for m in engine.messages(report.conversation_id)] == ["before", "after"]
     assert [(p.line, constant in p.reason) for p in report.problems] == [(2, True)]
+
+
+def test_a_pipe_or_a_device_is_refused_for_what_it_is(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with Engine.open(tmp_path / "s.db") as engine:
+        for path in (fifo, Path("/dev/zero")):
+            with pytest.raises(LosslessError, match="not a regular file or a directory"):
+                engine.import_path(path)

@@ -700,4 +700,9 @@ def transcript_files(root: Path) -> list[Path]:
             for p in root.rglob("*")
             if p.is_file() and p.suffix in (".jsonl", ".json") and not _HOST_COPIES.search(p.name)
         )
+    if root.exists():
+        raise LosslessError(
+            f"{root} is not a regular file or a directory (a pipe, a device, a socket): a"
+            " transcript is read twice and from offsets, so save it to a file and import that"
+        )
     raise NotFoundError(f"{root} does not exist; give a transcript file or a directory of them")
