@@ -338,11 +338,14 @@ class Engine(Reads, Recall, Upkeep):
         ingest = self.ingest_batch(conversation, messages, format=format)
         conv_id = ingest.conversation_id
         if self.config.background_compaction:
-            queued = self.services.background.submit(
+            # A turn that lands while a run is going has it run once more when it ends, so
+            # the context never stays past the threshold until some later turn comes.
+            self.services.background.submit(
                 ("compact", conv_id),
                 lambda: after_turn_compaction(self.services, conv_id, token_budget),
+                again=True,
             )
-            return TurnResult(ingest, None, deferred=queued)
+            return TurnResult(ingest, None, deferred=True)
         try:
             report = after_turn_compaction(self.services, conv_id, token_budget)
         except Exception as exc:  # best effort: the turn must not fail because of compaction
