@@ -76,17 +76,35 @@ class LosslessContext:
 
     def remember(self, state: Mapping[str, Any], config: RunnableConfig) -> int:
         """Store the state's messages lossless does not have yet (by id), then compact if
-        the context needs it; returns how many were new."""
+        the context needs it; returns how many were new.
+
+        The state only grows between calls (the checkpointer keeps it): when its first
+        messages are the ones remembered last time, only the rest is looked at."""
         messages: Sequence[BaseMessage] = state.get("messages") or []
         session = self.session(config)
-        kept = [m for m in messages if m.id]
+        conv = self.engine.conversation(session, create=True)
+        anchor = (conv.metadata or {}).get("langgraph") or {}
+        seen = anchor.get("seen")
+        start = (
+            seen
+            if isinstance(seen, int)
+            and 0 < seen <= len(messages)
+            and messages[seen - 1].id == anchor.get("last")
+            else 0
+        )
+        kept = [m for m in messages[start:] if m.id]
         result = self.engine.ingest_batch(
-            session,
+            conv.conversation_id,
             [message_to_dict(m) for m in kept],
             format="langchain",
             external_ids=[str(m.id) for m in kept],
         )
-        self.engine.after_turn(result.conversation_id, token_budget=self.token_budget)
+        if messages:
+            self.engine.update_conversation(
+                conv.conversation_id,
+                metadata={"langgraph": {"seen": len(messages), "last": messages[-1].id}},
+            )
+        self.engine.after_turn(conv.conversation_id, token_budget=self.token_budget)
         return result.inserted
 
     def context(self, state: Mapping[str, Any], config: RunnableConfig) -> list[BaseMessage]:
