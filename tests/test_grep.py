@@ -190,3 +190,17 @@ def test_a_time_bound_that_is_not_a_time_is_refused_not_compared_as_text(
     assert engine.grep("deploy", since="2026-03-01").hits
     assert not engine.grep("deploy", since="2026-03-03T00:00:00+00:00").hits
     assert engine.grep("deploy", before="2026-03-02T12:00Z").hits
+
+
+@pytest.mark.parametrize("mode", ["full_text", "regex"])
+def test_a_pattern_too_long_to_be_a_search_is_refused_before_it_runs(
+    engine: Engine, mode: str
+) -> None:
+    # A 5,000-character literal used to run for 14 s in regex mode: the engine's time limit
+    # does not bound long literals.
+    engine.ingest("s", {"role": "user", "content": "x" * 20_000})
+    with pytest.raises(GrepError, match="at most 2,000: search for a distinctive part"):
+        engine.grep("x" * 5_000, mode=mode)  # type: ignore[arg-type]
+    with pytest.raises(GrepError, match="the text is 5,000 characters"):
+        engine.chat_context_query(text="x" * 5_000)
+    assert engine.grep("x" * 2_000, mode=mode).hits  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..codec import clean_text
 from ..store.search import CallFilter, ExecutionRow, FrameRow, SearchScope
-from .grep import _WORD, MAX_LIMIT, GrepError, _fts_query, _snippet, time_bound
+from .grep import _WORD, MAX_LIMIT, GrepError, _fts_query, _snippet, check_length, time_bound
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -119,6 +119,8 @@ def chat_context_query(
         raise GrepError("offset must be 0 or more")
     # Stored text has no lone surrogates (they become U+FFFD), and SQLite cannot take them.
     since, before = time_bound(since, "since"), time_bound(before, "before")
+    if text is not None:
+        check_length(text, "text")
     text, tool_name, execution_id = (
         None if v is None else clean_text(v) for v in (text, tool_name, execution_id)
     )

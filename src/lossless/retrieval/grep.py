@@ -46,6 +46,9 @@ Scope = Literal["messages", "summaries", "both", "files"]
 Sort = Literal["recency", "relevance", "hybrid"]
 
 MAX_LIMIT = 200
+#: The longest pattern a search takes, in characters: longer text is not something said to
+#: find a message by, and the regex engine's time limit does not bound long literals.
+MAX_PATTERN_CHARS = 2_000
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _REGEX_HINTS = re.compile(r"\.\*|\.\+|\\[dwsbDWSB]|\[[^\]]+\]|\(\?|[^\\]\|[^|]|^\^|\$$|\{\d")
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -172,6 +175,15 @@ RARE_SHARE = 0.01
 RARE_ROWS = 1_000
 
 
+def check_length(text: str, name: str) -> None:
+    """Refuse search text over :data:`MAX_PATTERN_CHARS` characters, saying what to do."""
+    if len(text) > MAX_PATTERN_CHARS:
+        raise GrepError(
+            f"the {name} is {len(text):,} characters; a search takes at most"
+            f" {MAX_PATTERN_CHARS:,}: search for a distinctive part of it"
+        )
+
+
 def time_bound(value: str | None, name: str) -> str | None:
     """A ``since``/``before`` bound as the store compares it (UTC, ISO-8601); text that is
     not a time is a :class:`GrepError` (compared as text it would match nothing, or all)."""
@@ -289,6 +301,7 @@ def grep(
         raise GrepError(f"limit must be from 1 to {MAX_LIMIT}")
     if not pattern or not pattern.strip():
         raise GrepError("the pattern is empty; give words (full_text) or a regular expression")
+    check_length(pattern, "pattern")
     # Stored text has no lone surrogates (they become U+FFFD), and SQLite cannot take them.
     pattern = clean_text(pattern)
     since, before = time_bound(since, "since"), time_bound(before, "before")
