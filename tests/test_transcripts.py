@@ -1716,3 +1716,20 @@ def test_a_pipe_or_a_device_is_refused_for_what_it_is(tmp_path: Path) -> None:
         for path in (fifo, Path("/dev/zero")):
             with pytest.raises(LosslessError, match="not a regular file or a directory"):
                 engine.import_path(path)
+
+
+def test_a_json_array_with_a_byte_order_mark_imports_like_bom_jsonl(tmp_path: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    array = tmp_path / "a.json"
+    array.write_bytes(
+        bom + b'[{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]'
+    )
+    lines = tmp_path / "l.jsonl"
+    lines.write_bytes(
+        bom + b'{"role": "user", "content": "one"}\n{"role": "user", "content": "two"}\n'
+    )
+    with Engine.open(tmp_path / "s.db") as engine:
+        for path in (array, lines):
+            (report,) = engine.import_path(path)
+            assert report.problems == []
+            assert [m.content for m in engine.messages(report.conversation_id)] == ["one", "two"]

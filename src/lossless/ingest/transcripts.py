@@ -147,6 +147,8 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
         for line_no, raw in enumerate(handle, 1):
             read += len(raw)
             text = raw.strip()
+            if line_no == 1:  # a byte order mark opens a JSON array as well as JSONL
+                text = text.removeprefix(b"\xef\xbb\xbf").strip()
             if text and not values:
                 if text.startswith(b"["):
                     return [], True
