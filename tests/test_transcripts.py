@@ -1373,10 +1373,14 @@ def test_a_file_whose_first_line_is_not_json_is_a_clear_import_problem(
 ) -> None:
     path = tmp_path / "notes.jsonl"
     path.write_text("\n# my notes\n{}\n")
-    with pytest.raises(ImportProblem, match="not JSON") as info:
+    # The junk line does not decide; the first JSON line ({}) is no known shape: say so.
+    with pytest.raises(ImportProblem, match="pass --format"):
+        engine.bootstrap(path)
+    assert engine.store.message_count() == 0
+    path.write_text("\n# my notes\n# no JSON at all\n")
+    with pytest.raises(ImportProblem, match="not JSON, nor any after it") as info:
         engine.bootstrap(path)
     assert info.value.line == 2
-    assert engine.store.message_count() == 0
 
 
 def test_an_unrecognisable_first_object_asks_for_format(engine: Engine, tmp_path: Path) -> None:
@@ -1733,3 +1737,17 @@ def test_a_json_array_with_a_byte_order_mark_imports_like_bom_jsonl(tmp_path: Pa
             (report,) = engine.import_path(path)
             assert report.problems == []
             assert [m.content for m in engine.messages(report.conversation_id)] == ["one", "two"]
+
+
+def test_one_junk_first_line_is_reported_and_the_rest_imported(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'JUNK\x00LINE\n{"role": "user", "content": "kept"}\n')
+    with Engine.open(tmp_path / "s.db") as engine:
+        (report,) = engine.import_path(path)
+        assert [m.content for m in engine.messages(report.conversation_id)] == ["kept"]
+    assert [p.line for p in report.problems] == [1]
+    nothing = tmp_path / "n.jsonl"
+    nothing.write_bytes(b"not json\nnor this\n")
+    with Engine.open(tmp_path / "s.db") as engine:
+        (failed,) = engine.import_path(nothing)
+    assert failed.mode == "failed" and "--format" in failed.problems[0].reason

@@ -20,7 +20,6 @@ offsets are kept between passes, so memory does not grow with the size of the me
 from __future__ import annotations
 
 import codecs
-import contextlib
 import hashlib
 import json
 from collections.abc import Iterator
@@ -140,30 +139,36 @@ def first_value(path: Path) -> tuple[Any, bool]:
 
 def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
     """The first *lines* JSON lines of *path* (within the first MiB; lines that do not parse
-    after the first are left out) and whether the file is a JSON array."""
+    are left out: the import reports them) and whether the file is a JSON array. A file none
+    of whose first lines is JSON is not a transcript (:class:`ImportProblem`)."""
     values: list[Any] = []
     read = 0
+    first_bad: int | None = None
+    seen_text = False
     with path.open("rb") as handle:
         for line_no, raw in enumerate(handle, 1):
             read += len(raw)
             text = raw.strip()
             if line_no == 1:  # a byte order mark opens a JSON array as well as JSONL
                 text = text.removeprefix(b"\xef\xbb\xbf").strip()
-            if text and not values:
-                if text.startswith(b"["):
-                    return [], True
+            if text and not seen_text and text.startswith(b"["):
+                return [], True
+            if text:
+                seen_text = True
                 try:
                     values.append(parse_json(text))
                 except (ValueError, RecursionError):
-                    raise ImportProblem(
-                        str(path), line_no, "the first line is not JSON; is this a transcript?"
-                    ) from None
-            elif text:
-                # A broken later line is the import's to report, not identity's.
-                with contextlib.suppress(ValueError, RecursionError):
-                    values.append(parse_json(text))
+                    if first_bad is None:
+                        first_bad = line_no
             if len(values) >= lines or read >= HEAD_SCAN_BYTES:
                 break
+    if not values and first_bad is not None:
+        raise ImportProblem(
+            str(path),
+            first_bad,
+            "the first line is not JSON, nor any after it; is this a transcript? (if it is, name"
+            f" its format: --format {'|'.join(sorted(FORMATS))})",
+        )
     return values, False
 
 
