@@ -758,3 +758,28 @@ def test_a_turn_stops_calling_a_hanging_model_at_its_run_deadline(tmp_path: Path
     assert passes >= 6 and unbounded >= passes * 0.2  # every pass waited for its timeout
     assert bounded < 0.5 + 0.2 + 1.0  # at most one call in flight when the deadline passed
     assert bounded_passes >= 6 and "fallback" in levels  # and compaction still made progress
+
+
+def test_a_damaged_database_is_reported_not_a_traceback_and_nothing_is_written(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    import os
+
+    db = tmp_path / "damaged.db"
+    with Engine.open(db, config=Config()) as engine:
+        for i in range(400):
+            engine.ingest("s", {"role": "user", "content": f"message {i} " + "words " * 40})
+    size = db.stat().st_size
+    with db.open("r+b") as handle:  # garbage over a stretch of pages in the middle
+        for offset in range(size // 4, size, 4_096):
+            handle.seek(offset + 100)
+            handle.write(os.urandom(2_000))
+    line = tmp_path / "one.jsonl"
+    line.write_text('{"role": "user", "content": "more"}\n')
+    for args in (["stats"], ["doctor"], ["grep", "message"], ["import", str(line)]):
+        done = run_cli("--db", str(db), *args)
+        assert done.code != 0, (args, done)
+        assert "is damaged" in done.err and "Traceback" not in done.err, (args, done.err)
+    backup = tmp_path / "copy.db"
+    done = run_cli("--db", str(db), "backup", str(backup))
+    assert done.code != 0 and "is damaged" in done.err and not backup.exists()

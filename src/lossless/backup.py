@@ -94,7 +94,19 @@ def backup(store: Store, files_dir: Path, dest: str | os.PathLike[str]) -> Backu
         copied_files = _files_beside(target)
         shutil.copytree(files_dir, copied_files, symlinks=True)  # links stay links
         copied_files.chmod(0o700)
-    messages, summaries, problems = _check(target)
+    try:
+        messages, summaries, problems = _check(target)
+    except LosslessError as exc:  # the copy does not read: the store it was copied from
+        for path in (target, Path(f"{target}-wal"), Path(f"{target}-shm")):
+            path.unlink(missing_ok=True)
+        if copied_files is not None:
+            shutil.rmtree(copied_files, ignore_errors=True)
+        raise BackupError(
+            f"the store {store.location} is damaged: the copy of it does not read"
+            f" ({exc.__cause__ or exc})."
+            f" Nothing was kept at {target}. Restore the store from an earlier backup, or save"
+            f" what is readable with `sqlite3 {store.location} .recover`"
+        ) from exc
     return BackupReport(
         str(target),
         None if copied_files is None else str(copied_files),

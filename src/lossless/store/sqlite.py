@@ -72,6 +72,9 @@ class SQLiteStore(SQLiteSearch, Store):
                 # Checkpoint every 32 MiB of WAL rather than 4: fewer stalls inside bulk writes.
                 conn.execute("PRAGMA wal_autocheckpoint = 8192")
             except sqlite3.Error as exc:
+                damage = _damage(self.path, exc)
+                if damage is not None:
+                    raise damage from exc
                 raise StoreError(
                     f"cannot open the database {self.path}: {exc}; check the path and its "
                     f"permissions"
@@ -112,6 +115,9 @@ class SQLiteStore(SQLiteSearch, Store):
             if depth == 0:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                damage = _damage(self.path, exc)
+                if damage is not None:
+                    raise damage from exc
                 if isinstance(exc, sqlite3.OperationalError):
                     raise _write_error(self.path, exc) from exc
             else:
@@ -157,10 +163,21 @@ class SQLiteStore(SQLiteSearch, Store):
         self._local.depth = 1
         try:
             yield conn
+        except sqlite3.DatabaseError as exc:
+            damage = _damage(self.path, exc)
+            if damage is None:
+                raise
+            raise damage from exc
         finally:
             self._local.depth = 0
             if conn.in_transaction:
-                conn.execute("COMMIT")
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.DatabaseError as exc:
+                    damage = _damage(self.path, exc)
+                    if damage is None:
+                        raise
+                    raise damage from exc
 
     def migrate(self) -> list[str]:
         """Apply pending migrations, each in its own transaction; return the names applied."""
@@ -425,6 +442,25 @@ def standalone(path: Path) -> Iterator[SQLiteStore]:
             conn.execute("PRAGMA journal_mode = DELETE")
     except sqlite3.Error as exc:
         raise StoreError(f"cannot leave {path} as one self-contained file: {exc}") from exc
+
+
+#: SQLite's codes for a damaged file: a page that does not read as SQLite wrote it.
+_DAMAGED = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+
+
+def _damage(path: Path, exc: BaseException) -> StoreError | None:
+    """A read or write that met a damaged database file, as a StoreError saying what to do
+    (``None`` for any other failure)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return None
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if code not in _DAMAGED and "malformed" not in str(exc):
+        return None
+    return StoreError(
+        f"the database {path} is damaged ({exc}); nothing was written. Restore it from a"
+        f" backup (lossless restore BACKUP), or save what is readable with"
+        f" `sqlite3 {path} .recover` into a new file and import that"
+    )
 
 
 def _write_error(path: Path, exc: sqlite3.OperationalError) -> StoreError:
