@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,3 +175,26 @@ def test_lossless_backup_from_the_cli(tmp_path: Path, run_cli) -> None:  # type:
     assert out.code == 0 and "backed up to" in out.out and "large files in" in out.out
     again = run_cli("--db", str(db), "backup", str(tmp_path / "b.db"))
     assert again.code == 2 and "exists already" in again.err
+
+
+def test_a_backup_stopped_midway_leaves_no_backup_and_the_next_run_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lossless.backup as backup_module
+
+    with Engine.open(tmp_path / "store.db", config=Config()) as engine:
+        engine.ingest("s", {"role": "user", "content": "keep me"})
+        dest = tmp_path / "copy.db"
+        real_check = backup_module._check
+
+        def killed(path: Path) -> Any:
+            raise KeyboardInterrupt  # the process stopped while the copy was being checked
+
+        monkeypatch.setattr(backup_module, "_check", killed)
+        with pytest.raises(KeyboardInterrupt):
+            engine.backup(dest)
+        assert not dest.exists()  # nothing half-made under the name the user gave
+        monkeypatch.setattr(backup_module, "_check", real_check)
+        report = engine.backup(dest)
+    assert report.messages == 1 and dest.exists()
+    assert not list(tmp_path.glob(".copy.db.partial*"))

@@ -84,29 +84,40 @@ def _copy(source: Path, dest: Path) -> None:
 
 
 def backup(store: Store, files_dir: Path, dest: str | os.PathLike[str]) -> BackupReport:
-    """Copy *store* (and *files_dir*) to *dest* (and ``<dest>-files``), then check the copy."""
+    """Copy *store* (and *files_dir*) to *dest* (and ``<dest>-files``), then check the copy.
+
+    The copy is made under a partial name beside *dest* and takes its name only once it is
+    whole and checked, so a backup that is killed leaves no *dest* behind (its partial copy is
+    cleared by the next run)."""
     target = Path(dest).expanduser()
     if target.exists():
         raise BackupError(f"{target} exists already; back up to a new path (nothing was written)")
-    store.backup_to(target)
+    partial = target.with_name(f".{target.name}.partial")
+    partial_files = _files_beside(partial)
+    for leftover in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
+        leftover.unlink(missing_ok=True)  # what a killed run left
+    shutil.rmtree(partial_files, ignore_errors=True)
+    store.backup_to(partial)
     copied_files = None
     if files_dir.is_dir():
-        copied_files = _files_beside(target)
-        shutil.copytree(files_dir, copied_files, symlinks=True)  # links stay links
-        copied_files.chmod(0o700)
+        shutil.copytree(files_dir, partial_files, symlinks=True)  # links stay links
+        partial_files.chmod(0o700)
     try:
-        messages, summaries, problems = _check(target)
+        messages, summaries, problems = _check(partial)
     except LosslessError as exc:  # the copy does not read: the store it was copied from
-        for path in (target, Path(f"{target}-wal"), Path(f"{target}-shm")):
+        for path in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
             path.unlink(missing_ok=True)
-        if copied_files is not None:
-            shutil.rmtree(copied_files, ignore_errors=True)
+        shutil.rmtree(partial_files, ignore_errors=True)
         raise BackupError(
             f"the store {store.location} is damaged: the copy of it does not read"
-            f" ({exc.__cause__ or exc})."
-            f" Nothing was kept at {target}. Restore the store from an earlier backup, or save"
-            f" what is readable with `sqlite3 {store.location} .recover`"
+            f" ({exc.__cause__ or exc}). Nothing was kept at {target}. Restore the store from"
+            f" an earlier backup, or save what is readable with `sqlite3 {store.location}"
+            " .recover`"
         ) from exc
+    if partial_files.is_dir():
+        copied_files = _files_beside(target)
+        os.replace(partial_files, copied_files)
+    os.replace(partial, target)  # last: the backup exists once it is whole
     return BackupReport(
         str(target),
         None if copied_files is None else str(copied_files),
