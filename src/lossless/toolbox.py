@@ -19,12 +19,13 @@ A scope is one of three, fixed when a shell is built:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .engine import ConversationRef, Engine
-from .errors import ArgumentError, NotFoundError
+from .errors import ArgumentError, LosslessError, NotFoundError
 from .model import Conversation
 from .retrieval.context_query import Kind as QueryKind
 from .retrieval.context_query import Order as QueryOrder
@@ -39,6 +40,7 @@ __all__ = [
     "TOOLSETS",
     "ToolScope",
     "call",
+    "call_json",
     "run",
     "tool_schemas",
 ]
@@ -500,3 +502,14 @@ def call(tools: ToolScope, name: str, arguments: Any) -> dict[str, Any]:
     if name not in offered:
         raise ArgumentError(f"no tool {name!r} here; the tools are {', '.join(offered)}")
     return run(tools, name, TOOLS[name].check(arguments))
+
+
+def call_json(scope: Callable[[], ToolScope], name: str, arguments: Mapping[str, Any]) -> str:
+    """A host's tool call answered as the JSON text the model reads: arguments left unset
+    (``None``) are dropped, and lossless's own errors (raised by *scope* or by the tool) come
+    back as ``{"error": ...}`` with their advice instead of ending the host's run."""
+    try:
+        out = call(scope(), name, {k: v for k, v in arguments.items() if v is not None})
+    except LosslessError as exc:
+        out = {"error": str(exc)}
+    return json.dumps(out, ensure_ascii=False, default=str)

@@ -44,9 +44,9 @@ from typing import Any
 from ..assemble import UNTRUSTED_NOTE
 from ..codec import SUMMARY_MESSAGE_LEAD, chat_fingerprint
 from ..engine import Engine
-from ..errors import LosslessError, NotFoundError
+from ..errors import NotFoundError
 from ..resume import HEADER as RESUME_HEADER
-from ..toolbox import SESSION_TOOLS, ToolScope, call, tool_schemas
+from ..toolbox import SESSION_TOOLS, ToolScope, call_json, tool_schemas
 from .absorb import Absorber
 
 INSTALL_HINT = "the Hermes Agent engine needs Hermes Agent: pip install 'lossless[hermes]'"
@@ -239,16 +239,16 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
     def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
         """Run a recall tool the model called; lossless's errors come back as
         ``{"error": ...}`` with their advice."""
-        try:
+
+        def scope() -> ToolScope:
             if self.session_id is None:
                 raise NotFoundError("no Hermes session has started yet; nothing to search")
             if name not in TOOL_NAMES:
                 raise NotFoundError(f"no tool {name!r} here; the tools are {', '.join(TOOL_NAMES)}")
-            scope = ToolScope.of(self.engine, conversation=self.session_id)
-            out = call(scope, name, {k: v for k, v in (args or {}).items() if k != "conversation"})
-        except LosslessError as exc:
-            out = {"error": str(exc)}
-        return json.dumps(out, ensure_ascii=False, default=str)
+            return ToolScope.of(self.engine, conversation=self.session_id)
+
+        arguments = {k: v for k, v in (args or {}).items() if k != "conversation"}
+        return call_json(scope, name, arguments)
 
     def get_status(self) -> dict[str, Any]:
         """Hermes's status fields, and the session's stored messages and summaries."""

@@ -17,15 +17,13 @@ declaration and run by :mod:`lossless.toolbox`.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..engine import Engine
-from ..errors import LosslessError
 from ..retrieval.tools import TOOLS
-from ..toolbox import SESSION_TOOLS, ToolScope, call
+from ..toolbox import SESSION_TOOLS, ToolScope, call_json
 from .generations import Generations, engine_for
 
 INSTALL_HINT = "the LangChain integration needs langchain-core: pip install 'lossless[langchain]'"
@@ -127,13 +125,7 @@ def session_tools(scope: Callable[[RunnableConfig], ToolScope]) -> list[Structur
         declared = TOOLS[name]
 
         def run(config: RunnableConfig, **arguments: Any) -> str:
-            try:
-                out = call(
-                    scope(config), name, {k: v for k, v in arguments.items() if v is not None}
-                )
-            except LosslessError as exc:
-                out = {"error": str(exc)}
-            return json.dumps(out, ensure_ascii=False, default=str)
+            return call_json(lambda: scope(config), name, arguments)
 
         return StructuredTool.from_function(
             func=run,

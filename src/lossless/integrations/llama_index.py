@@ -12,13 +12,11 @@ generation (:mod:`.generations`).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..engine import Engine
-from ..errors import LosslessError
 from ..retrieval.tools import TOOLS
-from ..toolbox import SESSION_TOOLS, ToolScope, call
+from ..toolbox import SESSION_TOOLS, ToolScope, call_json
 from .generations import Generations, engine_for
 
 INSTALL_HINT = (
@@ -132,12 +130,11 @@ def recall_tools(memory: LosslessMemory) -> list[FunctionTool]:
         declared = TOOLS[name]
 
         def run(**arguments: Any) -> str:
-            try:
-                scope = ToolScope.of(memory.engine, conversation=memory.conversation_id())
-                out = call(scope, name, {k: v for k, v in arguments.items() if v is not None})
-            except LosslessError as exc:
-                out = {"error": str(exc)}
-            return json.dumps(out, ensure_ascii=False, default=str)
+            return call_json(
+                lambda: ToolScope.of(memory.engine, conversation=memory.conversation_id()),
+                name,
+                arguments,
+            )
 
         fn = declared.bind(run, Field, omit=("conversation",))
         return FunctionTool.from_defaults(fn=fn, name=name, description=declared.description)

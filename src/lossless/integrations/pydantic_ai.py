@@ -23,10 +23,9 @@ from typing import Any
 
 from ..assemble import UNTRUSTED_NOTE
 from ..engine import Engine
-from ..errors import LosslessError
 from ..resume import HEADER as RESUME_HEADER
 from ..retrieval.tools import TOOLS
-from ..toolbox import SESSION_TOOLS, ToolScope, call
+from ..toolbox import SESSION_TOOLS, ToolScope, call_json
 from .absorb import Absorber
 from .generations import engine_for
 
@@ -163,12 +162,11 @@ class LosslessHistory:
 
         def make(name: str) -> Tool[Any]:
             def run(**arguments: Any) -> str:
-                try:
-                    scope = ToolScope.of(self.engine, conversation=self.session_id)
-                    out = call(scope, name, {k: v for k, v in arguments.items() if v is not None})
-                except LosslessError as exc:
-                    out = {"error": str(exc)}
-                return json.dumps(out, ensure_ascii=False, default=str)
+                return call_json(
+                    lambda: ToolScope.of(self.engine, conversation=self.session_id),
+                    name,
+                    arguments,
+                )
 
             declared = TOOLS[name]
             return Tool.from_schema(
