@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from lossless import Config, Engine, LosslessError, Message, NotFoundError, doctor
+from lossless import Config, Engine, LosslessError, Message, NotFoundError, StoreError, doctor
 from lossless.ingest.files import explore, file_path, read_file
 
 BODY = "\n".join(f"def handler_{i}(event):\n    return event.get({i!r})" for i in range(600))
@@ -136,3 +139,100 @@ def test_exploration_summaries_describe_structure_within_budget() -> None:
     assert code.startswith("app.py: 1,200 lines")
     assert "Defines: handler_0, handler_1" in code
     assert len(code) < 1200
+
+
+def test_the_same_content_under_two_names_is_one_file_and_doctor_stays_clean(
+    small: Engine,
+) -> None:
+    small.ingest_batch(
+        "s",
+        [
+            {"role": "user", "content": f'<file name="app.py">{BODY}</file>'},
+            {"role": "user", "content": f'<file name="app.md">{BODY}</file>'},
+        ],
+    )
+    small.ingest("s", {"role": "user", "content": f'<file name="copy.txt">{BODY}</file>'})
+    [record] = small.store.large_files()
+    written = [p for p in small.files_dir.rglob("*") if p.is_file()]
+    assert [p.relative_to(small.files_dir).as_posix() for p in written] == [record.storage_path]
+    assert small.check() == []
+    for message in small.messages("s"):
+        assert record.file_id in message.content
+        assert BODY in message.to_source()["content"]
+
+
+def _fill_the_disk_after(monkeypatch: pytest.MonkeyPatch, files_dir: Path, writes: int) -> None:
+    """Make large-file writes under *files_dir* fail as a full disk does, after *writes* whole
+    files: half of the next file reaches the disk, then ENOSPC."""
+    real_write = os.write
+    done: list[str] = []
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if not target.startswith(str(files_dir.resolve())) or not target.endswith(".tmp"):
+            return real_write(fd, data)
+        if len(done) < writes:
+            done.append(target)
+            return real_write(fd, data)
+        if os.fstat(fd).st_size == 0:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", write)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to see what is written")
+def test_a_full_disk_while_writing_large_files_stores_nothing_and_leaves_nothing(
+    small: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small.ingest("s", {"role": "user", "content": "stored before the disk filled"})
+    other = BODY.replace("handler", "worker")
+    batch = [
+        {"role": "user", "content": f'<file name="a.py">{BODY}</file>'},
+        {"role": "user", "content": f'<file name="b.py">{other}</file>'},
+    ]
+    with monkeypatch.context() as full, pytest.raises(StoreError) as caught:
+        _fill_the_disk_after(full, small.files_dir, writes=1)
+        small.ingest_batch("s", batch)
+
+    message = str(caught.value)
+    assert os.strerror(errno.ENOSPC) in message and "free disk space" in message
+    assert str(small.files_dir) in message
+    assert [m.content for m in small.messages("s")] == ["stored before the disk filled"]
+    assert [p for p in small.files_dir.rglob("*") if p.is_file()] == []  # no half, no .tmp
+    assert small.check() == []
+
+    small.ingest_batch("s", batch)  # with room again, the same batch goes in whole
+    assert len(small.store.large_files()) == 2
+    assert small.check() == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to see what is written")
+def test_import_on_a_full_disk_is_one_clear_error_and_the_rerun_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any]
+) -> None:
+    db = tmp_path / "store.db"
+    (tmp_path / "config.toml").write_text("large_file_token_threshold = 500\n")
+    monkeypatch.setenv("LOSSLESS_CONFIG", str(tmp_path / "config.toml"))
+    source = tmp_path / "chat.jsonl"
+    lines = [{"role": "user", "content": "hello"}]
+    lines += [
+        {"role": "user", "content": f'<file name="f{i}.py">{BODY}{i}</file>'} for i in range(3)
+    ]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with monkeypatch.context() as full:
+        _fill_the_disk_after(full, Path(f"{db}-files"), writes=1)
+        result = run_cli("--db", str(db), "import", str(source), "--format", "messages")
+
+    assert result.code == StoreError.exit_code
+    assert "Traceback" not in result.err + result.out
+    assert os.strerror(errno.ENOSPC) in result.err and "run the same command again" in result.err
+    assert run_cli("--db", str(db), "doctor").code == 0
+    rerun = run_cli("--db", str(db), "import", str(source), "--format", "messages")
+    assert rerun.code == 0, rerun
+    with Engine.open(db, config=Config().replace(large_file_token_threshold=500)) as engine:
+        [conversation] = engine.conversations()
+        assert [
+            m.to_source() for m in engine.messages(conversation.conversation.conversation_id)
+        ] == lines
+        assert engine.check() == []

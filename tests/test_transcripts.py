@@ -1304,6 +1304,42 @@ def test_cli_import_exits_3_and_names_the_bad_line_on_stderr(tmp_path: Path) -> 
         assert [m.content for m in eng.messages("msgs")] == ["a", "b"]
 
 
+def test_lines_of_another_format_inside_a_transcript_are_reported_not_skipped(
+    tmp_path: Path,
+) -> None:
+    codex_line = {
+        "type": "response_item",
+        "timestamp": "2026-01-01T00:00:02Z",
+        "payload": {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "pasted from a Codex rollout"}],
+        },
+    }
+    path = write_jsonl(
+        tmp_path / "mixed.jsonl",
+        [
+            cc_user(CC, "u1", None, "hello from Claude Code", "2026-01-01T00:00:00Z"),
+            {"role": "user", "content": "a chat message pasted in"},
+            codex_line,
+            cc_user(CC, "u2", "u1", "still Claude Code", "2026-01-01T00:00:03Z"),
+        ],
+    )
+    db = tmp_path / "cli.db"
+
+    result = CliRunner().invoke(cli, ["--db", str(db), "import", str(path)])
+
+    assert result.exit_code == 3, result.output
+    assert f"{path.resolve()}:2: a messages line inside a claude_code transcript" in result.stderr
+    assert f"{path.resolve()}:3: a codex line inside a claude_code transcript" in result.stderr
+    assert "--format codex" in result.stderr
+    with Engine.open(db) as eng:
+        assert [m.content for m in eng.messages(CC)] == [
+            "hello from Claude Code",
+            "still Claude Code",
+        ]
+
+
 def test_cli_import_exits_0_on_a_clean_file_and_says_what_it_imported(tmp_path: Path) -> None:
     path = openclaw_session(tmp_path / "s.jsonl")
     db = tmp_path / "cli.db"

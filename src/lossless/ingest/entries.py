@@ -99,6 +99,14 @@ class TranscriptFormat(ABC):
     def entry(self, line: Line) -> Entry:
         """Classify one parsed line."""
 
+    def claims(self, value: Any) -> bool:
+        """Whether one parsed line, wherever it is found, is unmistakably one of this
+        format's messages (so a file of another format that holds it has been mixed)."""
+        try:
+            return self.entry(Line(0, 0, 0, b"", value)).is_message
+        except ValueError:  # a damaged line of this format is not a message of it
+            return False
+
 
 def text_field(value: Any) -> str | None:
     """A non-empty string field; lone surrogates spelled out so it can be stored as an id."""

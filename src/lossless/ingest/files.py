@@ -13,12 +13,13 @@ leave the files directory and symbolic links are not followed.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
 from pathlib import Path
 
-from ..errors import LosslessError, NotFoundError
+from ..errors import LosslessError, NotFoundError, StoreError
 from ..model import LargeFile, check_file_id
 from ..tokens import estimate_tokens
 
@@ -65,21 +66,56 @@ def file_path(files_dir: Path, conversation_id: int, file_id: str, ext: str) -> 
     return path
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write atomically, owner-only, without following a symbolic link at the target."""
+def _write_private(path: Path, data: bytes) -> bool:
+    """Write atomically, owner-only, without following a symbolic link at the target.
+
+    Returns whether the file was created (False: the same content was already there). A write
+    that fails — a full disk, a quota — leaves no partial file behind and is a
+    :class:`StoreError` that says what to do.
+    """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if path.parent.is_symlink():
         raise LosslessError(f"refusing to write through the symbolic link {path.parent}")
     if path.exists() and not path.is_symlink():
-        return  # same id, same content: already written
+        return False  # same id, same content: already written
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _write_error(path, len(data), exc) from exc
+    return True
+
+
+def _write_error(path: Path, size: int, exc: OSError) -> StoreError:
+    why = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        advice = "free disk space (or raise the quota) and run the same command again"
+    else:
+        advice = f"check that {path.parent} is writable and run the same command again"
+    return StoreError(
+        f"cannot write a large file of {size:,} bytes to {path.parent}: {why}; nothing of "
+        f"this batch was stored — {advice}"
+    )
+
+
+def _existing(path: Path) -> Path:
+    """The stored file holding the same content as *path* under another extension, if any
+    (the same content arriving as ``a.py`` and ``a.txt`` is stored once)."""
+    if path.exists() or not path.parent.is_dir():
+        return path
+    for other in sorted(path.parent.glob(f"{path.stem}.*")):
+        if other.is_file() and not other.is_symlink() and _EXT.match(other.suffix[1:]):
+            return other
+    return path
 
 
 def read_file(files_dir: Path, record: LargeFile) -> str:
@@ -164,19 +200,23 @@ def externalize(
     threshold: int,
     whole: bool = False,
     name: str | None = None,
+    created: list[Path] | None = None,
 ) -> tuple[str, list[LargeFile]]:
     """Store the large files in *text*; return the text with references, and the records.
 
-    With ``whole=True`` the entire text is one file (a single large tool output).
+    With ``whole=True`` the entire text is one file (a single large tool output). The files
+    this call writes for the first time are appended to *created* (so a caller whose
+    transaction fails can take them back).
     """
     records: list[LargeFile] = []
 
     def store(body: str, file_name: str | None, mime: str | None) -> LargeFile:
         fid = file_id_for(conversation_id, body)
         ext = _extension(file_name)
-        path = file_path(files_dir, conversation_id, fid, ext)
+        path = _existing(file_path(files_dir, conversation_id, fid, ext))
         data = _bytes(body)
-        _write_private(path, data)
+        if _write_private(path, data) and created is not None:
+            created.append(path)
         record = LargeFile(
             file_id=fid,
             conversation_id=conversation_id,

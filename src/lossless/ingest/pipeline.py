@@ -8,8 +8,10 @@ message a repeat; everything else is appended, exactly.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..model import Conversation, IngestResult, NormalizedMessage
@@ -20,7 +22,7 @@ from .shapes import keep_text_in_parts, normalize
 if TYPE_CHECKING:
     from ..services import Services
 
-__all__ = ["append", "externalize", "prepare"]
+__all__ = ["append", "externalize", "prepare", "remove_files"]
 
 
 def prepare(
@@ -52,8 +54,14 @@ def prepare(
     return norm
 
 
-def externalize(services: Services, conversation_id: int, norm: NormalizedMessage) -> None:
-    """Keep the large files of *norm* outside its plain text (its parts stay exact)."""
+def externalize(
+    services: Services,
+    conversation_id: int,
+    norm: NormalizedMessage,
+    created: list[Path] | None = None,
+) -> None:
+    """Keep the large files of *norm* outside its plain text (its parts stay exact); the files
+    written for the first time are added to *created*."""
     threshold = services.config.large_file_token_threshold
     if len(norm.content) < threshold or services.tokens.count(norm.content) <= threshold:
         return  # a token is at least a character for any tokenizer
@@ -66,6 +74,7 @@ def externalize(services: Services, conversation_id: int, norm: NormalizedMessag
         threshold=threshold,
         whole=whole,
         name=f"{results[0].tool_name or 'tool'}-output.txt" if whole else None,
+        created=created,
     )
     if records:
         keep_text_in_parts(norm)
@@ -77,9 +86,25 @@ def externalize(services: Services, conversation_id: int, norm: NormalizedMessag
 def append(
     services: Services, conversation: Conversation, norms: list[NormalizedMessage]
 ) -> IngestResult:
-    """Store *norms* at the end of *conversation*, in one transaction under its lock."""
-    for norm in norms:
-        externalize(services, conversation.conversation_id, norm)
-    with services.lock(conversation.conversation_id):
-        ids, skipped = services.store.append_messages(conversation, norms)
+    """Store *norms* at the end of *conversation*, in one transaction under its lock.
+
+    Large files are written before the transaction; if anything fails, the files this batch
+    wrote for the first time are removed again, so a refused batch leaves nothing behind."""
+    created: list[Path] = []
+    try:
+        for norm in norms:
+            externalize(services, conversation.conversation_id, norm, created)
+        with services.lock(conversation.conversation_id):
+            ids, skipped = services.store.append_messages(conversation, norms)
+    except BaseException:
+        remove_files(created)
+        raise
     return IngestResult(conversation.conversation_id, tuple(ids), skipped)
+
+
+def remove_files(paths: list[Path]) -> None:
+    """Take back the large files a failed batch wrote (best effort: a file that cannot be
+    removed is what ``lossless doctor`` reports as a stray file)."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.unlink()

@@ -42,8 +42,9 @@ from ..errors import (
 )
 from ..model import Checkpoint, Conversation, NormalizedMessage
 from .entries import Entry, FileIdentity, Line, TranscriptFormat
-from .pipeline import externalize, prepare
+from .pipeline import externalize, prepare, remove_files
 from .transcripts import (
+    FORMATS,
     detect_transcript_format,
     get_format,
     head_hash,
@@ -351,7 +352,20 @@ def _scan(
                 except ValueError as exc:
                     scan.problems.append(ImportProblem(str(file), line.line_no, str(exc)))
                 else:
-                    _note(scan, entry, lane)
+                    foreign = None if entry.is_message else _foreign_format(fmt, line.value)
+                    if foreign is not None:
+                        scan.problems.append(
+                            ImportProblem(
+                                str(file),
+                                line.line_no,
+                                f"a {foreign} line inside a {fmt.name} transcript, not"
+                                " imported: a file is read in one format (move the line to a"
+                                f" file of its own, or, if the whole file is {foreign}, import"
+                                f" it with --format {foreign})",
+                            )
+                        )
+                    else:
+                        _note(scan, entry, lane)
             if line.raw:
                 scan.last_line_start = line.start
                 scan.last_line_hash = hashlib.sha256(line.raw).hexdigest()
@@ -363,6 +377,14 @@ def _scan(
             if progress is not None:
                 progress(line.end, size)
     return scan
+
+
+def _foreign_format(fmt: TranscriptFormat, value: Any) -> str | None:
+    """The other format whose message *value* unmistakably is (a line *fmt* skips)."""
+    for other in FORMATS.values():
+        if other is not fmt and other.not_a_transcript is None and other.claims(value):
+            return other.name
+    return None
 
 
 def _note(scan: _Scan, entry: Entry, lane: str) -> None:
@@ -600,10 +622,15 @@ def _import(
     def flush() -> None:
         nonlocal imported, batch, batch_bytes
         if batch:
-            with store.transaction():
-                for norm in batch:
-                    externalize(services, conv.conversation_id, norm)
-                ids, _ = store.append_messages(conv, batch)
+            created: list[Path] = []
+            try:
+                with store.transaction():
+                    for norm in batch:
+                        externalize(services, conv.conversation_id, norm, created)
+                    ids, _ = store.append_messages(conv, batch)
+            except BaseException:
+                remove_files(created)
+                raise
             imported += len(ids)
         batch = []
         batch_bytes = 0

@@ -8,10 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from ...codec import safe_id
+from ...errors import UnknownShapeError
 from ...timestamps import parse_ts
 from ..entries import Entry, FileIdentity, Line, TranscriptFormat
+from ..shapes import detect_format
 
 __all__ = ["MessagesFormat"]
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class MessagesFormat(TranscriptFormat):
@@ -25,6 +29,19 @@ class MessagesFormat(TranscriptFormat):
 
     def identify(self, path: Path, head: Sequence[Any]) -> FileIdentity:
         return FileIdentity(self.name, safe_id(path.stem), None)
+
+    def claims(self, value: Any) -> bool:
+        # Every object is a message here (an unknown kind is kept verbatim): only a chat
+        # message with a role and content is unmistakable (a bare item type such as
+        # "compaction" is also a host's bookkeeping record).
+        if not isinstance(value, Mapping) or value.get("role") not in _ROLES:
+            return False
+        if "content" not in value:
+            return False
+        try:
+            return detect_format(value) not in ("unknown", "lossless")
+        except UnknownShapeError:
+            return False
 
     def entry(self, line: Line) -> Entry:
         obj = line.value
