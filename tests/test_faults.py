@@ -725,6 +725,23 @@ def test_a_write_to_a_read_only_store_is_a_store_error_naming_the_file(
     assert str(read_only_store) in str(error) and "permission" in str(error)
 
 
+def test_doctor_on_a_read_only_store_reports_no_false_damage_and_says_what_it_skipped(
+    read_only_store: Path,
+) -> None:
+    def attempt() -> tuple[list[doctor.Problem], list[str]]:
+        with Engine.open(read_only_store, config=Config()) as engine:
+            return engine.check(), engine.check_notes()
+
+    problems, notes = as_unprivileged(attempt)
+
+    assert problems == []
+    [note] = notes
+    assert str(read_only_store) in note and "read-only" in note and "backup" in note
+    read_only_store.chmod(0o600)
+    with Engine.open(read_only_store, config=Config()) as engine:
+        assert engine.check() == [] and engine.check_notes() == []
+
+
 def test_a_turn_stops_calling_a_hanging_model_at_its_run_deadline(tmp_path: Path) -> None:
     from lossless.config import GuardsConfig
     from lossless.summarize import Delay, ScriptedSummarizer

@@ -81,7 +81,7 @@ def test_a_session_over_stdio_compacts_assembles_within_budget_and_recalls(
 
     state = client.status("s1")
     assert state["messages"] == 80 and state["summaries"] > 0
-    assert client.doctor() == {"ok": True, "problems": []}
+    assert client.doctor() == {"ok": True, "problems": [], "notes": []}
     client.close()
     assert client.process.returncode == 0
     with Engine.open(db, config=Config()) as engine:  # every turn stored once, in order

@@ -152,5 +152,6 @@ class AsyncEngine:
     check_grant = _offload(Engine.check_grant)
     compaction_plan = _offload(Engine.compaction_plan)
     check = _offload(Engine.check)
+    check_notes = _offload(Engine.check_notes)
     finish_indexes = _offload(Engine.finish_indexes)
     rebuild_indexes = _offload(Engine.rebuild_indexes)

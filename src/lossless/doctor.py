@@ -9,7 +9,7 @@ from typing import Any
 from .store.base import Store
 from .summarize.escalation import TRUNCATION_MARKER
 
-__all__ = ["Problem", "check", "stray_files"]
+__all__ = ["Problem", "check", "notes", "stray_files"]
 
 _LIMIT = 1000  # rows reported per check; a damaged store can have millions
 
@@ -150,6 +150,12 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
             )
         )
     return problems
+
+
+def notes(store: Store) -> list[str]:
+    """The checks :func:`check` could not run here, each with why and what to do instead."""
+    reason = store.fts_unchecked()
+    return [reason] if reason else []
 
 
 def stray_files(store: Store, files_dir: Path) -> list[Problem]:

@@ -100,8 +100,13 @@ def doctor_command(state: State, rebuild_fts: bool, do_apply: bool, as_json: boo
                     highlight=False,
                 )
     problems = engine.check(degraded=True)
+    notes = engine.check_notes()
     if as_json:
-        data: dict[str, object] = {"ok": not problems, "problems": [p.to_dict() for p in problems]}
+        data: dict[str, object] = {
+            "ok": not problems,
+            "problems": [p.to_dict() for p in problems],
+            "notes": notes,
+        }
         if repaired is not None:
             data["repaired"] = repaired.to_dict()
         emit_json(data)
@@ -115,6 +120,8 @@ def doctor_command(state: State, rebuild_fts: bool, do_apply: bool, as_json: boo
                 highlight=False,
             )
         stdout.print(f"{len(problems)} problem(s)")
+    for note in notes if not as_json else []:
+        stdout.print(f"note: {escape(note)}", highlight=False)
     if problems:
         sys.exit(EXIT_ERROR)
 

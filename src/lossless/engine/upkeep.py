@@ -146,6 +146,11 @@ class Upkeep(Facade):
             self.store, self.files_dir
         )
 
+    def check_notes(self) -> list[str]:
+        """The checks :meth:`check` could not run here (a read-only database file), each
+        with why and what to do instead; empty when every check ran."""
+        return doctor.notes(self.store)
+
     def finish_indexes(self) -> int:
         """Bring the search indexes a large import left behind up to date; rows indexed."""
         return self.store.catch_up_indexes()

@@ -188,7 +188,11 @@ def _status(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
 
 def _doctor(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     problems = engine.check(degraded=a["degraded"])
-    return {"ok": not problems, "problems": [p.to_dict() for p in problems]}
+    return {
+        "ok": not problems,
+        "problems": [p.to_dict() for p in problems],
+        "notes": engine.check_notes(),
+    }
 
 
 def _scope(engine: Engine, session_id: str | None) -> ToolScope:

@@ -151,6 +151,10 @@ class StoreCore(ABC):
     def fts_problems(self) -> list[tuple[str, str, str]]:
         """Search-index rows that do not match their sources: (index, id, problem)."""
 
+    def fts_unchecked(self) -> str | None:
+        """Why part of :meth:`fts_problems` cannot run here (None: every check runs)."""
+        return None
+
     @abstractmethod
     def rebuild_fts(self) -> None:
         """Rebuild every search index from its source table."""

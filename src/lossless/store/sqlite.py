@@ -339,9 +339,26 @@ class SQLiteStore(SQLiteSearch, Store):
                     chunk,
                 )
 
+    def fts_unchecked(self) -> str | None:
+        """FTS5 compares an index with its text only through a write statement
+        (``'integrity-check'``), which a read-only database file refuses: say so rather than
+        report the refusal as damage."""
+        if str(self.path) == ":memory:":
+            return None
+        try:
+            os.close(os.open(self.path, os.O_RDWR))
+        except OSError as exc:
+            return (
+                f"{self.path} is read-only here ({exc.strerror}): the full-text indexes were "
+                "checked for missing and orphaned rows but not compared with their text; run "
+                "doctor as a user who can write the file, or on a copy made with `lossless backup`"
+            )
+        return None
+
     def fts_problems(self) -> list[tuple[str, str, str]]:
         """Full-text rows that do not match their sources: (index, id, problem)."""
         problems: list[tuple[str, str, str]] = []
+        compare = self.fts_unchecked() is None
         checks = [
             ("messages_fts", "messages", "message_id", "msg#"),
             ("messages_trigram", "messages", "message_id", "msg#"),
@@ -377,6 +394,8 @@ class SQLiteStore(SQLiteSearch, Store):
                     ).fetchone()
                 )
                 rank = 0 if pending else 1
+                if not compare:
+                    continue
                 try:
                     conn.execute(
                         f"INSERT INTO {fts} ({fts}, rank) VALUES ('integrity-check', {rank})"
