@@ -241,6 +241,24 @@ async def test_bad_grep_input_is_a_tool_error_that_says_what_to_do(engine: Engin
     assert "'gamma'" in unknown and "lcm_list_conversations" in unknown
 
 
+async def test_wrong_or_missing_arguments_are_refused_in_lossless_words(engine: Engine) -> None:
+    async with connected(engine) as client:
+        as_true = await refusal(client, "get_history", conversation=True)
+        limit_true = await refusal(client, "lcm_grep", pattern="port", limit=True)
+        number = await refusal(client, "lcm_grep", pattern=5)
+        missing = await refusal(client, "lcm_grep")
+        unknown = await refusal(client, "lcm_grep", pattern="port", patern="port")
+        assert (await call(client, "lcm_grep", pattern="port"))["hits"]
+    for text in (as_true, limit_true, number, missing, unknown):
+        assert "pydantic" not in text and "validation error" not in text, text
+    assert "conversation must be a conversation id or a session id" in as_true
+    assert "got True" in as_true  # not read as conversation 1
+    assert "limit must be an integer" in limit_true
+    assert "pattern must be a string" in number
+    assert "lcm_grep needs pattern" in missing
+    assert "'patern'" in unknown and "pattern" in unknown
+
+
 async def test_grep_time_bounds_take_iso_dates(engine: Engine) -> None:
     async with connected(engine) as client:
         future = await call(client, "lcm_grep", pattern="port staging", since="2999-01-01")
@@ -677,3 +695,59 @@ def test_serving_off_loopback_needs_a_long_enough_token(run_cli, tmp_path: Path)
     assert exposed.code == 2 and "give --token" in exposed.err
     short = run_cli("--db", db, "mcp", "--http", "--token", "abc")
     assert short.code == 2 and "too short" in short.err
+
+
+#: Lines an MCP client might send that the SDK alone drops without an answer, with the id the
+#: answer must carry and the JSON-RPC code.
+MALFORMED = [
+    (b"{not json", None, -32700),
+    (b"[]", None, -32600),
+    (b"null", None, -32600),
+    (b"\xff\xfe binary", None, -32700),
+    (b'{"jsonrpc": "1.0", "id": 5, "method": "tools/list"}', 5, -32600),
+    (b'{"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": [1]}', 6, -32602),
+    (b'{"jsonrpc": "2.0", "id": "seven"}', "seven", -32600),
+    (b'{"jsonrpc": "2.0", "id": 8, "method": 3}', 8, -32600),
+]
+
+
+def test_malformed_json_rpc_on_stdio_gets_an_error_answer_and_the_server_goes_on(
+    tmp_path: Path,
+) -> None:
+    db = _stored(tmp_path)
+    command, prefix = _lossless_command()
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+    lines = [json.dumps(initialize).encode()]
+    lines.append(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+    lines += [line for line, _, _ in MALFORMED]
+    lines.append(b"x" * (17 * 1024 * 1024))  # over the size limit
+    lines.append(b'{"jsonrpc": "2.0", "id": 99, "method": "tools/list"}')
+    with subprocess.Popen(
+        [command, *prefix, "mcp", "--db", str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **_environment(tmp_path)},
+    ) as server:
+        out, err = server.communicate(b"\n".join(lines) + b"\n", timeout=60)
+    answers = [json.loads(line) for line in out.splitlines()]
+    errors = [a for a in answers if "error" in a]
+    expected = [(rid, code) for _, rid, code in MALFORMED] + [(None, -32600)]
+    assert sorted(((e["id"], e["error"]["code"]) for e in errors), key=repr) == sorted(
+        expected, key=repr
+    ), err.decode()
+    for e in errors:
+        assert len(e["error"]["message"]) > 20  # says what was wrong
+    assert any("over 16 MB" in e["error"]["message"] for e in errors)
+    [listed] = [a for a in answers if a.get("id") == 99]
+    assert {t["name"] for t in listed["result"]["tools"]} == STORE_TOOLS
+    assert b"Traceback" not in err

@@ -20,23 +20,35 @@ with its session summary versions on request), and the store and pinned modes
 ``summarize_session`` (the versioned, incremental whole-session summary).
 
 The tools are :mod:`lossless.toolbox`'s. The engine and the scope reach them through the
-server's lifespan context (a :class:`Recall`, the toolbox's ``ToolScope``), and
-every :class:`~lossless.errors.LosslessError` becomes a tool error carrying its message: what
-was wrong and what to do. Anything else is the SDK's: logged with its traceback, reported to the
-client as a generic tool error, and the server goes on.
+server's lifespan context (a :class:`Recall`, the toolbox's ``ToolScope``). A call's arguments
+are checked against the one declaration (:mod:`lossless.retrieval.tools`) before the SDK sees
+them, so a wrong or missing argument is a tool error in lossless's words (what was wrong, what
+would do), never a value coerced into another (``true`` is not conversation 1). Every
+:class:`~lossless.errors.LosslessError` becomes a tool error carrying its message. Anything else
+is the SDK's: logged with its traceback, reported to the client as a generic tool error, and the
+server goes on.
+
+On stdio, a guard stands between the wire and the SDK (:func:`serve`): a line that is not a
+JSON-RPC message the SDK accepts — not JSON, not UTF-8, over :data:`MAX_MESSAGE_BYTES`, a wrong
+``jsonrpc``, ``params`` that are not an object — is answered with a JSON-RPC error (carrying the
+request's id when it has one), so a client waiting on that id is never left hanging; the SDK
+alone would drop it.
 """
 
 from __future__ import annotations
 
 import hmac
 import inspect
+import json
+import os
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import IO, Any, cast
 
-from . import __version__, toolbox
+from . import __version__, jsonrpc, toolbox
 from .engine import ConversationRef, Engine
-from .errors import LosslessError
+from .errors import ArgumentError, LosslessError
 from .retrieval.tools import TOOLS
 from .toolbox import MANIFEST_SHOWN, RECALL_ORDER, TOOLSETS
 from .toolbox import ToolScope as Recall
@@ -44,10 +56,13 @@ from .toolbox import ToolScope as Recall
 INSTALL_HINT = "the MCP server needs the official MCP Python SDK: pip install 'lossless[mcp]'"
 
 try:
+    import anyio
+    import mcp_types
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.stdio import stdio_server
     from mcp_types import ToolAnnotations
-    from pydantic import Field
+    from pydantic import Field, ValidationError
 except ModuleNotFoundError as exc:  # the optional dependency is missing: say how to add it
     if (exc.name or "").partition(".")[0] not in ("mcp", "mcp_types", "pydantic"):
         raise
@@ -56,6 +71,7 @@ except ModuleNotFoundError as exc:  # the optional dependency is missing: say ho
 __all__ = [
     "INSTALL_HINT",
     "MANIFEST_SHOWN",
+    "MAX_MESSAGE_BYTES",
     "TOOLSETS",
     "Recall",
     "build_server",
@@ -118,6 +134,24 @@ _CONTEXT = inspect.Parameter(
 )
 
 
+class RecallServer(MCPServer[Recall]):
+    """The SDK's server, with each recall tool's arguments checked against its declaration
+    first: the SDK's own validation would coerce (``true`` → 1, ``"3"`` → 3) and word its
+    refusals for a developer."""
+
+    offered: tuple[str, ...] = ()
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Recall, Any] | None = None
+    ) -> Any:
+        if name in self.offered:
+            try:
+                arguments = TOOLS[name].check(arguments)
+            except ArgumentError as exc:
+                raise ToolError(str(exc)) from exc
+        return await super().call_tool(name, arguments, context)
+
+
 def build_server(
     engine: Engine,
     *,
@@ -138,7 +172,7 @@ def build_server(
     async def lifespan(_server: MCPServer[Recall]) -> AsyncIterator[Recall]:
         yield recall
 
-    server: MCPServer[Recall] = MCPServer(
+    server = RecallServer(
         name,
         title="lossless",
         version=__version__,
@@ -150,7 +184,8 @@ def build_server(
         lifespan=lifespan,
         log_level="WARNING",
     )
-    for name in TOOLSETS[recall.mode]:
+    server.offered = TOOLSETS[recall.mode]
+    for name in server.offered:
         declared = TOOLS[name]
         server.add_tool(
             declared.bind(_implementation(name), Field, leading=[_CONTEXT]),
@@ -177,7 +212,7 @@ def serve(
     every HTTP request must carry ``Authorization: Bearer TOKEN`` (401 otherwise).
     """
     if not http:
-        server.run("stdio")
+        anyio.run(_serve_stdio, server)
         return
     import uvicorn
 
@@ -213,3 +248,140 @@ def require_token(app: Any, token: str) -> Any:
         await app(scope, receive, send)
 
     return guarded
+
+
+# --- stdio: the guard between the wire and the SDK ---------------------------------------------
+
+#: The largest message read on stdio; a longer line is answered with an error and skipped.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+async def _serve_stdio(server: MCPServer[Recall]) -> None:
+    """Serve *server* on this process's stdin and stdout through :class:`_Guard`. While it
+    serves, fd 0 reads the null device and fd 1 writes to stderr, so nothing printed by
+    accident reaches the wire."""
+    sys.stdout.flush()
+    wire_in = os.fdopen(os.dup(0), "rb")
+    wire_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    out = _Wire(wire_out)
+    guard = _Guard(wire_in, out)
+    # The SDK reads lines from *guard* and writes its replies to *out*: duck-typed text files.
+    async with stdio_server(stdin=cast(Any, guard), stdout=cast(Any, out)) as (
+        read_stream,
+        write_stream,
+    ):
+        # The SDK's own run_stdio_async does exactly this, over the process's streams.
+        lowlevel = server._lowlevel_server
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+
+class _Wire:
+    """The protocol's stdout: one whole line per write, never two writers inside one line."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._lock = anyio.Lock()
+
+    async def write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        async with self._lock:
+            await anyio.to_thread.run_sync(self._raw.write, data)
+
+    async def flush(self) -> None:
+        """Each write is already on the wire (the file is unbuffered)."""
+
+    async def refuse(self, rid: Any, code: int, message: str) -> None:
+        await self.write(
+            json.dumps(jsonrpc.error(rid, code, message), separators=(",", ":")) + "\n"
+        )
+
+
+class _Guard:
+    """stdin as the SDK reads it (lines of text), holding back what it would drop: each such
+    line is answered on the wire with a JSON-RPC error saying what was wrong."""
+
+    def __init__(self, raw: IO[bytes], out: _Wire) -> None:
+        self._raw = raw
+        self._out = out
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    def _read_line(self) -> tuple[bytes, bool]:
+        """The next line (``b""`` at the end) and whether it was over the limit (then only
+        its start is kept; the rest is read and dropped)."""
+        line = self._raw.readline(MAX_MESSAGE_BYTES + 1)
+        if len(line) <= MAX_MESSAGE_BYTES or line.endswith(b"\n"):
+            return line, False
+        while True:
+            rest = self._raw.readline(1024 * 1024)
+            if not rest or rest.endswith(b"\n"):
+                return line[:64], True
+
+    async def _lines(self) -> AsyncIterator[str]:
+        while True:
+            raw, too_long = await anyio.to_thread.run_sync(self._read_line)
+            if not raw:
+                return
+            if too_long:
+                await self._out.refuse(
+                    None,
+                    jsonrpc.INVALID_REQUEST,
+                    f"a message over {MAX_MESSAGE_BYTES // (1024 * 1024)} MB was skipped; send"
+                    " smaller arguments (a search pattern takes at most a few thousand"
+                    " characters)",
+                )
+                continue
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                await self._out.refuse(
+                    None,
+                    jsonrpc.PARSE_ERROR,
+                    f"the message is not UTF-8 text ({exc.reason} at byte {exc.start}); send"
+                    " one JSON-RPC 2.0 message per line, encoded as UTF-8",
+                )
+                continue
+            try:
+                mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+            except ValidationError as exc:
+                refusal = _refusal(text, exc)
+                if refusal is not None:
+                    await self._out.refuse(*refusal)
+                continue
+            yield text
+
+
+def _refusal(text: str, exc: ValidationError) -> tuple[Any, int, str] | None:
+    """The error answering a line the SDK cannot read (``None`` for a malformed reply to one
+    of the server's own requests: JSON-RPC never answers a response)."""
+    try:
+        message = json.loads(text)
+    except ValueError as err:
+        return (
+            None,
+            jsonrpc.PARSE_ERROR,
+            f"the message is not JSON ({err}); send one JSON-RPC 2.0 message per line",
+        )
+    problem = jsonrpc.envelope_problem(message)
+    if problem is not None:
+        if (
+            isinstance(message, dict)
+            and "method" not in message
+            and ("result" in message or "error" in message)
+        ):
+            return None
+        return problem
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"][1:]) or "the message"
+    return (
+        jsonrpc.request_id(message),
+        jsonrpc.INVALID_REQUEST,
+        f"not a JSON-RPC 2.0 message this server reads: {where}: {first['msg']}",
+    )

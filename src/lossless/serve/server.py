@@ -42,6 +42,15 @@ from ..errors import (
     StoreError,
     UnknownShapeError,
 )
+from ..jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    envelope_problem,
+)
+from ..jsonrpc import error as _error
 from .methods import METHODS, discover
 
 __all__ = [
@@ -56,12 +65,6 @@ logger = logging.getLogger(__name__)
 #: The largest request (a line on stdio, a body over HTTP): a batch of big messages fits.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
-# JSON-RPC 2.0's own codes, then lossless's (the -32000..-32099 range is the server's).
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 #: A lossless error by its class: the code a client can branch on (data.type names it too).
 ERROR_CODES: dict[type[LosslessError], int] = {
     NotFoundError: -32001,
@@ -109,22 +112,12 @@ class Dispatcher:
 
     async def one(self, request: Any) -> dict[str, Any] | None:
         """The response to one request (``None`` for a notification: a request without id)."""
-        if not isinstance(request, dict):
-            return _error(None, INVALID_REQUEST, "a request must be a JSON object")
+        problem = envelope_problem(request)
+        if problem is not None:
+            return _error(*problem)
         rid = request.get("id")
-        notification = "id" not in request
-        if not (rid is None or isinstance(rid, str | int)) or isinstance(rid, bool):
-            return _error(None, INVALID_REQUEST, "id must be a string, a number or null")
-        if request.get("jsonrpc") != "2.0":
-            return _error(rid, INVALID_REQUEST, 'every request needs "jsonrpc": "2.0"')
-        name = request.get("method")
-        if not isinstance(name, str):
-            return _error(rid, INVALID_REQUEST, "method must be a string")
-        params = request.get("params", {})
-        if isinstance(params, list):
-            return _error(rid, INVALID_PARAMS, "params must be an object of named values")
-        reply = await self._call(rid, name, params)
-        return None if notification else reply
+        reply = await self._call(rid, request["method"], request.get("params", {}))
+        return None if "id" not in request else reply
 
     # --- calls ---------------------------------------------------------------------------
 
@@ -200,13 +193,6 @@ class Dispatcher:
     def close(self) -> None:
         """Stop the worker threads (after :meth:`drain`); the engine stays the caller's."""
         self._pool.shutdown(wait=True)
-
-
-def _error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
 def _dump(value: Any) -> bytes:
