@@ -122,13 +122,22 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
 
 
 async def settle(pilot: Pilot[Any]) -> None:
-    """Wait until the workers are done and what they started (a detail read after a table
-    filled, say) is done too; bounded."""
+    """Wait until the workers are done, what they started (a detail read after a table
+    filled, say) is done too, and every table has laid out the rows it was given (a table
+    sizes its columns when idle, after the rows arrive); bounded."""
     for _ in range(20):
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
-        if not any(w.is_running or w.state.name == "PENDING" for w in pilot.app.workers):
+        if any(w.is_running or w.state.name == "PENDING" for w in pilot.app.workers):
+            continue
+        if not any(_laying_out(table) for table in pilot.app.screen.query(DataTable)):
             return
+
+
+def _laying_out(table: DataTable[Any]) -> bool:
+    """Whether *table* still has cells or column widths to update (Textual's DataTable does
+    that on its next idle)."""
+    return bool(table._updated_cells) or table._require_update_dimensions
 
 
 async def press(pilot: Pilot[Any], *keys: str) -> None:
