@@ -11,7 +11,9 @@ time and flushed at once (so the parent sees each when it happens):
   acknowledged batch must survive any crash;
 * ``holding`` with ``--hold N``: the N-th write transaction of the operation has done all of
   its writes and waits, uncommitted, to be killed (the parent kills it there, so a kill lands
-  inside an open transaction every time, not only when the timing happens to);
+  inside an open transaction every time, not only when the timing happens to); for
+  ``backup`` and ``restore``, which write files rather than transactions, the N-th of their
+  steps has finished;
 * ``done`` when the operation finished.
 
 The same module gives the parent the configurations, the summarizer and the operations, so it
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from lossless import Config, Engine
+from lossless import backup as backup_module
+from lossless.backup import restore
 from lossless.store import SQLiteStore, is_postgres_url
 from lossless.store import migrations as migrations_module
 from lossless.store.postgres import PostgresStore
@@ -163,16 +167,34 @@ HOLD_STEPS = {
     "migrate": ("record_tool_executions", migrations_module),
 }
 
+#: The steps of the file operations, in order: ``--hold N`` stops after the N-th (each one
+#: ends a window a kill can land in).
+STEPS: dict[str, list[tuple[str, Any]]] = {
+    "backup": [("backup_to", SQLiteStore), ("_check", backup_module)],
+    "restore": [
+        ("_copy", backup_module),
+        ("_settle", backup_module),
+        ("_link_tree", backup_module),
+        ("_merge_files", backup_module),
+        ("_keep_aside", backup_module),
+    ],
+}
+
 
 def main(argv: list[str]) -> None:
     operation, db = argv[0], argv[1]
     rest = argv[2:]
     if "--hold" in rest:
         at = rest.index("--hold")
-        name, owner = HOLD_STEPS[operation]
-        if owner is SQLiteStore and is_postgres_url(db):
-            owner = PostgresStore
-        hold_at(name, int(rest[at + 1]), owner)
+        n = int(rest[at + 1])
+        if operation in STEPS:  # no write transaction: stop after the n-th of its steps
+            name, owner = STEPS[operation][n - 1]
+            hold_at(name, 1, owner)
+        else:
+            name, owner = HOLD_STEPS[operation]
+            if owner is SQLiteStore and is_postgres_url(db):
+                owner = PostgresStore
+            hold_at(name, n, owner)
         rest = rest[:at] + rest[at + 2 :]
     if operation == "migrate":
         emit("ready")
@@ -190,6 +212,13 @@ def main(argv: list[str]) -> None:
         with Engine.open(db, config=config, summarizer=slow_summarizer()) as engine:
             emit("ready")
             engine.compact("s")
+    elif operation == "backup":
+        with Engine.open(db, config=Config()) as engine:
+            emit("ready")
+            engine.backup(Path(rest[0]))
+    elif operation == "restore":
+        emit("ready")
+        restore(Path(rest[0]), Path(db), Path(f"{db}-files"))
     elif operation == "transplant":
         with Engine.open(db, config=TRANSPLANT_CONFIG) as engine:
             emit("ready")

@@ -198,3 +198,33 @@ def test_a_backup_stopped_midway_leaves_no_backup_and_the_next_run_succeeds(
         report = engine.backup(dest)
     assert report.messages == 1 and dest.exists()
     assert not list(tmp_path.glob(".copy.db.partial*"))
+
+
+def test_restore_refuses_while_another_process_is_using_the_store_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    from lossless.backup import restore
+
+    db = tmp_path / "main.db"
+    engine = filled(db)
+    engine.backup(tmp_path / "good.db")
+    reader = sqlite3.connect(db)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM messages").fetchone()  # holds its snapshot
+        engine.ingest("s", {"role": "user", "content": "written while a reader holds on"})
+        with pytest.raises(BackupError, match=r"in use.*nothing was replaced"):
+            restore(tmp_path / "good.db", db, engine.files_dir)
+        assert engine.messages("s")[-1].content == "written while a reader holds on"
+        assert not list(tmp_path.glob("main.db.before-restore-*"))
+        assert not list(tmp_path.glob("main.db.restoring*"))
+    finally:
+        reader.close()
+        engine.close()
+    report = restore(tmp_path / "good.db", db, tmp_path / "main.db-files")
+    assert report.kept_aside is not None
+    with Engine.open(report.kept_aside, config=SMALL) as kept:  # whole, with its own files
+        assert kept.messages("s")[-1].content == "written while a reader holds on"
+        assert kept.check() == []
+    with Engine.open(db, config=SMALL) as restored:
+        assert restored.check() == []

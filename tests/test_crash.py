@@ -2,10 +2,12 @@
 
 A child process (``crash_child.py``) runs one operation on a copy of a prepared store — a bulk
 import, an ingest loop that acknowledges each committed call, a run of leaf passes, a run of
-condensed passes, a transplant of a large source, a migration of an old-schema store — and is
-killed with SIGKILL. Even rounds kill it at a random moment (after a seeded number of progress
-lines plus a seeded random delay); odd rounds stop it inside its N-th write transaction (N
-seeded), all writes done and the commit not yet made, and kill it there. After each kill:
+condensed passes, a transplant of a large source, a migration of an old-schema store, a backup
+and a restore (SQLite's: with their large files) — and is killed with SIGKILL. Even rounds
+kill it at a random moment (after a seeded number of progress lines plus a seeded random
+delay); odd rounds stop it inside its N-th write transaction (N seeded), all writes done and
+the commit not yet made, and kill it there (for backup and restore, which write files, after
+the N-th of their steps). After each kill:
 
 * ``doctor`` finds nothing and SQLite's own integrity check passes;
 * every acknowledged message is stored exactly once, and nothing half written is left (whole
@@ -523,6 +525,141 @@ def test_a_killed_transplant_is_applied_whole_or_not_at_all_and_then_exactly_onc
         )[0][0]
         assert summaries == transplant_case.summaries_after
         assert_whole(engine.store)
+
+
+# --- backup and restore (SQLite: PostgreSQL is backed up with the server's own tools) ---------
+
+BACKUP_TURNS = 600
+#: A large file per this many turns: the backup and the restore copy files as well.
+FILE_EVERY = 40
+
+
+def _with_files(engine: Engine, session: str, tag: str, count: int) -> None:
+    for i in range(count):
+        body = "\n".join(f"{tag} {i} row {j}: value={j * 7}" for j in range(6_000))
+        engine.ingest(
+            session, {"role": "user", "content": f'<file name="{tag}{i}.txt">{body}</file>'}
+        )
+
+
+@dataclass(frozen=True)
+class BackupCase:
+    store: Path
+    seconds: float  # how long an uninterrupted backup takes here
+    messages: list[tuple[Any, ...]]
+    backup: Path  # a backup of an earlier state of the store
+    backup_messages: list[tuple[Any, ...]]
+    restore_seconds: float
+
+
+@pytest.fixture(scope="module")
+def backup_case(tmp_path_factory: pytest.TempPathFactory) -> BackupCase:
+    root = tmp_path_factory.mktemp("backup")
+    transcript = write_session(root / "s.jsonl", BACKUP_TURNS, seed=5, session_id="s")
+    store = root / "store.db"
+    with Engine.open(store, config=Config()) as engine:
+        engine.import_path(transcript)
+        _with_files(engine, "s", "early", BACKUP_TURNS // FILE_EVERY)
+        engine.backup(root / "earlier.db")
+        backup_messages = messages_of(engine.store, "s")
+        _with_files(engine, "s", "late", 5)  # files the backup does not have
+        engine.ingest_batch("s", [{"role": "user", "content": f"after {i}"} for i in range(50)])
+        messages = messages_of(engine.store, "s")
+        assert len(engine.store.large_files()) == BACKUP_TURNS // FILE_EVERY + 5
+        began = time.perf_counter()
+        engine.backup(root / "timed.db")
+        seconds = time.perf_counter() - began
+    scratch = copy_tree(store, root / "scratch.db")
+    began = time.perf_counter()
+    child.restore(root / "earlier.db", scratch, Path(f"{scratch}-files"))
+    restore_seconds = time.perf_counter() - began
+    return BackupCase(
+        store, seconds, messages, root / "earlier.db", backup_messages, restore_seconds
+    )
+
+
+def copy_tree(db: Path, dest: Path) -> Path:
+    """A copy of the SQLite store *db* with its large files."""
+    copy_db(db, dest)
+    files = Path(f"{db}-files")
+    if files.is_dir():
+        shutil.copytree(files, f"{dest}-files")
+    return dest
+
+
+def assert_store(db: Path, expected: list[tuple[Any, ...]], *, strays: bool = False) -> None:
+    """*db* opens, holds exactly *expected*, and every large file it names is there (with
+    *strays*, files nothing names may be left over, as doctor reports them)."""
+    with Engine.open(db, config=Config()) as engine:
+        assert_whole(engine.store)
+        assert messages_of(engine.store, "s") == expected
+        problems = engine.check()
+        if strays:
+            problems = [p for p in problems if p.check != "stray files"]
+        assert problems == []
+        for record in engine.store.large_files():
+            assert engine.read_large_file(record.file_id)  # every file it names reads
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_killed_backup_leaves_the_store_as_it_was_and_no_half_backup(
+    backup_case: BackupCase, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(f"backup:{seed}")
+    db = copy_tree(backup_case.store, tmp_path / "store.db")
+    dest = tmp_path / "out" / "copy.db"
+    dest.parent.mkdir()
+    if is_hold(seed):
+        step = rng.randint(1, len(child.STEPS["backup"]))
+        run = kill_child(tmp_path, "backup", db, dest, "--hold", str(step), when=holding)
+        assert "holding" in run.lines
+    else:
+        delay = rng.uniform(0, 3 * backup_case.seconds)
+        run = kill_child(tmp_path, "backup", db, dest, when=nth("ready", 1), delay=delay)
+
+    assert_store(db, backup_case.messages)
+    made = dest.exists()
+    print(f"backup: {'made' if made else 'not made'} at the kill")
+    if is_hold(seed):
+        assert not made  # killed before the last rename: nothing under the user's name
+    if made:
+        assert_store(dest, backup_case.messages)
+    else:
+        with Engine.open(db, config=Config()) as engine:
+            engine.backup(dest)  # the same command again
+        assert_store(dest, backup_case.messages)
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["copy.db", "copy.db-files"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_killed_restore_leaves_one_whole_database_and_running_it_again_completes_it(
+    backup_case: BackupCase, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(f"restore:{seed}")
+    db = copy_tree(backup_case.store, tmp_path / "store.db")
+    if is_hold(seed):
+        step = rng.randint(1, len(child.STEPS["restore"]))
+        run = kill_child(
+            tmp_path, "restore", db, backup_case.backup, "--hold", str(step), when=holding
+        )
+        assert "holding" in run.lines
+    else:
+        delay = rng.uniform(0, 3 * backup_case.restore_seconds)
+        run = kill_child(
+            tmp_path, "restore", db, backup_case.backup, when=nth("ready", 1), delay=delay
+        )
+
+    with Engine.open(db, config=Config()) as engine:
+        now = messages_of(engine.store, "s")
+    assert now in (backup_case.messages, backup_case.backup_messages), "neither whole database"
+    print(f"restore: {'swapped' if now == backup_case.backup_messages else 'not swapped'}")
+    assert_store(db, now, strays=True)
+
+    child.restore(backup_case.backup, db, Path(f"{db}-files"))  # the same command again
+    assert_store(db, backup_case.backup_messages)
+    [kept, *_] = sorted(tmp_path.glob("store.db.before-restore-*[0-9]"), reverse=True)
+    if now == backup_case.messages:  # the first run had not swapped: the second kept it
+        assert_store(kept, backup_case.messages)
 
 
 # --- migration ---------------------------------------------------------------------------------

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import doctor
 from .errors import LosslessError, StoreError
+from .ingest.files import write_private
 from .store.base import Store
 from .store.sqlite import copy_database, standalone
 from .timestamps import now
@@ -131,19 +134,38 @@ def backup(store: Store, files_dir: Path, dest: str | os.PathLike[str]) -> Backu
 def restore(
     source: str | os.PathLike[str], database: str | os.PathLike[str], files_dir: Path
 ) -> BackupReport:
-    """Replace *database* (and *files_dir*) with the backup at *source*, if ``doctor`` finds
-    nothing wrong with it; the current ones are kept aside."""
+    """Replace *database* (and the large files in *files_dir*) with the backup at *source*, if
+    ``doctor`` finds nothing wrong with it; the current database and its files are kept aside.
+
+    Killed at any point, it leaves *database* whole — the old one or the backup, never neither —
+    with every large file it refers to in *files_dir* (at most some that nothing refers to,
+    which ``doctor`` lists), and running it again completes it:
+
+    1. the backup is copied beside *database* and checked there;
+    2. the backup's large files join *files_dir* one by one, each written whole (files are
+       named by their content and never change, so one already there is the same file), after
+       the current files are kept aside as hard links;
+    3. the current database, settled into its one file, gets a second name aside (a hard
+       link), and the checked copy replaces it in one rename;
+    4. files the restored database does not refer to leave *files_dir* (they stay aside).
+    """
     backup_path = Path(source).expanduser()
     if not backup_path.is_file():
         raise BackupError(
             f"{backup_path} is not a backup file; give the path `lossless backup` wrote"
         )
+    target = Path(database)
     staged = Path(str(database) + ".restoring")
-    staged.unlink(missing_ok=True)
+    for leftover in (staged, Path(f"{staged}-wal"), Path(f"{staged}-shm")):
+        leftover.unlink(missing_ok=True)  # what a killed run left
     staged.touch(mode=0o600)
     _copy(backup_path, staged)  # checked as a copy: the backup itself stays untouched
     try:
-        messages, summaries, problems = _check(staged)
+        with standalone(staged) as store:
+            problems = [f"{p.check}: {p.ids} — {p.detail}" for p in doctor.check(store)]
+            messages = store.row_count("messages")
+            summaries = store.row_count("summaries")
+            used = store.storage_paths()
     except LosslessError as exc:
         staged.unlink(missing_ok=True)
         raise BackupError(f"{backup_path} cannot be read as a lossless store: {exc}") from exc
@@ -153,32 +175,92 @@ def restore(
             f"{backup_path} has {len(problems)} problem(s), nothing was replaced; first:"
             f" {problems[0]}"
         )
-    for suffix in ("-wal", "-shm"):
-        Path(str(staged) + suffix).unlink(missing_ok=True)
-    target = Path(database)
     stamp = now().strftime("%Y%m%dT%H%M%S")
-    aside = None
+    aside = target.with_name(f"{target.name}.before-restore-{stamp}")
     if target.exists():
-        aside = target.with_name(f"{target.name}.before-restore-{stamp}")
-        os.replace(target, aside)
-        for suffix in ("-wal", "-shm"):
-            side = Path(str(target) + suffix)
-            if side.exists():
-                os.replace(side, Path(str(aside) + suffix))
-    os.replace(staged, target)
+        try:
+            _settle(target)
+        except BackupError:
+            staged.unlink(missing_ok=True)
+            raise
+        if files_dir.is_dir():  # beside the kept database when they were beside this one
+            beside = files_dir == _files_beside(target)
+            _link_tree(
+                files_dir,
+                _files_beside(aside)
+                if beside
+                else files_dir.with_name(f"{files_dir.name}.before-restore-{stamp}"),
+            )
     source_files = _files_beside(backup_path)
-    restored_files = None
     if source_files.is_dir():
-        if files_dir.exists():
-            os.replace(files_dir, files_dir.with_name(f"{files_dir.name}.before-restore-{stamp}"))
-        shutil.copytree(source_files, files_dir, symlinks=True)
-        restored_files = str(files_dir)
+        _merge_files(source_files, files_dir)
+    kept = _keep_aside(target, aside) if target.exists() else None
+    os.replace(staged, target)  # the one step that swaps the database
+    if files_dir.is_dir():
+        root = files_dir.resolve()
+        for path in root.rglob("*"):
+            if (path.is_file() or path.is_symlink()) and str(path.relative_to(root)) not in used:
+                path.unlink()
     return BackupReport(
         str(target),
-        restored_files,
+        str(files_dir) if files_dir.is_dir() else None,
         target.stat().st_size,
         messages,
         summaries,
         [],
-        None if aside is None else str(aside),
+        kept,
     )
+
+
+def _settle(database: Path) -> None:
+    """Move everything the write-ahead log of *database* holds into the file itself, so the
+    file alone is the database; refused while another process is writing to it."""
+    try:
+        with closing(sqlite3.connect(database, timeout=2)) as conn:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except sqlite3.Error as exc:
+        raise BackupError(
+            f"cannot settle {database} before replacing it ({exc}); nothing was replaced"
+        ) from exc
+    if busy:
+        raise BackupError(
+            f"{database} is in use: stop the agents and servers writing to it, then run the"
+            " restore again (nothing was replaced)"
+        )
+
+
+def _keep_aside(database: Path, aside: Path) -> str:
+    """Give the settled *database* a second name, *aside*, and clear its write-ahead log and
+    index (empty once settled, and never to be read with the file that replaces it)."""
+    _link_or_copy(database, aside)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{database}{suffix}").unlink(missing_ok=True)
+    return str(aside)
+
+
+def _link_or_copy(source: Path, dest: Path) -> None:
+    """*dest* as a second name of *source* (a copy where the file system has no hard links)."""
+    dest.unlink(missing_ok=True)
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
+
+
+def _link_tree(source: Path, dest: Path) -> None:
+    """The files under *source*, by the same paths under *dest* (hard links: no copy)."""
+    for path in sorted(source.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            out = dest / path.relative_to(source)
+            out.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _link_or_copy(path, out)
+
+
+def _merge_files(source: Path, dest: Path) -> None:
+    """Each large file of *source* that *dest* lacks, written into *dest* whole (never through
+    a symbolic link: a link in a backup is not followed)."""
+    for path in sorted(source.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            out = dest / path.relative_to(source)
+            if not out.exists():
+                write_private(out, path.read_bytes())

@@ -28,6 +28,7 @@ __all__ = [
     "externalize",
     "file_path",
     "read_file",
+    "write_private",
 ]
 
 _FILE_BLOCK = re.compile(r"<file(?P<attrs>\s[^>]*)?>(?P<body>.*?)</file>", re.S)
@@ -66,7 +67,7 @@ def file_path(files_dir: Path, conversation_id: int, file_id: str, ext: str) -> 
     return path
 
 
-def _write_private(path: Path, data: bytes) -> bool:
+def write_private(path: Path, data: bytes) -> bool:
     """Write atomically, owner-only, without following a symbolic link at the target.
 
     Returns whether the file was created (False: the same content was already there). A write
@@ -215,7 +216,7 @@ def externalize(
         ext = _extension(file_name)
         path = _existing(file_path(files_dir, conversation_id, fid, ext))
         data = _bytes(body)
-        if _write_private(path, data) and created is not None:
+        if write_private(path, data) and created is not None:
             created.append(path)
         record = LargeFile(
             file_id=fid,
