@@ -1030,6 +1030,145 @@ def test_hostile_mcp_arguments_are_refused_with_a_reason(
     assert not result.is_error or (tool in text and "pydantic" not in text), text
 
 
+# --- the wire: serve requests and MCP lines --------------------------------------------------
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _serve_params() -> st.SearchStrategy[Any]:
+    """Params as a host would get them wrong: the declared names with any values, unknown
+    names, and values that are not objects at all."""
+    from lossless.serve.methods import METHODS
+
+    names = sorted({p.name for m in METHODS.values() for p in m.params} | {"bogus"})
+    near = st.dictionaries(st.sampled_from(names), JSON_VALUES | st.sampled_from(["seed", "1"]))
+    return near | JSON_VALUES
+
+
+def _serve_requests() -> st.SearchStrategy[Any]:
+    from lossless.serve.methods import METHODS
+
+    ids = st.none() | st.integers(-(2**63), 2**63) | TEXT | st.booleans() | st.just([1])
+    method = st.sampled_from([*METHODS, "rpc.discover", "nope"]) | TEXT | st.integers()
+    request = st.fixed_dictionaries(
+        {"jsonrpc": st.sampled_from(["2.0", "2.0", "1.0"]) | JSON_SCALARS, "method": method},
+        optional={"id": ids, "params": _serve_params()},
+    )
+    return request | JSON_VALUES | st.lists(request, max_size=3)
+
+
+def _check_reply(request: Any, reply: dict[str, Any]) -> None:
+    assert reply["jsonrpc"] == "2.0"
+    assert ("result" in reply) != ("error" in reply), reply
+    if "error" in reply:
+        error = reply["error"]
+        assert isinstance(error["code"], int) and error["code"] != -32603, reply  # no crash
+        assert isinstance(error["message"], str) and len(error["message"]) > 10, reply
+        assert "Traceback" not in error["message"]
+
+
+@fuzz(150, deadline_ms=15_000)
+@given(request=_serve_requests())
+@example(request={"jsonrpc": "2.0", "id": 1, "method": "grep", "params": {"pattern": 5}})
+@example(request={"jsonrpc": "2.0", "id": 2, "method": "status", "params": 3})
+@example(request={"jsonrpc": "2.0", "id": 3, "method": "ingest", "params": None})
+@example(request={"jsonrpc": None, "id": 0, "method": "bootstrap", "params": {"a": {"\ud800": 1}}})
+@example(request={"jsonrpc": "2.0", "id": 2**64, "method": "grep", "params": {"pattern": "\ud83d"}})
+def test_any_serve_request_gets_a_json_rpc_answer_that_says_why(
+    seeded: Engine, request: Any
+) -> None:
+    import asyncio
+
+    import orjson
+
+    from lossless.serve.server import Dispatcher
+
+    dispatcher = Dispatcher(seeded, workers=2)
+    try:
+        raw = asyncio.run(dispatcher.answer(json.dumps(request)))
+    finally:
+        dispatcher.close()
+    requests = request if isinstance(request, list) and request else [request]
+    replies = [] if raw is None else orjson.loads(raw)
+    replies = [replies] if isinstance(replies, dict) else replies
+    # A request with an id is answered under that id; a notification (a well-formed request
+    # without one) is not; a malformed one is answered with id null.
+    assert len(replies) <= len(requests)
+    for reply in replies:
+        _check_reply(None, reply)
+    for req in requests:
+        rid = req.get("id") if isinstance(req, dict) else None
+        if isinstance(rid, int | str) and not isinstance(rid, bool):
+            assert any(r["id"] == rid for r in replies), (req, replies)
+    if raw is None:
+        assert all(isinstance(r, dict) and "id" not in r for r in requests)
+
+
+@fuzz(200)
+@given(
+    lines=st.lists(
+        st.binary(max_size=60)
+        | JSON_VALUES.map(lambda v: json.dumps(v).encode())
+        | _serve_requests().map(lambda v: json.dumps(v).encode()),
+        min_size=1,
+        max_size=6,
+    )
+)
+@example(lines=[b'{"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": [1]}'])
+@example(lines=[b"\xff\xfe", b"   ", b'{"jsonrpc": "2.0", "id": 9, "result": 5}'])
+def test_any_line_reaching_the_mcp_stdio_guard_is_passed_on_or_answered_once(
+    lines: list[bytes],
+) -> None:
+    import io
+
+    import anyio
+    import mcp_types
+
+    from lossless.mcp_server import _Guard, _Wire
+
+    wire = io.BytesIO()
+    guard = _Guard(
+        io.BytesIO(b"".join(line.replace(b"\n", b" ") + b"\n" for line in lines)), _Wire(wire)
+    )
+
+    async def read_all() -> list[str]:
+        return [line async for line in guard]
+
+    passed = anyio.run(read_all)
+    answers = [json.loads(line) for line in wire.getvalue().splitlines()]
+    for text in passed:  # what reaches the SDK is a message it reads
+        mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+    for answer in answers:
+        assert answer["jsonrpc"] == "2.0" and answer["error"]["code"] in (-32700, -32600, -32602)
+        assert len(answer["error"]["message"]) > 20
+    # Every line is passed on, answered, blank, or a reply to the server (never answered).
+    assert len(passed) + len(answers) <= len(lines)
+    for line in lines:
+        text = line.replace(b"\n", b" ").strip()
+        if not text:
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            continue
+        rid = value.get("id") if isinstance(value, dict) else None
+        if isinstance(rid, int | str) and not isinstance(rid, bool) and "method" in value:
+            answered = [a for a in answers if a["id"] == rid]
+            reached = [t for t in passed if json.loads(t).get("id") == rid]
+            assert answered or reached, (line, answers, passed)
+
+
 # --- the config loader ---------------------------------------------------------------------
 
 SECTIONS = ["sessions", "resume", "redact", "guards", "custom_provider", "profiles.p1"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import os
 import signal
@@ -91,8 +92,8 @@ class Dispatcher:
     async def answer(self, raw: bytes | str) -> bytes | None:
         """The response to one request or batch, serialized (``None``: only notifications)."""
         try:
-            payload = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
+            payload = _load(raw)
+        except ValueError as exc:
             return _dump(
                 _error(
                     None,
@@ -195,8 +196,25 @@ class Dispatcher:
         self._pool.shutdown(wait=True)
 
 
+def _load(raw: bytes | str) -> Any:
+    """A request decoded: orjson, or the standard library for what orjson refuses and JSON
+    allows (an escaped lone surrogate, an integer past 64 bits)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise ValueError(str(exc)) from None
+
+
 def _dump(value: Any) -> bytes:
-    return orjson.dumps(value, default=str)
+    """A reply encoded: orjson, or the standard library (ASCII-escaped) for text orjson cannot
+    write, such as a stored lone surrogate or an integer past 64 bits."""
+    try:
+        return orjson.dumps(value, default=str)
+    except TypeError:
+        return json.dumps(value, default=str).encode()
 
 
 def _stop_on_signals(loop: asyncio.AbstractEventLoop) -> asyncio.Event:
