@@ -1,7 +1,7 @@
 # `make check` runs everything CI runs (lint, format, types, tests) in the local .venv.
 PY ?= .venv/bin/python
 
-.PHONY: check lint types imports test fmt bench venv openclaw-tools
+.PHONY: check lint types imports test fmt bench venv openclaw-tools fuzz
 
 venv:
 	test -x $(PY) || python3 -m venv .venv
@@ -25,6 +25,12 @@ test:
 fmt:
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
+
+# The long profile of the hostile-input campaign (docs/reliability.md): every fuzzer with
+# FUZZ_EXAMPLES cases, on PostgreSQL too when LOSSLESS_TEST_POSTGRES_URL is set.
+FUZZ_EXAMPLES ?= 2000
+fuzz:
+	$(PY) tests/fuzz_campaign.py --examples $(FUZZ_EXAMPLES)
 
 bench:
 	cd benchmarks && ../$(PY) ingest.py && ../$(PY) import_memory.py

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
-from lossless import Engine, doctor
+from lossless import Config, Engine, doctor
 
 
 @contextmanager
@@ -130,3 +131,58 @@ def test_doctor_lists_files_no_stored_message_refers_to(run_cli, tmp_path: Path)
     assert out.code == 1 and "stray files" in out.out and "file_00000000deadbeef" in out.out
     stray.unlink()
     assert run_cli("--db", str(db), "doctor").code == 0
+
+
+def test_doctor_repair_fixes_what_needs_no_backup_and_says_how_to_fix_the_rest(
+    new_db: Callable[[], str], run_cli: Any
+) -> None:
+    db = new_db()
+    with Engine.open(db, config=Config().replace(large_file_token_threshold=200)) as engine:
+        ids = _seed(engine)
+        table = "\n".join(f"row {i}: value={i * 7}" for i in range(400))
+        ids += engine.ingest(
+            "s", {"role": "tool", "tool_call_id": "c1", "content": table}
+        ).message_ids
+        order = [item.message_id for item in engine.context("s")]
+        stray = engine.files_dir / "1" / "file_00000000deadbeef.txt"
+        stray.write_text("left by an interrupted ingest")
+        with _raw(engine) as conn:
+            conn.execute("UPDATE context_items SET ordinal = ordinal + 100 WHERE ordinal >= 3")
+            if engine.store.backend == "postgresql":
+                conn.execute("DROP INDEX messages_trigram")
+            else:
+                content = conn.execute(
+                    "SELECT content FROM messages WHERE message_id = ?", (ids[1],)
+                ).fetchone()[0]
+                conn.execute(
+                    "INSERT INTO messages_fts (messages_fts, rowid, content)"
+                    " VALUES ('delete', ?, ?)",
+                    (ids[1], content),
+                )
+            conn.execute(  # damage only a backup undoes
+                "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
+                " VALUES ('sum_missing', ?, 0)",
+                (ids[0],),
+            )
+    found = json.loads(run_cli("--db", db, "doctor", "--json").out)
+    assert {p["check"] for p in found["problems"]} == {
+        "context ordinals",
+        "full-text index",
+        "stray files",
+        "foreign keys",
+    }
+
+    repaired = run_cli("--db", db, "doctor", "--repair")
+
+    assert repaired.code == 1  # the foreign key problem remains
+    assert "repaired: rebuilt the full-text indexes" in repaired.out
+    assert "repaired: renumbered the 7 context items of conversation 1" in repaired.out
+    assert f"repaired: deleted {stray.resolve()}" in repaired.out
+    left = json.loads(run_cli("--db", db, "doctor", "--json").out)["problems"]
+    assert [p["check"] for p in left] == ["foreign keys"]
+    assert "lossless restore" in left[0]["fix"]
+    assert not stray.exists()
+    with Engine.open(db, config=Config()) as engine:
+        assert [item.message_id for item in engine.context("s")] == order
+        assert [h.id for h in engine.grep("m 1", mode="full_text", conversation="s").hits][:1]
+        assert engine.read_large_file(engine.store.large_files()[0].file_id) == table

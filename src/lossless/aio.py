@@ -128,6 +128,7 @@ class AsyncEngine:
     transplant = _offload(Engine.transplant)
     rewrite = _offload(Engine.rewrite)
     repair = _offload(Engine.repair)
+    mend = _offload(Engine.mend)
     dissolve = _offload(Engine.dissolve)
     backfill = _offload(Engine.backfill)
     bootstrap = _offload(Engine.bootstrap)

@@ -12,6 +12,7 @@ from .summarize.escalation import TRUNCATION_MARKER
 __all__ = ["Problem", "check", "notes", "stray_files"]
 
 _LIMIT = 1000  # rows reported per check; a damaged store can have millions
+_FROM_BACKUP = "restore the latest backup (`lossless restore BACKUP`)"
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
                 "foreign keys",
                 f"{table} rowid {rowid}",
                 f"points at a missing row of {parent}",
-                "restore from a backup; lossless never deletes rows, so something else did",
+                f"{_FROM_BACKUP}; lossless never deletes rows, so something else did",
             )
         )
 
@@ -51,7 +52,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
                 "context ordinals",
                 f"conversation {conv}",
                 f"{count} items with ordinals {low}..{high}, expected 0..{count - 1}",
-                "renumber the conversation's context_items in ordinal order",
+                "`lossless doctor --repair` renumbers them, in their order",
             )
         )
 
@@ -61,7 +62,8 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
                 "context items",
                 f"conversation {conv} ordinal {ordinal}",
                 f"{kind} {ident} is missing or belongs to another conversation",
-                "point the item at a row of its own conversation (transplant copies rows)",
+                "point the item at a row of its own conversation (transplant copies rows), or"
+                f" {_FROM_BACKUP}",
             )
         )
 
@@ -73,7 +75,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
                 f"message of conversation {conv} is neither in the context nor under a"
                 " summary in it",
                 "re-attach it: append it to the context or link it from the summary that"
-                " replaced it",
+                f" replaced it, or {_FROM_BACKUP}",
             )
         )
 
@@ -83,7 +85,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
                 "summary sources",
                 sid,
                 f"{kind} summary has no sources",
-                "dissolve it or re-link its sources",
+                f"re-link its sources, or {_FROM_BACKUP}",
             )
         )
 
@@ -95,7 +97,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
                 "cross-conversation",
                 f"{link.summary_id} -> {other}",
                 f"summary of conversation {conv} links a source of another conversation",
-                "copy the source into the conversation (as transplant does)",
+                f"copy the source into the conversation (as transplant does), or {_FROM_BACKUP}",
             )
         )
 
@@ -105,7 +107,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
                 "dag depth",
                 f"{sid} -> {parent}",
                 f"depth {depth} summary made from a depth {pdepth} summary (must be shallower)",
-                "dissolve the summary and condense again",
+                "`lossless dissolve` the summary and compact again",
             )
         )
 
@@ -120,7 +122,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
                 "retired summaries",
                 use.summary_id,
                 f"retired (rewritten or dissolved) but still used by {where}",
-                "point the user at the summary's successor (superseded_by), or dissolve it",
+                f"point the user at the summary's successor (superseded_by), or {_FROM_BACKUP}",
             )
         )
 
@@ -146,7 +148,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
                 "full-text index",
                 f"{index} {ident}",
                 detail,
-                "rebuild the indexes: `lossless doctor --rebuild-fts`",
+                "`lossless doctor --repair` rebuilds the indexes from the stored text",
             )
         )
     return problems
@@ -175,7 +177,8 @@ def stray_files(store: Store, files_dir: Path) -> list[Problem]:
                     "stray files",
                     relative,
                     "a file no stored message refers to (left by an interrupted ingest)",
-                    f"delete {path}; the ingest that wrote it stored nothing and can be run again",
+                    f"`lossless doctor --repair` deletes it (or delete {path}); the ingest"
+                    " that wrote it stored nothing and can be run again",
                 )
             )
             if len(problems) >= _LIMIT:

@@ -10,8 +10,12 @@
   its place and the summary is retired as ``dissolved``.
 - :func:`backfill` imports an old transcript as its own conversation, compacts it (down to
   one root summary if asked) and can transplant the result into another conversation.
+- :func:`mend` (``lossless doctor --repair``) fixes what ``doctor`` finds that needs neither
+  a model nor a backup: full-text indexes that do not match their text are rebuilt, context
+  ordinals with gaps are renumbered in order, and large files no stored row names (left by an
+  interrupted ingest) are deleted.
 
-Every change is one transaction; nothing is ever deleted. Model calls happen before the
+Every change is one transaction; no stored row is ever deleted. Model calls happen before the
 transaction, so a failing summarizer leaves the store as it was.
 """
 
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import doctor
 from .compaction import Compactor, message_sources, summary_sources
 from .errors import ConflictError, LosslessError
 from .ingest.reconcile import import_path
@@ -42,6 +47,7 @@ __all__ = [
     "backfill",
     "degraded",
     "dissolve",
+    "mend",
     "rewrite",
 ]
 
@@ -281,3 +287,24 @@ def _untimed(services: Services) -> Config:
     """The engine's settings without the per-run time limit: maintenance is a batch job the
     user started and waits for; falling back half-way would only make work for later."""
     return services.config.replace(guards={"run_seconds": None})
+
+
+def mend(services: Services) -> list[str]:
+    """Fix what :func:`lossless.doctor.check` finds that needs neither a model nor a backup
+    (see the module docstring); what was done, one line each (empty: nothing to fix)."""
+    store = services.store
+    done: list[str] = []
+    if store.fts_problems():
+        store.rebuild_fts()
+        done.append("rebuilt the full-text indexes from the stored text")
+    for gap in store.ordinal_gaps():
+        store.renumber_context(gap.conversation_id)
+        done.append(
+            f"renumbered the {gap.items} context items of conversation {gap.conversation_id}"
+            f" (ordinals {gap.low}..{gap.high}) as 0..{gap.items - 1}, in their order"
+        )
+    root = services.files_dir.resolve()
+    for problem in doctor.stray_files(store, services.files_dir):
+        (root / problem.ids).unlink(missing_ok=True)
+        done.append(f"deleted {root / problem.ids}, a file no stored message names")
+    return done

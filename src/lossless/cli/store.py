@@ -73,9 +73,16 @@ def stats_command(state: State, as_json: bool) -> None:
     is_flag=True,
     help="Re-summarize fallback and truncated summaries with the configured summarizer.",
 )
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Fix what needs no model and no backup: indexes, context ordinals, stray files.",
+)
 @json_option
 @pass_state
-def doctor_command(state: State, rebuild_fts: bool, do_apply: bool, as_json: bool) -> None:
+def doctor_command(
+    state: State, rebuild_fts: bool, do_apply: bool, repair: bool, as_json: bool
+) -> None:
     """Check the store's integrity (read-only unless a fix is asked for).
 
     Checks foreign keys, context ordinals, that every context item points at a row of its
@@ -83,11 +90,18 @@ def doctor_command(state: State, rebuild_fts: bool, do_apply: bool, as_json: boo
     sources, DAG depths, that retired summaries are no longer used, and that the full-text
     indexes match their text; and lists the summaries the deterministic fallback wrote or
     that were cut to size. --apply re-summarizes those, shallowest first, in one transaction
-    (the old ones are kept, retired). Exit code 1 when anything is wrong.
+    (the old ones are kept, retired). --repair fixes what needs neither a model nor a backup:
+    it rebuilds indexes that do not match their text, renumbers context ordinals with gaps and
+    deletes large files nothing names; what remains says how to fix it (most often: restore
+    the latest backup with lossless restore). Exit code 1 when anything is wrong.
     """
     engine = state.engine()
     if rebuild_fts:
         engine.rebuild_indexes()
+    mended = engine.mend() if repair else []
+    if not as_json:
+        for line in mended:
+            stdout.print(f"repaired: {escape(line)}", highlight=False)
     repaired = None
     if do_apply:
         repaired = engine.repair(apply=True)
@@ -107,6 +121,8 @@ def doctor_command(state: State, rebuild_fts: bool, do_apply: bool, as_json: boo
             "problems": [p.to_dict() for p in problems],
             "notes": notes,
         }
+        if repair:
+            data["mended"] = mended
         if repaired is not None:
             data["repaired"] = repaired.to_dict()
         emit_json(data)

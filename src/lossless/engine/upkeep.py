@@ -114,6 +114,12 @@ class Upkeep(Facade):
             self.services, maintenance.degraded(self.services, conv), apply=apply
         )
 
+    def mend(self) -> list[str]:
+        """``lossless doctor --repair``: fix what :meth:`check` finds that needs neither a
+        model nor a backup (indexes, context ordinals, stray files; see
+        :func:`lossless.maintenance.mend`); what was done, one line each."""
+        return maintenance.mend(self.services)
+
     def dissolve(self, summary_id: str) -> list[ContextItem]:
         """Undo a condensation: put a context summary's sources back in its place; the
         summary is kept, retired as ``dissolved``. Returns the items put back."""

@@ -75,6 +75,35 @@ class ContextStore(MessageStore):
             )
             return self.get_message(int(row[1]))
 
+    def renumber_context(self, conversation_id: int) -> int:
+        """Give the conversation's context items the ordinals ``0..n-1`` in their present
+        order (what ``doctor --repair`` does to gaps); the items renumbered. One
+        transaction."""
+        with self.transaction() as conn:
+            self._lock_conversation(conn, conversation_id)
+            ordinals = [
+                int(r[0])
+                for r in conn.execute(
+                    "SELECT ordinal FROM context_items WHERE conversation_id = ? ORDER BY ordinal",
+                    (conversation_id,),
+                ).fetchall()
+            ]
+            if not ordinals:
+                return 0
+            low = ordinals[0]
+            # First below every ordinal in use (no two items ever share one), then 0..n-1.
+            for i, ordinal in enumerate(ordinals):
+                conn.execute(
+                    "UPDATE context_items SET ordinal = ? WHERE conversation_id = ? AND"
+                    " ordinal = ?",
+                    (low - 1 - i, conversation_id, ordinal),
+                )
+            conn.execute(
+                "UPDATE context_items SET ordinal = ? - ordinal WHERE conversation_id = ?",
+                (low - 1, conversation_id),
+            )
+            return len(ordinals)
+
     @staticmethod
     def _shift_ordinals(conn: Connection, conversation_id: int, *, after: int, by: int) -> None:
         """Move the items after ordinal *after* by *by*, through negative numbers so that the
