@@ -786,11 +786,13 @@ def test_a_damaged_database_is_reported_not_a_traceback_and_nothing_is_written(
     with Engine.open(db, config=Config()) as engine:
         for i in range(400):
             engine.ingest("s", {"role": "user", "content": f"message {i} " + "words " * 40})
+        engine.backup(tmp_path / "latest.db")  # the way back
     size = db.stat().st_size
     with db.open("r+b") as handle:  # garbage over a stretch of pages in the middle
         for offset in range(size // 4, size, 4_096):
             handle.seek(offset + 100)
             handle.write(os.urandom(2_000))
+    damaged = db.read_bytes()
     line = tmp_path / "one.jsonl"
     line.write_text('{"role": "user", "content": "more"}\n')
     for args in (["stats"], ["doctor"], ["grep", "message"], ["import", str(line)]):
@@ -800,3 +802,11 @@ def test_a_damaged_database_is_reported_not_a_traceback_and_nothing_is_written(
     backup = tmp_path / "copy.db"
     done = run_cli("--db", str(db), "backup", str(backup))
     assert done.code != 0 and "is damaged" in done.err and not backup.exists()
+    # The documented way out: restore the latest backup; the damaged file is kept aside.
+    restored = run_cli("--db", str(db), "restore", str(tmp_path / "latest.db"), "--yes")
+    assert restored.code == 0, restored
+    assert run_cli("--db", str(db), "doctor").code == 0
+    with Engine.open(db, config=Config()) as engine:
+        assert len(engine.messages("s")) == 400
+    [kept] = tmp_path.glob("damaged.db.before-restore-*[0-9]")
+    assert kept.read_bytes() == damaged  # kept as it was, for sqlite3 .recover

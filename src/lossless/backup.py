@@ -212,12 +212,22 @@ def restore(
     )
 
 
+#: SQLite's codes for a database file that does not read as SQLite wrote it.
+_DAMAGED = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+
+
 def _settle(database: Path) -> None:
     """Move everything the write-ahead log of *database* holds into the file itself, so the
     file alone is the database; refused while another process is writing to it."""
     try:
         with closing(sqlite3.connect(database, timeout=2)) as conn:
             busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", None) in _DAMAGED:
+            return  # a damaged database is kept aside as it is, log and all
+        raise BackupError(
+            f"cannot settle {database} before replacing it ({exc}); nothing was replaced"
+        ) from exc
     except sqlite3.Error as exc:
         raise BackupError(
             f"cannot settle {database} before replacing it ({exc}); nothing was replaced"
@@ -230,11 +240,15 @@ def _settle(database: Path) -> None:
 
 
 def _keep_aside(database: Path, aside: Path) -> str:
-    """Give the settled *database* a second name, *aside*, and clear its write-ahead log and
-    index (empty once settled, and never to be read with the file that replaces it)."""
+    """Give the settled *database* a second name, *aside*, and move its write-ahead log and
+    index beside that name (empty once settled; never to be read with the file that replaces
+    it)."""
     _link_or_copy(database, aside)
     for suffix in ("-wal", "-shm"):
-        Path(f"{database}{suffix}").unlink(missing_ok=True)
+        side = Path(f"{database}{suffix}")
+        if side.exists():
+            _link_or_copy(side, Path(f"{aside}{suffix}"))
+            side.unlink()
     return str(aside)
 
 
