@@ -40,10 +40,15 @@ def parse(output: str) -> dict[str, list[int]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--examples", type=int, default=2000, help="cases per fuzzer")
+    parser.add_argument(
+        "--examples", type=int, default=2000, help="cases per fuzzer (0: the CI profile's own)"
+    )
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (e.g. -k config)")
     args = parser.parse_args()
-    env = {**os.environ, "LOSSLESS_FUZZ_EXAMPLES": str(args.examples)}
+    env = dict(os.environ)
+    env.pop("LOSSLESS_FUZZ_EXAMPLES", None)
+    if args.examples:
+        env["LOSSLESS_FUZZ_EXAMPLES"] = str(args.examples)
     command = [
         sys.executable,
         "-m",
@@ -65,9 +70,10 @@ def main() -> int:
     for name, (passed, failed, invalid) in sorted(counts.items()):
         print(f"{name.split('::', 1)[1][:92]:<92} {passed:>8,} {failed:>7,} {invalid:>8,}")
     total = [sum(c[i] for c in counts.values()) for i in range(3)]
+    each = f"{args.examples:,} examples each" if args.examples else "the CI profile"
     print(
-        f"{len(counts)} fuzz runs, {args.examples:,} examples each: {total[0]:,} cases passed,"
-        f" {total[1]:,} failed, {total[2]:,} discarded as invalid, in {seconds:,.0f} s"
+        f"{len(counts)} fuzz runs, {each}: {total[0]:,} cases passed, {total[1]:,} failed,"
+        f" {total[2]:,} discarded as invalid, in {seconds:,.0f} s"
     )
     for line in tail:
         print(line)

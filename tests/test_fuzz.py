@@ -447,6 +447,51 @@ def test_arbitrary_bytes_import_or_fail_with_a_clear_error(
         assert all(isinstance(p, ImportProblem) and p.reason for p in report.problems)
 
 
+ENCODINGS = ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-32", "latin-1", "cp1252"]
+
+
+@fuzz(120)
+@given(
+    texts=st.lists(
+        st.text(st.characters(codec="latin-1"), min_size=1, max_size=40), min_size=1, max_size=5
+    ),
+    encoding=st.sampled_from(ENCODINGS),
+)
+@example(texts=["héllo", "plain"], encoding="latin-1")
+@example(texts=["plain", "wörld"], encoding="utf-16")
+def test_a_file_in_any_encoding_imports_exactly_or_each_line_says_it_is_not_utf8(
+    engine: Engine, tmp_path_factory: pytest.TempPathFactory, texts: list[str], encoding: str
+) -> None:
+    session = fresh("enc")
+    lines = [{"role": "user", "content": t} for t in texts]
+    path = tmp_path_factory.mktemp("enc") / f"{session}.jsonl"
+    body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    try:
+        path.write_bytes(body.encode(encoding))
+    except UnicodeEncodeError:
+        return  # a text this encoding cannot hold
+    reports, error = attempt(engine.import_path, path, format="messages")
+    assert error is None, repr(error)
+    [report] = reports
+    stored = [m.to_source() for m in engine.messages(session)] if report.imported else []
+    assert all("UTF-8" in p.reason for p in report.problems), report.problems
+    if encoding.startswith(("utf-16", "utf-32")):  # refused whole, never misread line by line
+        assert stored == [] and [p.line for p in report.problems] == [1]
+        assert encoding[:6].upper() in report.problems[0].reason
+        return
+    # Otherwise each line is what its bytes say as UTF-8, or a problem at its number.
+    expected, bad = [], []
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            expected.append(json.loads(raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")))
+        except UnicodeDecodeError:
+            bad.append(number)
+    assert stored == expected
+    assert [p.line for p in report.problems] == bad
+    if encoding.startswith("utf-8"):
+        assert stored == lines
+
+
 def test_lines_after_a_json_array_are_reported_not_ignored(engine: Engine, tmp_path: Path) -> None:
     path = tmp_path / "looks-like-an-array.jsonl"
     path.write_text('[]\n{"role": "user", "content": "a line after the array"}\n')

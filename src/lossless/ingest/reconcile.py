@@ -45,6 +45,7 @@ from .entries import Entry, FileIdentity, Line, TranscriptFormat
 from .pipeline import externalize, prepare, remove_files
 from .transcripts import (
     FORMATS,
+    check_encoding,
     detect_transcript_format,
     get_format,
     head_hash,
@@ -160,6 +161,7 @@ def reconcile_file(
     file = Path(path).expanduser()
     if not file.is_file():
         raise LosslessError(f"{file} is not a file; give the path of a transcript")
+    check_encoding(file)
     fmt = get_format(format) if format else detect_transcript_format(file)
     if fmt.not_a_transcript is not None:
         raise NotATranscript(str(file), 1, fmt.not_a_transcript)

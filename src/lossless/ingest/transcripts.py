@@ -76,6 +76,46 @@ def parse_json(raw: bytes) -> Any:
     return JSON.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
 
 
+_WIDE_BOMS = {
+    b"\xff\xfe\x00\x00": "UTF-32",
+    b"\x00\x00\xfe\xff": "UTF-32",
+    b"\xff\xfe": "UTF-16",
+    b"\xfe\xff": "UTF-16",
+}
+
+
+def check_encoding(path: Path) -> None:
+    """Refuse a file written in UTF-16 or UTF-32 (a Windows shell's redirect writes UTF-16):
+    its lines cannot be split on newline bytes, so it would be misread line by line."""
+    with path.open("rb") as handle:
+        head = handle.read(4)
+    name = next((n for bom, n in _WIDE_BOMS.items() if head.startswith(bom)), None)
+    if name is None and len(head) == 4:
+        # Without a byte order mark: JSON starts with an ASCII character, so the zero bytes
+        # around the first two characters give the width away (RFC 4627, section 3).
+        zeros = (head[0] == 0, head[1] == 0, head[2] == 0, head[3] == 0)
+        name = {  # which of the first four bytes are zero → the encoding
+            (True, True, True, False): "UTF-32",
+            (False, True, True, True): "UTF-32",
+            (True, False, True, False): "UTF-16",
+            (False, True, False, True): "UTF-16",
+        }.get(zeros)
+    if name is not None:
+        raise ImportProblem(
+            str(path),
+            1,
+            f"the file is {name} text; lossless reads UTF-8 JSON: convert it first, e.g."
+            f" iconv -f {name} -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix}",
+        )
+
+
+def _undecodable(exc: UnicodeDecodeError) -> str:
+    return (
+        f"not UTF-8 text ({exc.reason} at byte {exc.start}: 0x{exc.object[exc.start]:02x});"
+        " lossless reads UTF-8 JSON: convert the file, e.g. iconv -f LATIN1 -t UTF-8"
+    )
+
+
 def read_lines(handle: BinaryIO, start: int = 0, line_no: int = 0) -> Iterator[Line]:
     """Yield the complete lines of a JSONL stream from byte offset *start*.
 
@@ -99,7 +139,12 @@ def read_lines(handle: BinaryIO, start: int = 0, line_no: int = 0) -> Iterator[L
                 return
             yield Line(line_no, begin, offset, raw, error="nested too deeply to read as JSON")
             continue
-        except (ValueError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError as exc:
+            if not complete:
+                return
+            yield Line(line_no, begin, offset, raw, error=_undecodable(exc))
+            continue
+        except ValueError as exc:
             if not complete:
                 return
             yield Line(line_no, begin, offset, raw, error=f"not valid JSON ({exc})")
@@ -144,6 +189,7 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
     values: list[Any] = []
     read = 0
     first_bad: int | None = None
+    undecodable: UnicodeDecodeError | None = None
     seen_text = False
     with path.open("rb") as handle:
         for line_no, raw in enumerate(handle, 1):
@@ -157,11 +203,15 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
                 seen_text = True
                 try:
                     values.append(parse_json(text))
-                except (ValueError, RecursionError):
+                except (ValueError, RecursionError) as exc:
                     if first_bad is None:
                         first_bad = line_no
+                        if isinstance(exc, UnicodeDecodeError):
+                            undecodable = exc
             if len(values) >= lines or read >= HEAD_SCAN_BYTES:
                 break
+    if not values and undecodable is not None:
+        raise ImportProblem(str(path), first_bad or 1, _undecodable(undecodable))
     if not values and first_bad is not None:
         raise ImportProblem(
             str(path),
