@@ -1414,7 +1414,7 @@ def test_a_file_whose_first_line_is_not_json_is_a_clear_import_problem(
         engine.bootstrap(path)
     assert engine.store.message_count() == 0
     path.write_text("\n# my notes\n# no JSON at all\n")
-    with pytest.raises(ImportProblem, match="not JSON, nor any after it") as info:
+    with pytest.raises(ImportProblem, match="no line after it is JSON either") as info:
         engine.bootstrap(path)
     assert info.value.line == 2
 
@@ -1787,3 +1787,13 @@ def test_one_junk_first_line_is_reported_and_the_rest_imported(tmp_path: Path) -
     with Engine.open(tmp_path / "s.db") as engine:
         (failed,) = engine.import_path(nothing)
     assert failed.mode == "failed" and "--format" in failed.problems[0].reason
+
+
+def test_a_file_whose_only_line_holds_nan_says_why_it_is_not_json(tmp_path: Path) -> None:
+    path = tmp_path / "nan.jsonl"
+    path.write_text('{"role": "user", "content": NaN}\n')
+    with Engine.open(tmp_path / "s.db") as engine:
+        (report,) = engine.import_path(path)
+        assert engine.store.message_count() == 0
+    [problem] = report.problems
+    assert problem.line == 1 and "NaN is not JSON" in problem.reason

@@ -190,6 +190,7 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
     read = 0
     first_bad: int | None = None
     undecodable: UnicodeDecodeError | None = None
+    first_error: BaseException | None = None
     seen_text = False
     with path.open("rb") as handle:
         for line_no, raw in enumerate(handle, 1):
@@ -205,7 +206,7 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
                     values.append(parse_json(text))
                 except (ValueError, RecursionError) as exc:
                     if first_bad is None:
-                        first_bad = line_no
+                        first_bad, first_error = line_no, exc
                         if isinstance(exc, UnicodeDecodeError):
                             undecodable = exc
             if len(values) >= lines or read >= HEAD_SCAN_BYTES:
@@ -213,10 +214,12 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
     if not values and undecodable is not None:
         raise ImportProblem(str(path), first_bad or 1, _undecodable(undecodable))
     if not values and first_bad is not None:
+        why = "nested too deeply" if isinstance(first_error, RecursionError) else first_error
+        said = str(why) if "is not JSON" in str(why) else f"not JSON ({why})"
         raise ImportProblem(
             str(path),
             first_bad,
-            "the first line is not JSON, nor any after it; is this a transcript? (if it is, name"
+            f"{said}; no line after it is JSON either: is this a transcript? (if it is, name"
             f" its format: --format {'|'.join(sorted(FORMATS))})",
         )
     return values, False
