@@ -99,12 +99,23 @@ class TranscriptFormat(ABC):
     def entry(self, line: Line) -> Entry:
         """Classify one parsed line."""
 
+    def owns(self, value: Any) -> bool:
+        """Whether one parsed line could be this format's own, message or bookkeeping (so a
+        line the format skips is its own choice, not a line of another format). Broad: by
+        default every line."""
+        return True
+
     def claims(self, value: Any) -> bool:
         """Whether one parsed line, wherever it is found, is unmistakably one of this
-        format's messages (so a file of another format that holds it has been mixed)."""
+        format's messages (so a file of another format that holds it has been mixed).
+        Strict: by default no line."""
+        return False
+
+    def _is_message(self, value: Any) -> bool:
+        """Whether :meth:`entry` makes a message of *value* (a damaged line does not)."""
         try:
             return self.entry(Line(0, 0, 0, b"", value)).is_message
-        except ValueError:  # a damaged line of this format is not a message of it
+        except ValueError:
             return False
 
 

@@ -354,7 +354,11 @@ def _scan(
                 except ValueError as exc:
                     scan.problems.append(ImportProblem(str(file), line.line_no, str(exc)))
                 else:
-                    foreign = None if entry.is_message else _foreign_format(fmt, line.value)
+                    foreign = (
+                        None
+                        if entry.is_message or fmt.owns(line.value)
+                        else _foreign_format(fmt, line.value)
+                    )
                     if foreign is not None:
                         scan.problems.append(
                             ImportProblem(

@@ -101,6 +101,11 @@ def _without(obj: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in keys}
 
 
+#: Keys only Claude Code's lines carry, and the kinds of line it writes without them.
+_OWN_KEYS = ("uuid", "sessionId", "parentUuid", "leafUuid", "isSidechain", "userType")
+_OWN_TYPES = ("user", "assistant", "system", "summary", "file-history-snapshot", "progress")
+
+
 class ClaudeCodeFormat(TranscriptFormat):
     """Claude Code session transcripts (see the module doc)."""
 
@@ -112,6 +117,20 @@ class ClaudeCodeFormat(TranscriptFormat):
         if "sessionId" in first or "parentUuid" in first or "leafUuid" in first:
             return True
         return first.get("type") in ("summary", "file-history-snapshot") and "role" not in first
+
+    def owns(self, value: Any) -> bool:
+        return isinstance(value, Mapping) and (
+            any(key in value for key in _OWN_KEYS) or value.get("type") in _OWN_TYPES
+        )
+
+    def claims(self, value: Any) -> bool:
+        return (
+            isinstance(value, Mapping)
+            and value.get("type") in ("user", "assistant")
+            and "uuid" in value
+            and isinstance(value.get("message"), Mapping)
+            and self._is_message(value)
+        )
 
     def identify(self, path: Path, head: Sequence[Any]) -> FileIdentity:
         carrier = next(

@@ -87,6 +87,21 @@ class CodexFormat(TranscriptFormat):
             and isinstance(first.get("payload"), Mapping)
         )
 
+    def owns(self, value: Any) -> bool:
+        return isinstance(value, Mapping) and (
+            "payload" in value
+            or value.get("type")
+            in ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
+        )
+
+    def claims(self, value: Any) -> bool:
+        return (
+            isinstance(value, Mapping)
+            and value.get("type") == "response_item"
+            and isinstance(value.get("payload"), Mapping)
+            and self._is_message(value)
+        )
+
     def identify(self, path: Path, head: Sequence[Any]) -> FileIdentity:
         payload = head[0].get("payload") if head and isinstance(head[0], Mapping) else None
         session = None

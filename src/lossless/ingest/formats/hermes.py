@@ -25,6 +25,20 @@ class HermesFormat(TranscriptFormat):
     def sniff(self, first: Any) -> bool:
         return isinstance(first, Mapping) and first.get("type") == "hermes_session"
 
+    def owns(self, value: Any) -> bool:
+        return isinstance(value, Mapping) and (
+            "row" in value or value.get("type") == "hermes_session"
+        )
+
+    def claims(self, value: Any) -> bool:
+        message = value.get("message") if isinstance(value, Mapping) else None
+        return (
+            isinstance(message, Mapping)
+            and "row" in value
+            and "role" in message
+            and self._is_message(value)
+        )
+
     def identify(self, path: Path, head: Sequence[Any]) -> FileIdentity:
         first = head[0] if head else None
         session = text_field(first.get("id")) if isinstance(first, Mapping) else None

@@ -32,6 +32,20 @@ class OpenClawFormat(TranscriptFormat):
     def sniff(self, first: Any) -> bool:
         return isinstance(first, Mapping) and first.get("type") == "session"
 
+    def owns(self, value: Any) -> bool:
+        return isinstance(value, Mapping) and (
+            "parentId" in value or value.get("type") in ("session", "message")
+        )
+
+    def claims(self, value: Any) -> bool:
+        message = value.get("message") if isinstance(value, Mapping) else None
+        return (
+            isinstance(message, Mapping)
+            and value.get("type") == "message"
+            and "role" in message
+            and self._is_message(value)
+        )
+
     def identify(self, path: Path, head: Sequence[Any]) -> FileIdentity:
         first = head[0] if head else None
         header = text_field(first.get("id")) if isinstance(first, Mapping) else None
