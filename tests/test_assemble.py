@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lossless import Config, Engine
 from lossless.summarize import ScriptedSummarizer
+from lossless.tokens import estimate_tokens
 
 SMALL = Config().replace(
     fresh_tail_count=4,
@@ -58,14 +63,29 @@ def test_summaries_are_rendered_as_the_specs_xml_and_marked_untrusted(engine: En
         assert "<content>" in t and "</content>" in t
 
 
-def test_the_fresh_tail_is_always_included_even_over_budget(engine: Engine) -> None:
+def test_a_fresh_tail_over_the_budget_shrinks_to_its_newest_turns(engine: Engine) -> None:
     fill(engine, 6)
-    assembled = engine.assemble("s", 10)  # far too small
+    items = engine.context("s")
+    last_turn = items[-1].tokens + items[-2].tokens
+    assembled = engine.assemble("s", last_turn + 5)  # the 4-message tail does not fit
     texts = json.dumps(assembled.messages)
-    for t in (4, 5):  # the last two turns are the 4-message fresh tail
-        assert f"q{t}-0" in texts and f"a{t}-0" in texts
-    assert "q0-0" not in texts
-    assert assembled.over_budget
+    assert "q5-0" in texts and "a5-19" in texts  # the newest turn, whole
+    assert "q4-0" not in texts and "a4-0" not in texts
+    assert assembled.tokens <= last_turn + 5 and not assembled.over_budget
+
+
+def test_a_newest_message_over_the_budget_alone_is_shown_clipped_with_its_id(
+    engine: Engine,
+) -> None:
+    fill(engine, 2)
+    engine.ingest("s", {"role": "user", "content": words(600, "huge-")})
+    newest = engine.context("s")[-1]
+    assembled = engine.assemble("s", 200)
+    [only] = assembled.messages
+    text = json.dumps(only)
+    assert f"lcm_describe {newest.ref}" in text and "huge-0" in text and "huge-599" not in text
+    assert assembled.tokens <= 200
+    assert engine.assemble("s", 5).messages == []  # not even the note fits: nothing does
 
 
 def test_the_budget_keeps_the_newest_items_and_drops_the_oldest(engine: Engine) -> None:
@@ -264,3 +284,89 @@ def test_openclaw_format_converts_summaries_and_other_shapes(engine: Engine) -> 
     }
     result = next(m for m in made if m["role"] == "toolResult")
     assert result["toolCallId"] == "c9" and result["content"][0]["text"] == "result of c9"
+
+
+# --- the budget is a cap: property-tested -----------------------------------------------------
+
+_sessions = itertools.count()
+#: A turn: the user's words, whether the assistant calls a tool (with a result of how many
+#: words), and the assistant's words.
+TURNS = st.lists(
+    st.tuples(st.integers(1, 120), st.integers(0, 400), st.integers(1, 400)),
+    min_size=1,
+    max_size=10,
+)
+
+
+def _say(engine: Engine, session: str, turns: list[tuple[int, int, int]]) -> None:
+    for t, (asked, tool, answered) in enumerate(turns):
+        engine.ingest(session, {"role": "user", "content": words(asked, f"t{t}u")})
+        if tool:
+            call = {
+                "id": f"c{t}",
+                "type": "function",
+                "function": {"name": "run", "arguments": "{}"},
+            }
+            engine.ingest(
+                session,
+                {"role": "assistant", "content": f"t{t}call", "tool_calls": [call]},
+            )
+            engine.ingest(
+                session, {"role": "tool", "tool_call_id": f"c{t}", "content": words(tool, f"t{t}r")}
+            )
+        engine.ingest(session, {"role": "assistant", "content": words(answered, f"t{t}a")})
+
+
+@settings(
+    max_examples=int(os.environ.get("LOSSLESS_FUZZ_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(turns=TURNS, budget=st.integers(1, 4_000), compact=st.booleans())
+def test_the_budget_is_a_cap_and_the_newest_turn_and_summary_come_first(
+    engine: Engine, turns: list[tuple[int, int, int]], budget: int, compact: bool
+) -> None:
+    session = f"cap{next(_sessions)}"
+    _say(engine, session, turns)
+    if compact:
+        engine.compact(session)
+    items = engine.context(session)
+    tokens = {item.ref: item.tokens for item in items}
+
+    assembled = engine.assemble(session, budget)
+
+    assert assembled.tokens <= budget
+    text = json.dumps(assembled.messages)
+    counted = sum(tokens[ref] for ref in assembled.items if ref != assembled.clipped)
+    if assembled.clipped is not None:
+        [stub] = [
+            b["text"]
+            for m in assembled.messages
+            for b in m["content"]
+            if "lcm_describe" in b["text"]
+        ]
+        counted += estimate_tokens(stub)
+    assert assembled.tokens == counted + assembled.resume_tokens
+    # The output holds exactly the items it names: each chosen message's first word is there,
+    # no left-out message's is (the summarizer writes none of the messages' words).
+    for item in items:
+        if item.message_id is None:
+            continue
+        first = engine.get_message(item.message_id).content.split()[0]
+        shown = re.search(rf"\b{re.escape(first)}\b", text) is not None
+        if item.ref == assembled.clipped:
+            assert f"lcm_describe {item.ref}" in text
+        elif item.ref in assembled.items:
+            assert shown or item.role == "tool" or "call" in first, item  # orphans are left out
+        elif not assembled.resume_tokens:  # the resume summary may quote a left-out message
+            assert not shown, item
+    # The newest message is always there (whole, or clipped with where to read it whole)
+    # once the budget holds the clip's note; the newest summary whenever it fits beside the
+    # newest unit of the conversation (a message, or a call with its results).
+    if budget >= 80:
+        assert items[-1].ref in assembled.items
+    last_unit = max(i for i, item in enumerate(items) if item.role != "tool")
+    unit_tokens = sum(item.tokens for item in items[last_unit:])
+    summaries = [i for i in items if i.summary_id is not None]
+    if summaries and summaries[-1].tokens + unit_tokens <= budget:
+        assert summaries[-1].ref in assembled.items

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lossless import Config, Engine
-from lossless.retrieval.grep import GrepError
+from lossless.retrieval.grep import GrepError, match_spans
 from lossless.retrieval.grep import grep as grep_store
 from lossless.summarize import ScriptedSummarizer
 
@@ -204,3 +204,21 @@ def test_a_pattern_too_long_to_be_a_search_is_refused_before_it_runs(
     with pytest.raises(GrepError, match="the text is 5,000 characters"):
         engine.chat_context_query(text="x" * 5_000)
     assert engine.grep("x" * 2_000, mode=mode).hits  # type: ignore[arg-type]
+
+
+def test_a_snippet_centres_on_the_window_holding_most_of_the_question(engine: Engine) -> None:
+    filler = " ".join(f"filler{i}" for i in range(300))
+    text = (
+        f"What a day. The weather was fine. {filler} Then we moved the staging database to"
+        f" db-staging-2 on port 5433 after the migration. {filler} What else?"
+    )
+    engine.ingest("s", {"role": "user", "content": text})
+
+    [hit] = engine.grep("What port did we move the staging database to?", sort="relevance").hits
+
+    assert "port 5433" in hit.snippet and "staging database" in hit.snippet
+    assert hit.snippet.startswith("…") and hit.snippet.endswith("…")
+    spans = match_spans(hit.snippet, "What port did we move the staging database to?")
+    marked = {hit.snippet[a:b].lower() for a, b in spans}
+    assert {"port", "staging", "database", "moved"} <= marked  # "move" finds "moved"
+    assert "what" not in marked and "the" not in marked  # question words are not matches

@@ -3,10 +3,12 @@
 The spec's steps: (1) the context items in ordinal order; (2) each resolved — a summary becomes
 a user message holding the spec's ``<summary>`` XML (marked as untrusted history), a message is
 rebuilt from its parts; (3) split into the evictable prefix and the protected fresh tail;
-(4) the fresh tail is always included, even over budget; (5) the rest of the budget is filled
-from the evictable items, newest first, dropping the oldest; (6) assistant content as block
-arrays; (7) tool pairing sanitized: every tool result has its call in the output and every
-call its result — an orphan of either kind is left out.
+(4) the fresh tail is included whole when it fits — the budget is a cap: a tail over it
+shrinks from the front, whole turns first, keeping room for the newest summary, and a newest
+message over the budget on its own is shown clipped, with where to read it whole; (5) the rest
+of the budget is filled from the evictable items, newest first, dropping the oldest;
+(6) assistant content as block arrays; (7) tool pairing sanitized: every tool result has its
+call in the output and every call its result — an orphan of either kind is left out.
 
 The cost is proportional to the active context, never to the stored history. Nothing here
 depends on the time of day, so two assemblies with no compaction in between give byte-identical
@@ -27,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape, quoteattr
 
 from .compaction import fresh_tail_start
+from .ingest.files import REFERENCE
 from .model import ContextItem, StoredMessage, Summary
 from .resume import boundary, resume_text
+from .summarize.escalation import truncate_to_tokens
 
 if TYPE_CHECKING:
     from .services import Services
@@ -65,10 +69,14 @@ class AssembledContext:
     dropped_items: int = 0
     dropped_orphans: list[str] = field(default_factory=list)
     resume_tokens: int = 0  # the resume summary's, when one was injected
+    #: The context items given to the model, in order (``msg#N`` or a summary id).
+    items: list[str] = field(default_factory=list)
+    #: The message shown clipped because it alone was over the budget, if any.
+    clipped: str | None = None
 
     @property
     def over_budget(self) -> bool:
-        """True when the fresh tail alone exceeds the budget (it is included anyway)."""
+        """Never, since the budget became a cap (kept for callers that check it)."""
         return self.tokens > self.budget
 
 
@@ -107,8 +115,32 @@ class _Block:
     native: Any = None  # the source's own block or item, passed through when formats match
 
 
+def _referenced(message: StoredMessage) -> list[_Block]:
+    """A message whose large files were kept outside its text, as the model sees it: the
+    text with each file's reference (what its token count counts), its tool calls kept."""
+    results = [p for p in message.parts if p.type == "tool_result"]
+    calls = [
+        _Block("call", call_id=p.tool_call_id or "", name=p.tool_name or "tool", input=p.tool_input)
+        for p in message.parts
+        if p.type == "tool_call"
+    ]
+    if len(results) == 1 and not calls:  # one tool output kept whole as a file
+        only = results[0]
+        return [
+            _Block(
+                "result",
+                call_id=only.tool_call_id or "",
+                text=message.content,
+                is_error=only.is_error,
+            )
+        ]
+    return [_Block("text", text=message.content), *calls]
+
+
 def _blocks(message: StoredMessage, fmt: str) -> list[_Block]:
     """A stored message (any source shape) as neutral blocks for the *fmt* output."""
+    if REFERENCE.search(message.content):
+        return _referenced(message)
     if fmt == "responses":
         native = _responses_native(message)
         if native is not None:
@@ -305,6 +337,7 @@ def _turns(
     messages: dict[int, StoredMessage],
     summaries: dict[str, tuple[Summary, list[str]]],
     fmt: str,
+    stubs: dict[int, str] | None = None,
 ) -> list[tuple[str, list[_Block]]]:
     out = []
     for item in items:
@@ -312,10 +345,86 @@ def _turns(
             summary, parents = summaries[item.summary_id]
             text = UNTRUSTED_NOTE + "\n" + render_summary(summary, parents)
             out.append(("user", [_Block("text", text=text)]))
+        elif stubs and int(item.message_id or 0) in stubs:
+            message = messages[int(item.message_id or 0)]
+            role = "user" if message.role == "tool" else message.role
+            out.append((role, [_Block("text", text=stubs[message.message_id])]))
         else:
             message = messages[int(item.message_id or 0)]
             out.append((message.role, _blocks(message, fmt)))
     return out
+
+
+@dataclass
+class _Fit:
+    """Which context items go to the model (indices, in order), whether the resume summary
+    does, and the one message shown clipped (when the newest turn alone is over budget)."""
+
+    indices: list[int]
+    resume: bool
+    clipped: int | None = None
+
+
+def _fit(items: Sequence[ContextItem], tail: int, budget: int, resume_tokens: int) -> _Fit:
+    """The budget is a cap. The fresh tail goes in whole when it fits; when it does not, it
+    shrinks from the front — whole turns first, then within the newest turn, never starting on
+    a tool result (its call stays with it) — keeping room for the newest summary. What room is
+    left takes the resume summary, then the older items, newest first."""
+    n = len(items)
+    after = [0] * (n + 1)  # after[i]: tokens of items[i:]
+    for i in range(n - 1, -1, -1):
+        after[i] = after[i + 1] + items[i].tokens
+    newest = next((i for i in range(tail - 1, -1, -1) if items[i].summary_id is not None), None)
+    reserve = items[newest].tokens if newest is not None else 0
+    if reserve >= budget:
+        newest, reserve = None, 0
+    start = tail
+    while start < n and after[start] + reserve > budget:
+        turn = next((j for j in range(start + 1, n) if items[j].role == "user"), None)
+        unit = next((j for j in range(start + 1, n) if items[j].role != "tool"), None)
+        if turn is None and unit is None:
+            break
+        start = turn if turn is not None else int(unit or 0)
+    if start < n and after[start] + reserve > budget:
+        newest, reserve = None, 0  # the newest turn comes before the summary
+    clipped = None
+    if start < n and after[start] > budget:  # one message (or call and results) over budget
+        start, clipped = n - 1, n - 1
+    indices = list(range(start, n))
+    room = budget - after[start] - reserve
+    if clipped is not None:
+        room = 0
+    resume = bool(resume_tokens) and resume_tokens <= room
+    room -= resume_tokens if resume else 0
+    if newest is not None:
+        indices.append(newest)
+    for i in range(start - 1, -1, -1):
+        if i == newest:
+            continue
+        if items[i].tokens > room:
+            break
+        indices.append(i)
+        room -= items[i].tokens
+    return _Fit(sorted(indices), resume, clipped)
+
+
+def _clip(services: Services, message_id: int, room: int) -> str | None:
+    """The newest message, over the budget on its own, as its start within *room* tokens and
+    a note saying where the rest is (``None`` when not even the note fits)."""
+    message = services.store.get_message(message_id)
+    count = services.tokens.count
+    note = (
+        f"[msg#{message_id} is ~{message.token_count:,} tokens, more than this context can"
+        f" hold; its start follows, and lcm_describe msg#{message_id} reads it whole]"
+    )
+    if count(note) > room:
+        return None
+    head = truncate_to_tokens(message.content, room - count(note) - 1, services.tokens)
+    stub = f"{note}\n{head}"
+    while count(stub) > room and head:  # a counter that disagrees with the estimate
+        head = head[: len(head) * 3 // 4]
+        stub = f"{note}\n{head}"
+    return stub if count(stub) <= room else note
 
 
 def _sanitize(turns: list[tuple[str, list[_Block]]], *, pending_calls: bool = False) -> list[str]:
@@ -687,12 +796,21 @@ def assemble(
         if upto is not None:
             resume = resume_text(services, conversation_id, upto)
     resume_tokens = services.tokens.count(resume) if resume else 0
-    used = sum(i.tokens for i in items[tail:]) + resume_tokens
-    first = tail
-    while first > 0 and used + items[first - 1].tokens <= token_budget:
-        first -= 1
-        used += items[first].tokens
-    chosen = items[first:]
+    fit = _fit(items, tail, token_budget, resume_tokens)
+    if not fit.resume:
+        resume, resume_tokens = None, 0
+    chosen = [items[i] for i in fit.indices]
+    stubs: dict[int, str] = {}
+    used = sum(item.tokens for item in chosen) + resume_tokens
+    if fit.clipped is not None:
+        item = items[fit.clipped]
+        stub = _clip(services, int(item.message_id or 0), token_budget - used + item.tokens)
+        if stub is None:  # not even the note fits: nothing does
+            chosen = [i for i in chosen if i is not item]
+            used -= item.tokens
+        else:
+            stubs[int(item.message_id or 0)] = stub
+            used += services.tokens.count(stub) - item.tokens
     message_ids = [i.message_id for i in chosen if i.message_id is not None]
     summary_ids = [i.summary_id for i in chosen if i.summary_id is not None]
     messages = {m.message_id: m for m in services.store.get_messages_by_id(message_ids)}
@@ -700,7 +818,7 @@ def assemble(
     summaries = {
         s.summary_id: (s, parents[s.summary_id]) for s in services.store.get_summaries(summary_ids)
     }
-    turns = _turns(chosen, messages, summaries, format)
+    turns = _turns(chosen, messages, summaries, format, stubs)
     if resume:  # right after the summaries, before the fresh tail
         at = 1 + max((n for n, i in enumerate(chosen) if i.summary_id is not None), default=-1)
         turns.insert(at, ("user", [_Block("text", text=resume)]))
@@ -713,7 +831,9 @@ def assemble(
         format=format,
         summaries=len(summary_ids),
         raw_messages=len(message_ids),
-        dropped_items=first,
+        dropped_items=len(items) - len(chosen),
         dropped_orphans=dropped,
         resume_tokens=resume_tokens,
+        items=[i.ref for i in chosen],
+        clipped=next((f"msg#{m}" for m in stubs), None),
     )

@@ -44,6 +44,7 @@ def context_command(state: State, conversation: str, budget: int, fmt: str, as_j
                 "raw_messages": assembled.raw_messages,
                 "dropped_items": assembled.dropped_items,
                 "dropped_orphans": assembled.dropped_orphans,
+                "clipped": assembled.clipped,
                 "messages": assembled.messages,
             }
         )
@@ -52,7 +53,11 @@ def context_command(state: State, conversation: str, budget: int, fmt: str, as_j
         f"conversation {conv.conversation_id}: {assembled.tokens:,} of {budget:,} tokens "
         f"({assembled.summaries} summaries, {assembled.raw_messages} messages; "
         f"{assembled.dropped_items} older items left out)"
-        + (" — the fresh tail alone is over budget" if assembled.over_budget else ""),
+        + (
+            f" — {assembled.clipped} alone is over the budget: shown clipped"
+            if assembled.clipped
+            else ""
+        ),
         highlight=False,
     )
     for message in assembled.messages:

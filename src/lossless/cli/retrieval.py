@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 from rich.markup import escape
+from rich.text import Text
 
 from ..retrieval.describe import parse_lines
+from ..retrieval.grep import match_spans
 from .conversations import resolve
 from .output import (
     State,
@@ -74,9 +76,13 @@ def grep_command(
         return
     for h in result.hits:
         who = h.role or (f"d{h.depth}" if h.depth is not None else h.kind)
+        snippet = Text(h.snippet)  # stored text is never markup
+        for start, end in match_spans(h.snippet, pattern) if mode == "full_text" else []:
+            snippet.stylize("bold yellow", start, end)
         stdout.print(
-            f"[bold]{h.id}[/] conv {h.conversation_id} {h.created_at[:16]} {who}: "
-            f"{escape(h.snippet)}",
+            Text.assemble(
+                (h.id, "bold"), f" conv {h.conversation_id} {h.created_at[:16]} {who}: ", snippet
+            ),
             highlight=False,
         )
     if not result.hits:

@@ -24,6 +24,7 @@ from ..model import LargeFile, check_file_id
 from ..tokens import estimate_tokens
 
 __all__ = [
+    "REFERENCE",
     "explore",
     "externalize",
     "file_path",
@@ -31,6 +32,8 @@ __all__ = [
     "write_private",
 ]
 
+#: What an externalized file's reference in a message's plain text starts with.
+REFERENCE = re.compile(r"\[large file file_[0-9a-f]{16}: ")
 _FILE_BLOCK = re.compile(r"<file(?P<attrs>\s[^>]*)?>(?P<body>.*?)</file>", re.S)
 _ATTR = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 _EXT = re.compile(r"^[a-z0-9]{1,10}$")

@@ -39,7 +39,7 @@ from ..timestamps import format_ts, parse_ts
 if TYPE_CHECKING:
     from ..store.base import Store
 
-__all__ = ["GrepError", "GrepHit", "GrepResult", "grep"]
+__all__ = ["GrepError", "GrepHit", "GrepResult", "grep", "match_spans"]
 
 Mode = Literal["full_text", "regex"]
 Scope = Literal["messages", "summaries", "both", "files"]
@@ -247,17 +247,63 @@ def _fts_query(pattern: str, *, any_word: bool) -> str:
     return (" OR " if any_word else " AND ").join(terms)
 
 
-def _snippet(text: str, needle: str | None, width: int = 160) -> str:
+def _matcher(pattern: str | None) -> regex.Pattern[str] | None:
+    """Where a search's words occur in a text: each content word of *pattern* (its stop words
+    only when it has nothing else), and the forms that share its stem (``deploy`` finds
+    ``deployed``), case-insensitively; quoted phrases as they are."""
+    if not pattern:
+        return None
+    phrases = [p for p in _PHRASE.findall(pattern) if p.strip()]
+    words = _WORD.findall(_PHRASE.sub(" ", pattern))
+    content = [w for w in words if w.lower() not in STOP_WORDS] or ([] if phrases else words)
+    alternatives = [regex.escape(" ".join(p.split())) for p in phrases]
+    for word in dict.fromkeys(w.lower() for w in content):
+        stem = word[: max(4, len(word) - 3)] if len(word) > 5 else word
+        alternatives.append(rf"\b{regex.escape(stem)}\w*")
+    if not alternatives:
+        return None
+    return regex.compile("|".join(alternatives), regex.IGNORECASE)
+
+
+def match_spans(text: str, pattern: str | None) -> list[tuple[int, int]]:
+    """The spans of *text* where the search's words (see :func:`_matcher`) occur: what a
+    shell highlights in a snippet."""
+    found = _matcher(pattern)
+    return [m.span() for m in found.finditer(text)] if found else []
+
+
+def _snippet(text: str, pattern: str | None, width: int = 160) -> str:
+    """About *width* characters of *text* around its best match: the window holding the most
+    of the search's different words (then the most matches), not the first word's first
+    occurrence."""
     flat = " ".join(text.split())
-    at = flat.lower().find(needle.lower()) if needle else -1
-    if at < 0:
+    found = _matcher(pattern)
+    spans = [(m.start(), m.group().lower()) for m in found.finditer(flat)] if found else []
+    if not spans and pattern:  # a substring inside a word (or CJK): where it first occurs
+        at = flat.lower().find(" ".join(pattern.replace('"', " ").split()).lower())
+        spans = [(at, pattern.lower())] if at >= 0 else []
+    if not spans or len(flat) <= width:
         return flat[:width] + ("…" if len(flat) > width else "")
-    start = max(0, at - width // 3)
+    best, best_score = 0, (-1, -1)
+    lead = width // 4
+    for at, _ in spans:
+        start = max(0, min(at - lead, len(flat) - width))
+        inside = [w for a, w in spans if start <= a and a + len(w) <= start + width]
+        score = (len({w[:5] for w in inside}), len(inside))
+        if score > best_score:
+            best, best_score = start, score
+    start = best
+    if start:  # begin at a word
+        space = flat.find(" ", start, start + 20)
+        start = space + 1 if space >= 0 else start
     end = min(len(flat), start + width)
+    if end < len(flat):
+        space = flat.rfind(" ", end - 20, end)
+        end = space if space > start else end
     return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
 
 
-def _hit(row: TextRow, needle: str | None) -> GrepHit:
+def _hit(row: TextRow, pattern: str | None) -> GrepHit:
     return GrepHit(
         row.id,
         row.kind,
@@ -265,7 +311,7 @@ def _hit(row: TextRow, needle: str | None) -> GrepHit:
         row.created_at,
         row.role,
         row.depth,
-        _snippet(row.content, needle),
+        _snippet(row.content, pattern),
         row.score,
     )
 
@@ -401,8 +447,7 @@ def _fts(
     rows = store.word_search(
         table, query, within, limit, order="recency" if sort == "recency" else "rank"
     )
-    words = _WORD.findall(pattern)
-    return [_hit(r, words[0] if words else None) for r in rows]
+    return [_hit(r, pattern) for r in rows]
 
 
 def required_literal(pattern: str) -> str | None:
@@ -463,7 +508,7 @@ def _files(store: Store, pattern: str, ids: Sequence[int] | None, limit: int) ->
                     record.created_at or "",
                     None,
                     None,
-                    _snippet(record.exploration_summary or "", words[0] if words else None),
+                    _snippet(record.exploration_summary or "", pattern),
                 )
             )
     return out[:limit]

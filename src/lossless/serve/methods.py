@@ -164,6 +164,7 @@ def _assemble(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         "raw_messages": made.raw_messages,
         "dropped_items": made.dropped_items,
         "over_budget": made.over_budget,
+        "clipped": made.clipped,
     }
 
 
