@@ -53,9 +53,11 @@ def test_a_question_with_relevance_sort_ranks_partial_matches_by_bm25(engine: En
 def test_user_text_never_breaks_the_index_syntax(engine: Engine) -> None:
     seed(engine)
     for text in ('deploy AND "', "NOT (deploy", "deploy* OR", "col:umn deploy", "-deploy"):
-        # Read as the words they hold: both deploy messages, and nothing the syntax invents.
+        # Read as the words they hold: both deploy messages first, and nothing the syntax
+        # invents (after them at most msg#3, found through msg#2 before it).
         hits = engine.grep(text, conversation="s", sort="relevance").hits
-        assert {h.id for h in hits} == {"msg#1", "msg#2"}, text
+        assert {h.id for h in hits[:2]} == {"msg#1", "msg#2"}, text
+        assert {h.id for h in hits[2:]} <= {"msg#3"}, text
 
 
 def test_regex_syntax_in_full_text_mode_explains_the_two_modes(engine: Engine) -> None:
@@ -222,3 +224,30 @@ def test_a_snippet_centres_on_the_window_holding_most_of_the_question(engine: En
     marked = {hit.snippet[a:b].lower() for a, b in spans}
     assert {"port", "staging", "database", "moved"} <= marked  # "move" finds "moved"
     assert "what" not in marked and "the" not in marked  # question words are not matches
+
+
+def test_an_answer_is_found_through_the_question_before_it(engine: Engine) -> None:
+    engine.ingest("s", {"role": "user", "content": "Lunch was good today."})
+    engine.ingest("s", {"role": "user", "content": "Which port did we pick for staging?"})
+    # The answer comes in a later call: the question's entry gets its next then.
+    engine.ingest_batch(
+        "s",
+        [
+            {"role": "assistant", "content": "9043, because 8043 clashed with the proxy."},
+            {"role": "user", "content": "Thanks, noted."},
+        ],
+    )
+
+    asked = engine.grep("which port for staging", conversation="s", sort="relevance").hits
+    answered = engine.grep("clashed proxy", conversation="s", sort="relevance").hits
+
+    # The question, then its answer (the question before it weighs more than the one after
+    # it: msg#1 is found through its next), and nothing else.
+    assert [h.id for h in asked] == ["msg#2", "msg#3", "msg#1"]
+    # The answer, then what follows it and the question before it (whose entry got its next
+    # when the answer came).
+    assert [h.id for h in answered] == ["msg#3", "msg#4", "msg#2"]
+    # Every word in the message's own text when every word is needed (recency).
+    recent = engine.grep("port staging", conversation="s", sort="recency").hits
+    assert [h.id for h in recent] == ["msg#2"]
+    assert engine.check() == []  # the index entries match the text and its neighbours

@@ -88,8 +88,16 @@ def check_encoding(path: Path) -> None:
     """Refuse a file written in UTF-16 or UTF-32 (a Windows shell's redirect writes UTF-16):
     its lines cannot be split on newline bytes, so it would be misread line by line."""
     with path.open("rb") as handle:
-        head = handle.read(4)
-    name = next((n for bom, n in _WIDE_BOMS.items() if head.startswith(bom)), None)
+        head = handle.read(8)
+    name = None
+    for bom, wide in _WIDE_BOMS.items():
+        # A byte order mark, then a character with the zero bytes of that width (JSON starts
+        # with an ASCII character): two junk bytes that happen to look like a mark are not.
+        after = head[len(bom) : len(bom) + (4 if wide == "UTF-32" else 2)]
+        if head.startswith(bom) and after and 0 in after and any(after):
+            name = wide
+            break
+    head = head[:4]
     if name is None and len(head) == 4:
         # Without a byte order mark: JSON starts with an ASCII character, so the zero bytes
         # around the first two characters give the width away (RFC 4627, section 3).

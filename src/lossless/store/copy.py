@@ -17,12 +17,13 @@ How it stays correct when it is interrupted (an exception, a full disk, ``kill -
   prefix (another store, or one written since) is refused before anything is written;
 * the source is read under one snapshot, so a copy is of one moment of it.
 
-Generated columns (PostgreSQL's ``content_tsv``) and the search indexes are never copied:
-the target makes its own (PostgreSQL keeps them on every write; SQLite's FTS5 tables are
-rebuilt at the end: :meth:`~.core.StoreCore.finish_bulk_copy`). Then PostgreSQL's sequences
-are moved past the copied ids, and the copy is checked: the row count of every table against
-the source, and ``doctor`` (which lies above the store: the caller passes it in as *check*,
-see :mod:`lossless.migrate_store`).
+Generated columns (PostgreSQL's ``content_tsv``), the messages' neighbours in the word index
+(its ``context_tsv``) and the search indexes are never copied: the target makes its own
+(PostgreSQL keeps them on every write and indexes the neighbours at the end; SQLite's FTS5
+tables are rebuilt at the end: :meth:`~.core.StoreCore.finish_bulk_copy`). Then PostgreSQL's
+sequences are moved past the copied ids, and the copy is checked: the row count of every table
+against the source, and ``doctor`` (which lies above the store: the caller passes it in as
+*check*, see :mod:`lossless.migrate_store`).
 """
 
 from __future__ import annotations

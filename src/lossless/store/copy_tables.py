@@ -2,7 +2,8 @@
 the columns copied and the key each is copied in the order of (see :mod:`.copy` for how).
 
 Not ``migrations`` (each store keeps its own) nor the search indexes (each engine builds its
-own), nor generated columns (PostgreSQL's ``content_tsv``).
+own), nor generated columns (PostgreSQL's ``content_tsv``), nor the neighbours' words it
+indexes (``context_tsv``, made again by the target).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .pg_migrations import PG_MIGRATIONS
+from .search import NEIGHBOUR_CHARS
 from .toollog import record_tool_executions
 
 __all__ = ["MIGRATIONS", "STEPS", "Step", "migration", "run_script"]
@@ -404,6 +405,34 @@ def m010_host_meta(conn: sqlite3.Connection) -> None:
     conn.execute(
         "CREATE INDEX messages_host_meta ON messages(conversation_id, host_meta, seq)"
         " WHERE host_meta IS NOT NULL"
+    )
+
+
+@migration
+def m011_neighbours_in_the_word_index(conn: sqlite3.Connection) -> None:
+    # A message is found by what surrounds it: its word-index entry also carries the start of
+    # the message before it (prev) and of the one after (next), weighted below its own words,
+    # so an answer is reachable through the question before it. The view is the index's
+    # external content; the store keeps the index in step as messages are appended (the
+    # message before a batch gets its next).
+    run_script(
+        conn,
+        f"""
+        DROP TABLE messages_fts;
+        -- (Like FTS5 itself, SQLite's text functions stop at a NUL: a neighbour is read up
+        -- to its first one.)
+        CREATE VIEW message_words AS
+          SELECT m.message_id, m.content,
+                 coalesce(substr(p.content, 1, {NEIGHBOUR_CHARS}), '') AS prev,
+                 coalesce(substr(n.content, 1, {NEIGHBOUR_CHARS}), '') AS next
+          FROM messages m
+          LEFT JOIN messages p ON p.conversation_id = m.conversation_id AND p.seq = m.seq - 1
+          LEFT JOIN messages n ON n.conversation_id = m.conversation_id AND n.seq = m.seq + 1;
+        CREATE VIRTUAL TABLE messages_fts USING fts5(
+          content, prev, next, content='message_words', content_rowid='message_id',
+          tokenize='porter unicode61');
+        INSERT INTO messages_fts (messages_fts) VALUES ('rebuild');
+        """,
     )
 
 

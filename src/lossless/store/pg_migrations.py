@@ -19,13 +19,31 @@ Never edit a migration that has shipped: append a new one, to both dialects
 
 from __future__ import annotations
 
-__all__ = ["PG_MIGRATIONS", "TSV_CHARS"]
+from .search import NEIGHBOUR_CHARS
+
+__all__ = ["CONTEXT_TSV", "PG_MIGRATIONS", "TSV_CHARS"]
 
 #: How much of a text the word index reads (a tsvector holds at most 1 MB of positions);
 #: beyond it, words are still found by substring search.
 TSV_CHARS = 250_000
 
 _TSV = f"to_tsvector('english'::regconfig, left(content, {TSV_CHARS}))"
+
+
+def _neighbour(offset: str, weight: str) -> str:
+    # Read up to a NUL (stored as U+E000 "0"), as SQLite's twin does: the two back ends find
+    # the same neighbours.
+    return (
+        "setweight(to_tsvector('english'::regconfig, coalesce((SELECT split_part("
+        f"left(o.content, {NEIGHBOUR_CHARS}), U&'\\E000' || '0', 1) FROM messages o"
+        f" WHERE o.conversation_id = m.conversation_id AND o.seq = m.seq {offset}), '')),"
+        f" '{weight}')"
+    )
+
+
+#: A message's neighbours in the word index (for the row ``m`` of messages): the start of
+#: the one before it, weight B, and of the one after, weight C.
+CONTEXT_TSV = f"{_neighbour('- 1', 'B')} || {_neighbour('+ 1', 'C')}"
 
 PG_MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -312,6 +330,18 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE messages ADD COLUMN host_meta TEXT;
         CREATE INDEX messages_host_meta ON messages(conversation_id, host_meta, seq)
           WHERE host_meta IS NOT NULL;
+        """,
+    ),
+    (
+        "m011_neighbours_in_the_word_index",
+        f"""
+        -- A message is found by what surrounds it: the start of the message before it (weight
+        -- B) and of the one after (weight C), in a tsvector of its own beside content_tsv,
+        -- kept by the store as messages are appended (the message before a batch gets its
+        -- next).
+        ALTER TABLE messages ADD COLUMN context_tsv tsvector;
+        UPDATE messages m SET context_tsv = {CONTEXT_TSV};
+        CREATE INDEX messages_context_fts ON messages USING gin (context_tsv);
         """,
     ),
 ]

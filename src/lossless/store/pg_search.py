@@ -9,7 +9,14 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .search import SearchStore, WordOrder, hit_columns, key_column
+from .search import (
+    NEXT_WEIGHT,
+    PREV_WEIGHT,
+    SearchStore,
+    WordOrder,
+    hit_columns,
+    key_column,
+)
 
 __all__ = ["PgSearch"]
 
@@ -63,10 +70,20 @@ class PgSearch(SearchStore):
             # planner cannot tell: it guesses a word's share), so the word index is used
             # and its few matches sorted ("+ 0" keeps the key's index out of the plan).
             by = f"s.{key} + 0 DESC" if self._selective(table, query) else f"s.{key} DESC"
+        matches, rank = "s.content_tsv @@ q", "ts_rank_cd(s.content_tsv, q)"
+        if table == "messages" and order != "recency":
+            # Ranked: a message's neighbours' words count too, for less than its own (weights
+            # {D, C, B, A}: next C, prev B, its own text A); recency needs every word in the
+            # message itself.
+            matches = "(s.content_tsv @@ q OR s.context_tsv @@ q)"
+            rank = (
+                f"ts_rank_cd('{{0, {NEXT_WEIGHT}, {PREV_WEIGHT}, 1}}'::float4[],"
+                " setweight(s.content_tsv, 'A') || coalesce(s.context_tsv, ''::tsvector), q)"
+            )
         sql = (
-            f"SELECT {hit_columns(table)}, s.content, -ts_rank_cd(s.content_tsv, q) AS score"
+            f"SELECT {hit_columns(table)}, s.content, -{rank} AS score"
             f" FROM {table} s, websearch_to_tsquery('english'::regconfig, ?) q"
-            f" WHERE s.content_tsv @@ q{where} ORDER BY {by} LIMIT ?"
+            f" WHERE {matches}{where} ORDER BY {by} LIMIT ?"
         )
         return self.fetchall(sql, [self._word_query(query), *params, limit])
 

@@ -33,6 +33,7 @@ from ..timestamps import format_ts, now
 from .base import Store
 from .connection import Connection
 from .migrations import STEPS
+from .pg_migrations import CONTEXT_TSV
 from .pg_search import PgSearch
 
 if TYPE_CHECKING:
@@ -390,10 +391,31 @@ class PostgresStore(PgSearch, Store):
             " back, or copy it to SQLite with: lossless migrate-store '<url>' backup.db"
         )
 
+    def _index_messages(
+        self, conn: Connection, first_id: int, last_id: int, *, trigram: bool
+    ) -> None:
+        # content_tsv is generated and the GIN indexes are kept by the server; what the store
+        # keeps is each message's neighbours: the new ones', and the next of the message
+        # each batch follows in its conversation.
+        conn.execute(
+            f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}"
+            " WHERE m.message_id BETWEEN ? AND ? OR m.message_id IN (SELECT p.message_id"
+            " FROM messages n JOIN messages p"
+            "  ON p.conversation_id = n.conversation_id AND p.seq = n.seq - 1"
+            " WHERE n.message_id BETWEEN ? AND ? AND p.message_id < ?)",
+            (first_id, last_id, first_id, last_id, first_id),
+        )
+
+    def _index_neighbours(self, conn: Connection) -> None:
+        """Every message's neighbours, from the stored text (after a bulk copy, a rebuild)."""
+        conn.execute(f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}")
+
     def finish_bulk_copy(self) -> None:
         """Move the id generators past the copied ids (rows written with their ids as they
-        were leave the sequences behind); the search indexes are kept on every write."""
+        were leave the sequences behind) and index each copied message's neighbours; the
+        other search indexes are kept on every write."""
         with self.transaction() as conn:
+            self._index_neighbours(conn)
             for sequence, table, column in _SEQUENCES:
                 # setval(seq, max + 1, false): the next id handed out is max + 1 (1 if empty)
                 conn.execute(
@@ -403,7 +425,13 @@ class PostgresStore(PgSearch, Store):
 
     # --- integrity -------------------------------------------------------------------------
 
-    _INDEXES = ("messages_fts", "messages_trigram", "summaries_fts", "summaries_trigram")
+    _INDEXES = (
+        "messages_fts",
+        "messages_context_fts",
+        "messages_trigram",
+        "summaries_fts",
+        "summaries_trigram",
+    )
 
     def fts_problems(self) -> list[tuple[str, str, str]]:
         """The search indexes are PostgreSQL's own, kept on every write from the generated
@@ -426,10 +454,16 @@ class PostgresStore(PgSearch, Store):
         return problems
 
     def rebuild_fts(self) -> None:
-        """Rebuild the search indexes (recreating a missing one)."""
+        """Rebuild the search indexes (recreating a missing one), and each message's
+        neighbours in them from the stored text."""
         with self.transaction() as conn:
+            self._index_neighbours(conn)
             conn.execute(
                 "CREATE INDEX IF NOT EXISTS messages_fts ON messages USING gin (content_tsv)"
+            )
+            conn.execute(
+                "CREATE INDEX IF NOT EXISTS messages_context_fts ON messages"
+                " USING gin (context_tsv)"
             )
             conn.execute(
                 "CREATE INDEX IF NOT EXISTS messages_trigram ON messages"

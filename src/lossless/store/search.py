@@ -20,7 +20,17 @@ from typing import Any, Literal, NamedTuple
 
 from .core import StoreCore
 
+#: How much of each neighbour a message's word-index entry carries: the start of the message
+#: before it and of the one after (an answer is found through the question before it).
+NEIGHBOUR_CHARS = 300
+#: How much a word in the neighbours counts beside the same word in the message itself.
+PREV_WEIGHT = 0.6
+NEXT_WEIGHT = 0.3
+
 __all__ = [
+    "NEIGHBOUR_CHARS",
+    "NEXT_WEIGHT",
+    "PREV_WEIGHT",
     "CallFilter",
     "ExecutionRow",
     "FrameRow",

@@ -23,6 +23,7 @@ from ..timestamps import format_ts, now
 from .base import Store, in_chunks
 from .connection import Connection
 from .migrations import MIGRATIONS
+from .search import NEIGHBOUR_CHARS
 from .sqlite_search import SQLiteSearch
 
 __all__ = ["Checkpoint", "SQLiteStore", "content_hash", "copy_database", "standalone"]
@@ -213,11 +214,35 @@ class SQLiteStore(SQLiteSearch, Store):
     def _index_messages(
         self, conn: Connection, first_id: int, last_id: int, *, trigram: bool
     ) -> None:
-        tables = ("messages_fts", "messages_trigram") if trigram else ("messages_fts",)
-        for table in tables:
+        # The message each batch follows in its conversation was indexed as the last one,
+        # with no next: its entry is replaced by one that has it (FTS5 takes the old values
+        # to take an entry out).
+        before = conn.execute(
+            "SELECT p.message_id, p.content, coalesce(substr(pp.content, 1, ?), '')"
+            " FROM messages n"
+            " JOIN messages p ON p.conversation_id = n.conversation_id AND p.seq = n.seq - 1"
+            " LEFT JOIN messages pp"
+            "  ON pp.conversation_id = p.conversation_id AND pp.seq = p.seq - 1"
+            " WHERE n.message_id BETWEEN ? AND ? AND p.message_id < ?",
+            (NEIGHBOUR_CHARS, first_id, last_id, first_id),
+        ).fetchall()
+        for message_id, content, prev in before:
             conn.execute(
-                f"INSERT INTO {table} (rowid, content) SELECT message_id, content FROM messages"
-                " WHERE message_id BETWEEN ? AND ?",
+                "INSERT INTO messages_fts (messages_fts, rowid, content, prev, next)"
+                " VALUES ('delete', ?, ?, ?, '')",
+                (message_id, content, prev),
+            )
+        words = (
+            "INSERT INTO messages_fts (rowid, content, prev, next)"
+            " SELECT message_id, content, prev, next FROM message_words"
+        )
+        for message_id, _, _ in before:
+            conn.execute(f"{words} WHERE message_id = ?", (message_id,))
+        conn.execute(f"{words} WHERE message_id BETWEEN ? AND ?", (first_id, last_id))
+        if trigram:
+            conn.execute(
+                "INSERT INTO messages_trigram (rowid, content) SELECT message_id, content"
+                " FROM messages WHERE message_id BETWEEN ? AND ?",
                 (first_id, last_id),
             )
 

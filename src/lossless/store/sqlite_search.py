@@ -8,7 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 from .core import in_chunks
-from .search import SearchStore, WordOrder, by_key, hit_columns, key_column
+from .search import (
+    NEXT_WEIGHT,
+    PREV_WEIGHT,
+    SearchStore,
+    WordOrder,
+    by_key,
+    hit_columns,
+    key_column,
+)
 
 __all__ = ["SQLiteSearch"]
 
@@ -24,8 +32,16 @@ class SQLiteSearch(SearchStore):
     _find = "instr"
 
     def _word_query(self, query: str) -> str:
-        """FTS5 takes the quoted terms as they are."""
-        return query
+        """The quoted terms, in the message's (or summary's) own text: a filter that needs
+        every word means words said there, not beside it."""
+        return f"content : ({query})"
+
+    @staticmethod
+    def _rank(table: str) -> str:
+        """BM25 of a row: for a message, its neighbours' words count for less than its own."""
+        if table == "messages":
+            return f"bm25(messages_fts, 1.0, {PREV_WEIGHT}, {NEXT_WEIGHT})"
+        return f"bm25({table}_fts)"
 
     def _word_rows(
         self,
@@ -40,12 +56,12 @@ class SQLiteSearch(SearchStore):
         # Newest first by row id: the index's own order, so no sort of every match is needed.
         by = "f.rowid DESC" if order == "recency" else "score"
         sql = (
-            f"SELECT {hit_columns(table)}, s.content, bm25({table}_fts) AS score"
+            f"SELECT {hit_columns(table)}, s.content, {self._rank(table)} AS score"
             f" FROM {table}_fts f JOIN {table} s ON s.{key} = f.rowid"
             f" WHERE {table}_fts MATCH ?{where} ORDER BY {by} LIMIT ?"
         )
-        if order == "recency":
-            return self.fetchall(sql, [query, *params, limit])
+        if order == "recency":  # every word, in the row's own text
+            return self.fetchall(sql, [self._word_query(query), *params, limit])
         return self._best_ranked(table, query, where, params, limit, sql)
 
     def _best_ranked(
@@ -67,7 +83,7 @@ class SQLiteSearch(SearchStore):
         by_row = by_key(where)  # rowid lookups
         while inner <= RANK_CANDIDATES_MAX:
             candidates = self.fetchall(
-                f"SELECT rowid, bm25({table}_fts) AS score FROM {table}_fts"
+                f"SELECT rowid, {self._rank(table)} AS score FROM {table}_fts"
                 f" WHERE {table}_fts MATCH ? ORDER BY score LIMIT ?",
                 [query, inner],
             )
