@@ -687,6 +687,18 @@ def _objects_by_migration() -> dict[str, set[tuple[str, str, str | None]]]:
     return made
 
 
+def _sql_before(migration: str) -> dict[str, str]:
+    """Each object's SQL as the migrations before *migration* left it."""
+    conn = sqlite3.connect(":memory:")
+    for name, fn in MIGRATIONS:
+        if name == migration:
+            break
+        fn(conn)
+    sql = {n: s for n, s in conn.execute("SELECT name, sql FROM sqlite_master") if s}
+    conn.close()
+    return sql
+
+
 def _columns_before(migration: str) -> dict[str, list[str]]:
     """Each table's columns as the migrations before *migration* left them."""
     conn = sqlite3.connect(":memory:")
@@ -722,13 +734,19 @@ def migration_case(
     expected_rows = conn.execute("SELECT count(*) FROM tool_executions").fetchone()[0]
     assert expected_rows > 1_000
     # Downgrade: drop what the later migrations made and forget that they ran. This is the
-    # schema the older release wrote, as long as later migrations only add objects, or add
-    # columns to older tables (those columns are dropped, the table kept).
+    # schema the older release wrote, as long as later migrations only add objects, add
+    # columns to older tables (those columns are dropped, the table kept), or replace a
+    # full-text table (the older one is made again and rebuilt).
     conn.execute("BEGIN")
     for name in reversed(later):
         before = _columns_before(name)
+        old_sql = _sql_before(name)
         for kind, ident, _ in sorted(objects[name], key=lambda o: o[0] == "table"):
-            if kind == "table" and ident in before:
+            if "VIRTUAL TABLE" in old_sql.get(ident, "").upper():
+                conn.execute(f'DROP TABLE "{ident}"')
+                conn.execute(old_sql[ident])
+                conn.execute(f'INSERT INTO "{ident}" ("{ident}") VALUES (\'rebuild\')')
+            elif kind == "table" and ident in before:
                 current = [r[1] for r in conn.execute(f'PRAGMA table_info("{ident}")')]
                 for column in reversed([c for c in current if c not in before[ident]]):
                     conn.execute(f'ALTER TABLE "{ident}" DROP COLUMN "{column}"')

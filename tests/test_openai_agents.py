@@ -201,7 +201,9 @@ def test_the_recall_tools_are_function_tools_the_agent_calls(tmp_path: Path) -> 
         assert "BLUEHERON" not in text_of(await session.get_items())
 
         conv = await session.conversation()
-        found = await engine.grep("BLUEHERON", conversation=conv.conversation_id, scope="messages")
+        found = await engine.grep(
+            "BLUEHERON", conversation=conv.conversation_id, scope="messages", sort="recency"
+        )
         (hit,) = found.hits  # turn 0's tool output, below the summaries now
         result = await Runner.run(
             agent, "What was the codename?", session=session, run_config=NO_TRACING
@@ -381,7 +383,7 @@ def test_pop_item_takes_the_newest_message_out_of_the_context_and_keeps_it(tmp_p
 
         conv = (await session.conversation()).conversation_id
         assert len(await engine.messages(conv)) == 2  # still stored
-        hits = await engine.grep("Paris", conversation=conv, scope="messages")
+        hits = await engine.grep("Paris", conversation=conv, scope="messages", sort="recency")
         assert [h.id for h in hits.hits] == [f"msg#{(await engine.messages(conv))[1].message_id}"]
 
         # asked again: the same input comes back into the context as a new copy

@@ -115,9 +115,11 @@ class _Block:
     native: Any = None  # the source's own block or item, passed through when formats match
 
 
-def _referenced(message: StoredMessage) -> list[_Block]:
+def _referenced(message: StoredMessage, text: str | None = None) -> list[_Block]:
     """A message whose large files were kept outside its text, as the model sees it: the
-    text with each file's reference (what its token count counts), its tool calls kept."""
+    text with each file's reference (what its token count counts), its tool calls kept. With
+    *text*, that text instead (a message clipped to fit the budget keeps its shape too)."""
+    text = message.content if text is None else text
     results = [p for p in message.parts if p.type == "tool_result"]
     calls = [
         _Block("call", call_id=p.tool_call_id or "", name=p.tool_name or "tool", input=p.tool_input)
@@ -130,11 +132,11 @@ def _referenced(message: StoredMessage) -> list[_Block]:
             _Block(
                 "result",
                 call_id=only.tool_call_id or "",
-                text=message.content,
+                text=text,
                 is_error=only.is_error,
             )
         ]
-    return [_Block("text", text=message.content), *calls]
+    return [_Block("text", text=text), *calls]
 
 
 def _blocks(message: StoredMessage, fmt: str) -> list[_Block]:
@@ -347,8 +349,7 @@ def _turns(
             out.append(("user", [_Block("text", text=text)]))
         elif stubs and int(item.message_id or 0) in stubs:
             message = messages[int(item.message_id or 0)]
-            role = "user" if message.role == "tool" else message.role
-            out.append((role, [_Block("text", text=stubs[message.message_id])]))
+            out.append((message.role, _referenced(message, stubs[message.message_id])))
         else:
             message = messages[int(item.message_id or 0)]
             out.append((message.role, _blocks(message, fmt)))
@@ -388,8 +389,14 @@ def _fit(items: Sequence[ContextItem], tail: int, budget: int, resume_tokens: in
     if start < n and after[start] + reserve > budget:
         newest, reserve = None, 0  # the newest turn comes before the summary
     clipped = None
-    if start < n and after[start] > budget:  # one message (or call and results) over budget
-        start, clipped = n - 1, n - 1
+    if start < n and after[start] > budget:
+        # The newest unit alone (a message, or a call and its results) is over the budget:
+        # its largest message is clipped, keeping its shape (a tool result stays one); when
+        # the rest of the unit does not leave room for that, the newest message alone.
+        big = max(range(start, n), key=lambda i: items[i].tokens)
+        if after[start] - items[big].tokens >= budget // 2:
+            start, big = n - 1, n - 1
+        clipped = big
     indices = list(range(start, n))
     room = budget - after[start] - reserve
     if clipped is not None:
