@@ -186,3 +186,33 @@ def test_doctor_repair_fixes_what_needs_no_backup_and_says_how_to_fix_the_rest(
         assert [item.message_id for item in engine.context("s")] == order
         assert [h.id for h in engine.grep("m 1", mode="full_text", conversation="s").hits][:1]
         assert engine.read_large_file(engine.store.large_files()[0].file_id) == table
+
+
+def test_stale_neighbour_words_are_reported_and_repaired(new_db: Callable[[], str]) -> None:
+    with Engine.open(new_db(), config=Config()) as engine:
+        ids = _seed(engine)
+        assert doctor.check(engine.store) == []
+        with _raw(engine) as conn:  # the store's own bookkeeping, changed behind its back
+            if engine.store.backend == "postgresql":
+                conn.execute(
+                    "UPDATE messages SET context_tsv = NULL WHERE message_id = ?", (ids[2],)
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO messages_fts (messages_fts, rowid, content, prev, next)"
+                    " SELECT 'delete', message_id, content, prev, next FROM message_words"
+                    " WHERE message_id = ?",
+                    (ids[2],),
+                )
+                conn.execute(
+                    "INSERT INTO messages_fts (rowid, content, prev, next)"
+                    " SELECT message_id, content, prev, '' FROM message_words WHERE message_id = ?",
+                    (ids[2],),
+                )
+        problems = doctor.check(engine.store)
+        assert problems and all(p.check == "full-text index" for p in problems)
+        assert engine.mend() == ["rebuilt the full-text indexes from the stored text"]
+        assert doctor.check(engine.store) == []
+        # What the neighbours give is found again: msg 3's next is msg 4's text.
+        hits = engine.grep("m 3", conversation="s", sort="relevance").hits
+        assert f"msg#{ids[2]}" in [h.id for h in hits]

@@ -451,6 +451,19 @@ class PostgresStore(PgSearch, Store):
                 problems.append((name, "-", "the index is missing"))
             elif not rows[name]:
                 problems.append((name, "-", "the index is not valid"))
+        # The neighbours' words are the store's to keep: each must be what the stored text
+        # around the message makes (one pass over the messages).
+        for (message_id,) in self.fetchall(
+            f"SELECT m.message_id FROM messages m WHERE m.context_tsv IS DISTINCT FROM"
+            f" ({CONTEXT_TSV}) ORDER BY m.message_id LIMIT 1000"
+        ):
+            problems.append(
+                (
+                    "messages_context_fts",
+                    f"msg#{message_id}",
+                    "the neighbours' words do not match the stored text around it",
+                )
+            )
         return problems
 
     def rebuild_fts(self) -> None:
