@@ -251,3 +251,25 @@ def test_an_answer_is_found_through_the_question_before_it(engine: Engine) -> No
     recent = engine.grep("port staging", conversation="s", sort="recency").hits
     assert [h.id for h in recent] == ["msg#2"]
     assert engine.check() == []  # the index entries match the text and its neighbours
+
+
+def test_a_summary_hit_names_the_messages_it_covers(engine: Engine) -> None:
+    for i in range(12):
+        engine.ingest("s", {"role": "user", "content": f"turn {i}: nothing much"})
+        engine.ingest("s", {"role": "assistant", "content": f"noted {i}"})
+    engine.compact("s")
+    [top, *_] = [i for i in engine.context("s") if i.summary_id is not None]
+
+    def below(summary_id: str) -> list[int]:  # walked one level at a time
+        summaries, messages = engine.store.summary_sources(summary_id)
+        return messages + [m for s in summaries for m in below(s)]
+
+    covered = below(str(top.summary_id))
+    hits = engine.grep("Summary", conversation="s", scope="summaries", sort="recency").hits
+
+    [hit] = [h for h in hits if h.id == top.summary_id]
+    assert len(covered) > 1
+    assert hit.covers == f"{len(covered)} message(s), msg#{min(covered)}..msg#{max(covered)}"
+    assert "covers" in hit.to_dict()
+    messages = engine.grep("nothing", conversation="s", scope="messages").hits
+    assert messages and all("covers" not in h.to_dict() for h in messages)

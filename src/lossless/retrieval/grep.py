@@ -218,10 +218,16 @@ class GrepHit:
     score: float | None = None
     #: With relevance: 0 for documents matching every word, 1 for those matching rare ones.
     tier: int = 0
+    #: For a summary: the messages below it (how many, the first and last), the way back to
+    #: the exact originals.
+    covers: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
+        """JSON-ready form (``covers`` only for summaries)."""
+        out = asdict(self)
+        if out["covers"] is None:
+            del out["covers"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -391,7 +397,19 @@ def grep(
         hits.sort(key=lambda h: h.created_at, reverse=True)
     else:
         hits.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9, h.created_at))
-    return GrepResult(hits[:limit], truncated=truncated)
+    return GrepResult([_lead_back(store, h) for h in hits[:limit]], truncated=truncated)
+
+
+def _lead_back(store: Store, hit: GrepHit) -> GrepHit:
+    """A summary hit with the messages it covers named: where ``lcm_describe`` and
+    ``lcm_expand`` lead from it."""
+    if hit.kind != "summary":
+        return hit
+    count, first, last = store.covered_messages(hit.id)
+    if not count:
+        return hit
+    span = f"msg#{first}" if first == last else f"msg#{first}..msg#{last}"
+    return dataclasses.replace(hit, covers=f"{count} message(s), {span}")
 
 
 def _ranked(
@@ -569,4 +587,6 @@ def _regex(
                         break
             if truncated:
                 break
-    return GrepResult(hits[:limit], truncated=truncated, scanned=scanned)
+    return GrepResult(
+        [_lead_back(store, h) for h in hits[:limit]], truncated=truncated, scanned=scanned
+    )
