@@ -415,10 +415,10 @@ def _fit(items: Sequence[ContextItem], tail: int, budget: int, resume_tokens: in
     return _Fit(sorted(indices), resume, clipped)
 
 
-def _clip(services: Services, message_id: int, room: int) -> str | None:
-    """The newest message, over the budget on its own, as its start within *room* tokens and
-    a note saying where the rest is (``None`` when not even the note fits)."""
-    message = services.store.get_message(message_id)
+def _clip(services: Services, message: StoredMessage, room: int) -> str | None:
+    """A message over the budget on its own as its start within *room* tokens and a note
+    saying where the rest is (``None`` when not even the note fits)."""
+    message_id = message.message_id
     count = services.tokens.count
     note = (
         f"[msg#{message_id} is ~{message.token_count:,} tokens, more than this context can"
@@ -809,18 +809,20 @@ def assemble(
     chosen = [items[i] for i in fit.indices]
     stubs: dict[int, str] = {}
     used = sum(item.tokens for item in chosen) + resume_tokens
+    message_ids = [i.message_id for i in chosen if i.message_id is not None]
+    messages = {m.message_id: m for m in services.store.get_messages_by_id(message_ids)}
     if fit.clipped is not None:
         item = items[fit.clipped]
-        stub = _clip(services, int(item.message_id or 0), token_budget - used + item.tokens)
+        clipped = messages[int(item.message_id or 0)]
+        stub = _clip(services, clipped, token_budget - used + item.tokens)
         if stub is None:  # not even the note fits: nothing does
             chosen = [i for i in chosen if i is not item]
+            message_ids.remove(clipped.message_id)
             used -= item.tokens
         else:
-            stubs[int(item.message_id or 0)] = stub
+            stubs[clipped.message_id] = stub
             used += services.tokens.count(stub) - item.tokens
-    message_ids = [i.message_id for i in chosen if i.message_id is not None]
     summary_ids = [i.summary_id for i in chosen if i.summary_id is not None]
-    messages = {m.message_id: m for m in services.store.get_messages_by_id(message_ids)}
     parents = services.store.parents_of(summary_ids)
     summaries = {
         s.summary_id: (s, parents[s.summary_id]) for s in services.store.get_summaries(summary_ids)

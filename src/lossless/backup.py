@@ -19,7 +19,7 @@ import sqlite3
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import doctor
 from .errors import LosslessError, StoreError
@@ -67,14 +67,23 @@ def _files_beside(database: Path) -> Path:
     return database.with_name(database.name + "-files")
 
 
-def _check(path: Path) -> tuple[int, int, list[str]]:
-    """Counts and ``doctor`` problems of the database at *path*; it is left as one
-    self-contained file (rollback journal, no write-ahead log beside it)."""
+class _Checked(NamedTuple):
+    messages: int
+    summaries: int
+    problems: list[str]
+    used: set[str]  # the large files it names, relative to its files folder
+
+
+def _check(path: Path) -> _Checked:
+    """Counts, ``doctor`` problems and named large files of the database at *path*; it is
+    left as one self-contained file (rollback journal, no write-ahead log beside it)."""
     with standalone(path) as store:
-        problems = [f"{p.check}: {p.ids} — {p.detail}" for p in doctor.check(store)]
-        messages = store.row_count("messages")
-        summaries = store.row_count("summaries")
-    return messages, summaries, problems
+        return _Checked(
+            store.row_count("messages"),
+            store.row_count("summaries"),
+            [f"{p.check}: {p.ids} — {p.detail}" for p in doctor.check(store)],
+            store.storage_paths(),
+        )
 
 
 def _copy(source: Path, dest: Path) -> None:
@@ -106,7 +115,7 @@ def backup(store: Store, files_dir: Path, dest: str | os.PathLike[str]) -> Backu
         shutil.copytree(files_dir, partial_files, symlinks=True)  # links stay links
         partial_files.chmod(0o700)
     try:
-        messages, summaries, problems = _check(partial)
+        messages, summaries, problems, _ = _check(partial)
     except LosslessError as exc:  # the copy does not read: the store it was copied from
         for path in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
             path.unlink(missing_ok=True)
@@ -161,11 +170,7 @@ def restore(
     staged.touch(mode=0o600)
     _copy(backup_path, staged)  # checked as a copy: the backup itself stays untouched
     try:
-        with standalone(staged) as store:
-            problems = [f"{p.check}: {p.ids} — {p.detail}" for p in doctor.check(store)]
-            messages = store.row_count("messages")
-            summaries = store.row_count("summaries")
-            used = store.storage_paths()
+        messages, summaries, problems, used = _check(staged)
     except LosslessError as exc:
         staged.unlink(missing_ok=True)
         raise BackupError(f"{backup_path} cannot be read as a lossless store: {exc}") from exc

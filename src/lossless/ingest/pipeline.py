@@ -9,7 +9,7 @@ message a repeat; everything else is appended, exactly.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,7 @@ from .shapes import keep_text_in_parts, normalize
 if TYPE_CHECKING:
     from ..services import Services
 
-__all__ = ["append", "externalize", "prepare", "remove_files"]
+__all__ = ["append", "externalize", "files_taken_back", "prepare"]
 
 
 def prepare(
@@ -90,21 +90,23 @@ def append(
 
     Large files are written before the transaction; if anything fails, the files this batch
     wrote for the first time are removed again, so a refused batch leaves nothing behind."""
-    created: list[Path] = []
-    try:
+    with files_taken_back() as created:
         for norm in norms:
             externalize(services, conversation.conversation_id, norm, created)
         with services.lock(conversation.conversation_id):
             ids, skipped = services.store.append_messages(conversation, norms)
-    except BaseException:
-        remove_files(created)
-        raise
     return IngestResult(conversation.conversation_id, tuple(ids), skipped)
 
 
-def remove_files(paths: list[Path]) -> None:
-    """Take back the large files a failed batch wrote (best effort: a file that cannot be
-    removed is what ``lossless doctor`` reports as a stray file)."""
-    for path in paths:
-        with contextlib.suppress(OSError):
-            path.unlink()
+@contextlib.contextmanager
+def files_taken_back() -> Iterator[list[Path]]:
+    """A list for the large files a batch writes, taken back if the batch fails (best effort:
+    a file that cannot be removed is what ``lossless doctor`` reports as a stray file)."""
+    created: list[Path] = []
+    try:
+        yield created
+    except BaseException:
+        for path in created:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise

@@ -42,7 +42,7 @@ from ..errors import (
 )
 from ..model import Checkpoint, Conversation, NormalizedMessage
 from .entries import Entry, FileIdentity, Line, TranscriptFormat
-from .pipeline import externalize, prepare, remove_files
+from .pipeline import externalize, files_taken_back, prepare
 from .transcripts import (
     FORMATS,
     check_encoding,
@@ -628,15 +628,10 @@ def _import(
     def flush() -> None:
         nonlocal imported, batch, batch_bytes
         if batch:
-            created: list[Path] = []
-            try:
-                with store.transaction():
-                    for norm in batch:
-                        externalize(services, conv.conversation_id, norm, created)
-                    ids, _ = store.append_messages(conv, batch)
-            except BaseException:
-                remove_files(created)
-                raise
+            with files_taken_back() as created, store.transaction():
+                for norm in batch:
+                    externalize(services, conv.conversation_id, norm, created)
+                ids, _ = store.append_messages(conv, batch)
             imported += len(ids)
         batch = []
         batch_bytes = 0

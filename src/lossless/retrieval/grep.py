@@ -21,6 +21,7 @@ role or kind and a snippet.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import re
 import time
@@ -239,31 +240,39 @@ class GrepResult:
     scanned: int = 0
 
 
-def _fts_query(pattern: str, *, any_word: bool) -> str:
-    """A safe FTS5 query: quoted words and "phrases"; stop words are left out when there
-    are other words (a question's "the" and "did" only slow the search down)."""
-    phrases = _PHRASE.findall(pattern)
-    rest = _PHRASE.sub(" ", pattern)
-    terms = [f'"{p.replace(chr(34), "")}"' for p in phrases if p.strip()]
-    words = _WORD.findall(rest)
-    content = [w for w in words if w.lower() not in STOP_WORDS]
-    terms += [f'"{w}"' for w in dict.fromkeys(content if content or terms else words)]
-    if not terms:
-        raise GrepError(f"nothing to search for in {pattern!r}; give some words")
-    return (" OR " if any_word else " AND ").join(terms)
-
-
-def _matcher(pattern: str | None) -> regex.Pattern[str] | None:
-    """Where a search's words occur in a text: each content word of *pattern* (its stop words
-    only when it has nothing else), and the forms that share its stem (``deploy`` finds
-    ``deployed``), case-insensitively; quoted phrases as they are."""
-    if not pattern:
-        return None
+def _terms(pattern: str) -> tuple[list[str], list[str]]:
+    """What a search looks for: its "phrases", and its words, each once — stop words left out
+    when it has anything else (a question's "the" and "did" say nothing of what is asked)."""
     phrases = [p for p in _PHRASE.findall(pattern) if p.strip()]
     words = _WORD.findall(_PHRASE.sub(" ", pattern))
-    content = [w for w in words if w.lower() not in STOP_WORDS] or ([] if phrases else words)
+    content = [w for w in words if w.lower() not in STOP_WORDS]
+    return phrases, list(dict.fromkeys(content or ([] if phrases else words)))
+
+
+def _quoted(pattern: str) -> list[str]:
+    """The search's terms quoted for the word index (user text never reaches its syntax)."""
+    phrases, words = _terms(pattern)
+    terms = [f'"{p}"' for p in phrases] + [f'"{w}"' for w in words]
+    if not terms:
+        raise GrepError(f"nothing to search for in {pattern!r}; give some words")
+    return terms
+
+
+def _fts_query(pattern: str, *, any_word: bool) -> str:
+    """A safe word-index query: quoted words and "phrases", any or all of them."""
+    return (" OR " if any_word else " AND ").join(_quoted(pattern))
+
+
+@functools.lru_cache(maxsize=64)
+def _matcher(pattern: str | None) -> regex.Pattern[str] | None:
+    """Where a search's words (:func:`_terms`) occur in a text: each word and the forms that
+    share its stem (``deploy`` finds ``deployed``), case-insensitively; quoted phrases as
+    they are. Made once per search, not per hit."""
+    if not pattern:
+        return None
+    phrases, words = _terms(pattern)
     alternatives = [regex.escape(" ".join(p.split())) for p in phrases]
-    for word in dict.fromkeys(w.lower() for w in content):
+    for word in dict.fromkeys(w.lower() for w in words):
         stem = word[: max(4, len(word) - 3)] if len(word) > 5 else word
         alternatives.append(rf"\b{regex.escape(stem)}\w*")
     if not alternatives:
@@ -397,19 +406,21 @@ def grep(
         hits.sort(key=lambda h: h.created_at, reverse=True)
     else:
         hits.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9, h.created_at))
-    return GrepResult([_lead_back(store, h) for h in hits[:limit]], truncated=truncated)
+    return GrepResult(_lead_back(store, hits[:limit]), truncated=truncated)
 
 
-def _lead_back(store: Store, hit: GrepHit) -> GrepHit:
-    """A summary hit with the messages it covers named: where ``lcm_describe`` and
+def _lead_back(store: Store, hits: list[GrepHit]) -> list[GrepHit]:
+    """The summary hits with the messages each covers named: where ``lcm_describe`` and
     ``lcm_expand`` lead from it."""
-    if hit.kind != "summary":
-        return hit
-    count, first, last = store.covered_messages(hit.id)
-    if not count:
-        return hit
-    span = f"msg#{first}" if first == last else f"msg#{first}..msg#{last}"
-    return dataclasses.replace(hit, covers=f"{count} message(s), {span}")
+    covered = store.covered_messages([h.id for h in hits if h.kind == "summary"])
+    out = []
+    for hit in hits:
+        if hit.id in covered:
+            count, first, last = covered[hit.id]
+            span = f"msg#{first}" if first == last else f"msg#{first}..msg#{last}"
+            hit = dataclasses.replace(hit, covers=f"{count} message(s), {span}")
+        out.append(hit)
+    return out
 
 
 def _ranked(
@@ -423,12 +434,8 @@ def _ranked(
     matching any of the rare words (in at most 1% of the rows), ranked, after them. A small
     index ranks one OR query over all the words.
     """
-    phrases = [f'"{p}"' for p in _PHRASE.findall(pattern) if p.strip()]
-    words = list(_WORD.findall(_PHRASE.sub(" ", pattern)))
-    content = [w for w in words if w.lower() not in STOP_WORDS] or words
-    if not phrases and not content:
-        raise GrepError(f"nothing to search for in {pattern!r}; give some words")
-    terms = phrases + [f'"{w}"' for w in dict.fromkeys(content)]
+    phrases, content = _terms(pattern)
+    terms = _quoted(pattern)
     counts, rows = store.term_documents(table, [])
     if rows <= TIERED_ABOVE or len(terms) == 1:
         return _fts(store, table, " OR ".join(terms), pattern, within, limit, sort)
@@ -436,8 +443,8 @@ def _ranked(
     if len(first) >= limit:
         return first
     rare_limit = max(RARE_ROWS, int(rows * RARE_SHARE))
-    rare = list(phrases)
-    for word in dict.fromkeys(content):
+    rare = [f'"{p}"' for p in phrases]
+    for word in content:
         stems = store.index_terms(word)
         counts, _ = store.term_documents(table, stems)
         if stems and max(counts[t] for t in stems) <= rare_limit:
@@ -587,6 +594,4 @@ def _regex(
                         break
             if truncated:
                 break
-    return GrepResult(
-        [_lead_back(store, h) for h in hits[:limit]], truncated=truncated, scanned=scanned
-    )
+    return GrepResult(_lead_back(store, hits[:limit]), truncated=truncated, scanned=scanned)

@@ -361,18 +361,22 @@ class SummaryStore(ContextStore):
         )
         return [self._summary(r) for r in rows]
 
-    def covered_messages(self, summary_id: str) -> tuple[int, int | None, int | None]:
-        """How many messages lie below *summary_id* (through every summary beneath it), and
-        the first and last of them by id."""
-        row = self.fetchall(
-            "WITH RECURSIVE below(sid) AS (VALUES (?)"
-            "  UNION SELECT sp.parent_summary_id FROM summary_parents sp"
+    def covered_messages(self, summary_ids: Sequence[str]) -> dict[str, tuple[int, int, int]]:
+        """For each of *summary_ids*: how many messages lie below it (through every summary
+        beneath it), and the first and last of them by id. One query."""
+        if not summary_ids:
+            return {}
+        marks = ",".join("(?, ?)" for _ in summary_ids)
+        rows = self.fetchall(
+            f"WITH RECURSIVE below(root, sid) AS (VALUES {marks}"
+            "  UNION SELECT b.root, sp.parent_summary_id FROM summary_parents sp"
             "  JOIN below b ON sp.summary_id = b.sid)"
-            " SELECT count(DISTINCT sm.message_id), min(sm.message_id), max(sm.message_id)"
-            " FROM below b JOIN summary_messages sm ON sm.summary_id = b.sid",
-            (summary_id,),
-        )[0]
-        return int(row[0]), row[1], row[2]
+            " SELECT b.root, count(DISTINCT sm.message_id), min(sm.message_id),"
+            " max(sm.message_id) FROM below b JOIN summary_messages sm ON sm.summary_id = b.sid"
+            " GROUP BY b.root",
+            [v for sid in summary_ids for v in (sid, sid)],
+        )
+        return {str(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in rows}
 
     def linked_message_ids(self, summary_ids: Sequence[str]) -> list[int]:
         """The messages the given leaf summaries cover, each once, in id order."""
