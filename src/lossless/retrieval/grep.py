@@ -287,12 +287,12 @@ def match_spans(text: str, pattern: str | None) -> list[tuple[int, int]]:
     return [m.span() for m in found.finditer(text)] if found else []
 
 
-def _snippet(text: str, pattern: str | None, width: int = 160) -> str:
+def _snippet(text: str, pattern: str | None, width: int = 160, *, literal: bool = False) -> str:
     """About *width* characters of *text* around its best match: the window holding the most
     of the search's different words (then the most matches), not the first word's first
     occurrence."""
     flat = " ".join(text.split())
-    found = _matcher(pattern)
+    found = None if literal else _matcher(pattern)
     spans = [(m.start(), m.group().lower()) for m in found.finditer(flat)] if found else []
     if not spans and pattern:  # a substring inside a word (or CJK): where it first occurs
         at = flat.lower().find(" ".join(pattern.replace('"', " ").split()).lower())
@@ -318,7 +318,9 @@ def _snippet(text: str, pattern: str | None, width: int = 160) -> str:
     return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
 
 
-def _hit(row: TextRow, pattern: str | None) -> GrepHit:
+def _hit(row: TextRow, pattern: str | None, *, literal: bool = False) -> GrepHit:
+    """A hit; with *literal*, the snippet is around where *pattern* (a regex's match) first
+    occurs, as it is, not around the words it holds."""
     return GrepHit(
         row.id,
         row.kind,
@@ -326,7 +328,7 @@ def _hit(row: TextRow, pattern: str | None) -> GrepHit:
         row.created_at,
         row.role,
         row.depth,
-        _snippet(row.content, pattern),
+        _snippet(row.content, pattern, literal=literal),
         row.score,
     )
 
@@ -589,7 +591,7 @@ def _regex(
                     truncated = True
                     continue
                 if found:
-                    hits.append(_hit(r, found.group(0)))
+                    hits.append(_hit(r, found.group(0)[:80], literal=True))
                     if len(hits) >= limit:
                         break
             if truncated:
