@@ -1,30 +1,33 @@
-"""Retrieval quality on LoCoMo: does ``lcm_grep`` find an evidence turn in its top 10?
+"""Recall on LoCoMo: does a search find what was said, and does the assembled context hold it?
 
-    python benchmarks/recall.py                    # the six dev conversations, k = 10
-    python benchmarks/recall.py --k 5 --samples conv-26
+    python benchmarks/recall.py                     # the six dev conversations
+    python benchmarks/recall.py --samples conv-26 --budgets 8000
+    python benchmarks/recall.py --skip-context      # the search part only (seconds)
 
-Each LoCoMo conversation (``../shared/data/locomo/locomo-dev.json``; skipped with a message
-when absent, never copied into the repository) is ingested turn by turn as messages — the same
-messages as ``quality.py`` builds ("Speaker: text", with the photo caption), each with its
-``dia_id`` as the external id — into a store of its own. Then, for every question with
-evidence, ``Engine.grep(question, mode="full_text", sort="relevance", scope="messages",
-limit=k)`` (``lcm_grep`` with the question's words as the query) is asked: is one of the
-question's evidence turns among the hits?
+The LoCoMo conversations (``locomo.py``; skipped with a clear line when the data is absent)
+are each stored turn by turn as messages, with their session dates as the messages' times.
 
-The baseline is plain BM25 (``rank_bm25.BM25Okapi``, default parameters) over the same turn
-texts of the same conversation, tokenized as lowercase words, with the question tokenized the
-same way: recall@k of its top k. A second baseline, BM25 over the terms of SQLite's ``porter
-unicode61`` tokenizer (the one lossless's full-text index uses), separates what stemming brings
-from what the ranking does. Reported overall and per LoCoMo category (1 multi-hop,
-2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
+**Search.** For every question with evidence, the question is typed as it is into
+``Engine.grep`` — with the CLI's defaults (``lossless grep QUESTION --limit 10``: whatever
+``lcm_grep`` declares), and then with each ``sort`` — and recall@5 and recall@10 count the
+questions with an evidence turn among the first 5 and 10 hits. The baselines, computed in the
+same run over the same turns: plain BM25 (``rank_bm25.BM25Okapi``, default parameters, lowercase
+words) and BM25 over the terms of SQLite's ``porter unicode61`` tokenizer, which separates what
+stemming brings from what the ranking does.
+
+**Context.** Each conversation is replayed as a host does (one ``after_turn`` per exchange,
+with the budget as the model's window, compaction as configured by default and the offline
+extractive summarizer), and then ``Engine.assemble`` is asked for the context at that budget.
+An evidence turn is present when a sentence of four or more of its words (or the whole turn)
+appears in the assembled text verbatim. The baseline is a sliding window: the newest turns
+that fit the same budget. Reported for 4k, 8k and 16k tokens.
+
+Per LoCoMo category: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
 import shutil
 import sqlite3
 import tempfile
@@ -33,25 +36,27 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lossless import Engine
+from lossless import Config, Engine
 from lossless.retrieval.grep import GrepError
+from lossless.retrieval.tools import TOOLS
 from lossless.timestamps import parse_ts
-from quality import LOCOMO, locomo_messages
+from lossless.tokens import estimate_tokens
 
+import locomo
 from common import revision, save
 
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-_TOKEN = re.compile(r"\w+")
+K = (5, 10)
+BASELINES = ("bm25", "bm25_porter")
 
 
 def tokenize(text: str) -> list[str]:
-    """The baseline's tokenization: lowercase words (no stemming, no stop words)."""
-    return _TOKEN.findall(text.lower())
+    """The plain baseline's tokenization: lowercase words (no stemming, no stop words)."""
+    return locomo.norm(text).replace("'", " ").split()
 
 
 def porter_tokenize(texts: list[str]) -> list[list[str]]:
-    """Each text as the terms SQLite's ``porter unicode61`` tokenizer (lossless's full-text
-    index) makes of it, in order — for a BM25 baseline that stems as the index does."""
+    """Each text as the terms SQLite's ``porter unicode61`` tokenizer makes of it, in order —
+    for a BM25 baseline that stems as lossless's word index does."""
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61')")
     conn.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", enumerate(texts, 1))
@@ -63,145 +68,209 @@ def porter_tokenize(texts: list[str]) -> list[list[str]]:
     return [[term for _, term in sorted(docs[i])] for i in range(1, len(texts) + 1)]
 
 
-def top_k(model: Any, query: list[str], k: int) -> list[int]:
+def bm25_ranking(model: Any, query: list[str], k: int) -> list[int]:
     """Indexes of the *k* best-scoring turns (ties: the earlier turn first)."""
     scores = model.get_scores(query)
     return sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:k]
 
 
-def evidence_ids(qa: dict[str, Any], known: set[str]) -> set[str]:
-    """The question's evidence dia_ids that name a turn (some entries are malformed)."""
-    found = {e.strip() for ev in qa.get("evidence", []) for e in re.split(r"[;,\s]+", ev)}
-    return found & known
+def first_rank(ranked: list[str], evidence: set[str]) -> int | None:
+    """The 1-based position of the first evidence turn in *ranked*, or ``None``."""
+    return next((n for n, dia in enumerate(ranked, 1) if dia in evidence), None)
 
 
-def run_sample(work: Path, sample: dict[str, Any], k: int) -> dict[str, Any]:
-    """The rankers on one conversation: per question (category, grep, bm25, bm25 porter)."""
+def rankers() -> dict[str, dict[str, Any]]:
+    """The ``Engine.grep`` settings compared: the CLI's defaults, then each sort."""
+    declared = {p.name: p.default for p in TOOLS["lcm_grep"].params}
+    sorts = next(p.choices for p in TOOLS["lcm_grep"].params if p.name == "sort") or ()
+    out: dict[str, dict[str, Any]] = {f"defaults ({declared['sort']})": {}}
+    for sort in sorts:
+        out[f"sort={sort}"] = {"sort": sort}
+    return out
+
+
+def search_sample(work: Path, sample: dict[str, Any], k: int) -> dict[str, Any]:
+    """Every ranker's first evidence position per question of one conversation."""
     from rank_bm25 import BM25Okapi
 
-    turns = locomo_messages(sample)
+    turns = locomo.messages(sample)
     dias = [dia for dia, _, _ in turns]
     texts = [msg["content"] for _, msg, _ in turns]
-    with Engine.open(work / f"recall-{sample['sample_id']}.db") as engine:
+    sid = sample["sample_id"]
+    settings = rankers()
+    rows: list[dict[str, Any]] = []
+    errors: list[str] = []
+    grep_ms: dict[str, float] = defaultdict(float)
+    with Engine.open(work / f"search-{sid}.db", config=Config()) as engine:
         norms = [
             engine.normalize(msg, external_id=dia, created_at=parse_ts(stamp))
             for dia, msg, stamp in turns
         ]
-        ingested = engine.ingest_batch(sample["sample_id"], norms)
-        engine.store.catch_up_indexes()
-        dia_of = {f"msg#{mid}": dia for mid, dia in zip(ingested.message_ids, dias, strict=True)}
-        bm25 = BM25Okapi([tokenize(t) for t in texts])
+        ingested = engine.ingest_batch(sid, norms)
+        dia_of = {f"msg#{m}": dia for m, dia in zip(ingested.message_ids, dias, strict=True)}
+        engine.grep("warm up", conversation=sid, limit=1)
+        plain = BM25Okapi([tokenize(t) for t in texts])
         stemmed = BM25Okapi(porter_tokenize(texts))
-        questions = [qa for qa in sample["qa"] if evidence_ids(qa, set(dias))]
-        stemmed_questions = porter_tokenize([qa["question"] for qa in questions])
-        results: list[tuple[int, bool, bool, bool]] = []
-        errors: list[str] = []
-        grep_ms = 0.0
-        for qa, stemmed_question in zip(questions, stemmed_questions, strict=True):
-            evidence = evidence_ids(qa, set(dias))
-            started = time.perf_counter()
-            try:
-                hits = engine.grep(
-                    qa["question"],
-                    conversation=sample["sample_id"],
-                    mode="full_text",
-                    sort="relevance",
-                    scope="messages",
-                    limit=k,
-                ).hits
-            except GrepError as exc:
-                errors.append(f"{qa['question']!r}: {exc}")
-                hits = []
-            grep_ms += (time.perf_counter() - started) * 1000
-            grep_found = any(dia_of.get(h.id) in evidence for h in hits)
-            bm25_found = any(dias[i] in evidence for i in top_k(bm25, tokenize(qa["question"]), k))
-            stemmed_found = any(dias[i] in evidence for i in top_k(stemmed, stemmed_question, k))
-            results.append((int(qa["category"]), grep_found, bm25_found, stemmed_found))
+        asked = list(locomo.questions(sample, turns))
+        stemmed_questions = porter_tokenize([qa["question"] for qa, _ in asked])
+        for (qa, evidence), stemmed_question in zip(asked, stemmed_questions, strict=True):
+            row: dict[str, Any] = {"category": int(qa["category"])}
+            for name, options in settings.items():
+                started = time.perf_counter()
+                try:
+                    hits = engine.grep(qa["question"], conversation=sid, limit=k, **options).hits
+                except GrepError as exc:
+                    errors.append(f"{name}: {qa['question']!r}: {exc}")
+                    hits = []
+                grep_ms[name] += (time.perf_counter() - started) * 1000
+                row[name] = first_rank([dia_of.get(h.id, "") for h in hits], evidence)
+            for name, model, query in (
+                ("bm25", plain, tokenize(qa["question"])),
+                ("bm25_porter", stemmed, stemmed_question),
+            ):
+                row[name] = first_rank([dias[i] for i in bm25_ranking(model, query, k)], evidence)
+            rows.append(row)
     return {
-        "sample": sample["sample_id"],
+        "sample": sid,
         "turns": len(turns),
-        "questions": len(results),
-        "results": results,
-        "grep_errors": errors,
-        "grep_ms_mean": round(grep_ms / max(1, len(results)), 3),
+        "rows": rows,
+        "errors": errors,
+        "grep_ms_mean": {n: round(ms / max(1, len(rows)), 3) for n, ms in grep_ms.items()},
     }
 
 
-def share(results: list[tuple[int, bool, bool, bool]], column: int) -> float:
-    return round(sum(r[column] for r in results) / len(results), 3) if results else 0.0
+def recall_at(rows: list[dict[str, Any]], name: str, k: int) -> float:
+    """The share of *rows* whose first evidence position under *name* is within *k*."""
+    found = sum(1 for r in rows if r[name] is not None and r[name] <= k)
+    return round(found / len(rows), 3) if rows else 0.0
+
+
+def assembled_text(engine: Engine, conversation: str, budget: int) -> tuple[str, int]:
+    """The text of the context ``Engine.assemble`` gives at *budget*, and its tokens."""
+    assembled = engine.assemble(conversation, budget, format="openai")
+    parts: list[str] = []
+    for message in assembled.messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [c.get("text", "") for c in content if isinstance(c, dict)]
+    return "\n".join(parts), assembled.tokens
+
+
+def context_sample(work: Path, sample: dict[str, Any], budget: int) -> dict[str, Any]:
+    """Evidence present in the assembled context vs a sliding window, one conversation."""
+    turns = locomo.messages(sample)
+    by_id = {dia: msg["content"] for dia, msg, _ in turns}
+    sid = sample["sample_id"]
+    with Engine.open(work / f"context-{sid}-{budget}.db", config=Config()) as engine:
+        engine.conversation(sid, create=True)
+        locomo.turns_by_pair(engine, sid, turns, budget)
+        text, tokens = assembled_text(engine, sid, budget)
+        summaries = engine.assemble(sid, budget).summaries
+    context = locomo.norm(text)
+    window, window_tokens = locomo.window_text(turns, budget)
+    window_norm = locomo.norm(window)
+    rows = []
+    for qa, evidence in locomo.questions(sample, turns):
+        said = [by_id[e] for e in evidence]
+        rows.append(
+            {
+                "category": int(qa["category"]),
+                "lossless": 1 if any(locomo.verbatim_present(t, context) for t in said) else None,
+                "window": 1 if any(locomo.verbatim_present(t, window_norm) for t in said) else None,
+            }
+        )
+    return {
+        "sample": sid,
+        "budget": budget,
+        "context_tokens": tokens,
+        "context_summaries": summaries,
+        "window_tokens": window_tokens,
+        "raw_tokens": sum(estimate_tokens(m["content"]) for _, m, _ in turns),
+        "rows": rows,
+    }
+
+
+def table(title: str, rows: list[dict[str, Any]], names: list[str], k: int) -> dict[str, Any]:
+    """Print and return recall@*k* of each of *names*, overall and per category."""
+    by_category: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_category[r["category"]].append(r)
+    groups: list[tuple[str, list[dict[str, Any]]]] = [("overall", rows)]
+    groups += [(locomo.CATEGORIES.get(c, str(c)), rs) for c, rs in sorted(by_category.items())]
+    print(title)
+    print(f"{'':22}" + "".join(f"{label:>13}" for label, _ in groups))
+    print(f"{'questions':22}" + "".join(f"{len(group):>13}" for _, group in groups))
+    out: dict[str, Any] = {}
+    for name in names:
+        figures = {label: recall_at(group, name, k) for label, group in groups}
+        out[name] = figures
+        print(f"{name:22}" + "".join(f"{figures[label]:>13.1%}" for label, _ in groups))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    default_data = Path(os.environ.get("LOSSLESS_LOCOMO", LOCOMO))
-    parser.add_argument("--locomo", type=Path, default=default_data)
-    parser.add_argument("--k", type=int, default=10, help="hits examined per question")
+    parser.add_argument("--locomo", type=Path, default=locomo.LOCOMO)
     parser.add_argument("--samples", default="", help="comma-separated sample ids (default all)")
+    parser.add_argument("--budgets", default="4000,8000,16000", help="context budgets, tokens")
+    parser.add_argument("--skip-context", action="store_true", help="the search part only")
+    parser.add_argument("--skip-search", action="store_true", help="the context part only")
     args = parser.parse_args()
-    if not args.locomo.exists():
-        print(f"LoCoMo skipped: {args.locomo} not found (set --locomo or LOSSLESS_LOCOMO)")
+    data = locomo.load(args.locomo, args.samples)
+    if data is None:
         return
-    wanted = {s for s in args.samples.split(",") if s}
-    data = [
-        s for s in json.loads(args.locomo.read_text()) if not wanted or s["sample_id"] in wanted
-    ]
     work = Path(tempfile.mkdtemp(prefix="lossless-recall-"))
+    results: dict[str, Any] = {"revision": revision(), "conversations": len(data)}
     try:
-        runs = [run_sample(work, sample, args.k) for sample in data]
+        if not args.skip_search:
+            started = time.perf_counter()
+            runs = [search_sample(work, sample, max(K)) for sample in data]
+            rows = [r for run_ in runs for r in run_["rows"]]
+            names = [*rankers(), *BASELINES]
+            recall = {}
+            for k in K:
+                recall[f"@{k}"] = table(
+                    f"\nSearch: LoCoMo recall@{k} ({len(rows)} questions with evidence,"
+                    f" {len(data)} conversations)",
+                    rows,
+                    names,
+                    k,
+                )
+            results["search"] = {
+                "questions": len(rows),
+                "recall": recall,
+                "grep_ms_mean": {r["sample"]: r["grep_ms_mean"] for r in runs},
+                "errors": [e for r in runs for e in r["errors"]],
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+            if results["search"]["errors"]:
+                errors = results["search"]["errors"]
+                print(f"{len(errors)} search(es) refused (counted as misses), e.g. {errors[0]}")
+        if not args.skip_context:
+            results["context"] = {}
+            for budget in (int(b) for b in args.budgets.split(",") if b):
+                started = time.perf_counter()
+                runs = [context_sample(work, sample, budget) for sample in data]
+                rows = [r for run_ in runs for r in run_["rows"]]
+                mean = sum(r["context_tokens"] for r in runs) / len(runs)
+                summaries = sum(r["context_summaries"] for r in runs) / len(runs)
+                figures = table(
+                    f"\nContext at {budget:,} tokens: evidence present (lossless uses"
+                    f" {mean:,.0f} tokens, {summaries:.1f} summaries on average)",
+                    rows,
+                    ["lossless", "window"],
+                    1,
+                )
+                results["context"][str(budget)] = {
+                    "evidence": figures,
+                    "conversations": [{k: v for k, v in r.items() if k != "rows"} for r in runs],
+                    "seconds": round(time.perf_counter() - started, 1),
+                }
+        print(f"results: {save('recall', results)}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    everything = [r for run in runs for r in run["results"]]
-    by_category: dict[int, list[tuple[int, bool, bool, bool]]] = defaultdict(list)
-    for r in everything:
-        by_category[r[0]].append(r)
-    errors = [e for run in runs for e in run["grep_errors"]]
-    results: dict[str, Any] = {
-        "revision": revision(),
-        "k": args.k,
-        "overall": {
-            "questions": len(everything),
-            "lcm_grep": share(everything, 1),
-            "bm25": share(everything, 2),
-            "bm25_porter": share(everything, 3),
-            "grep_errors": len(errors),
-        },
-        "by_category": {
-            str(c): {
-                "name": CATEGORIES.get(c, "?"),
-                "questions": len(rows),
-                "lcm_grep": share(rows, 1),
-                "bm25": share(rows, 2),
-                "bm25_porter": share(rows, 3),
-            }
-            for c, rows in sorted(by_category.items())
-        },
-        "conversations": [
-            {
-                "sample": run["sample"],
-                "turns": run["turns"],
-                "questions": run["questions"],
-                "lcm_grep": share(run["results"], 1),
-                "bm25": share(run["results"], 2),
-                "bm25_porter": share(run["results"], 3),
-                "grep_ms_mean": run["grep_ms_mean"],
-            }
-            for run in runs
-        ],
-        "grep_errors": errors,
-    }
-    o = results["overall"]
-    print(
-        f"LoCoMo recall@{args.k} ({o['questions']} questions with evidence, "
-        f"{len(runs)} conversations)"
-    )
-    print(f"{'':24} {'lcm_grep':>9} {'BM25':>9} {'BM25+porter':>12}")
-    print(f"{'overall':24} {o['lcm_grep']:>9.1%} {o['bm25']:>9.1%} {o['bm25_porter']:>12.1%}")
-    for c, row in results["by_category"].items():
-        label = f"{c} {row['name']} ({row['questions']})"
-        print(f"{label:24} {row['lcm_grep']:>9.1%} {row['bm25']:>9.1%} {row['bm25_porter']:>12.1%}")
-    if errors:
-        print(f"{len(errors)} question(s) refused by grep (counted as misses), e.g. {errors[0]}")
-    print(f"results: {save('recall', results)}")
 
 
 if __name__ == "__main__":

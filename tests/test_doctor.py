@@ -199,14 +199,15 @@ def test_stale_neighbour_words_are_reported_and_repaired(new_db: Callable[[], st
                 )
             else:
                 conn.execute(
-                    "INSERT INTO messages_fts (messages_fts, rowid, content, prev, next)"
-                    " SELECT 'delete', message_id, content, prev, next FROM message_words"
-                    " WHERE message_id = ?",
+                    "INSERT INTO messages_fts (messages_fts, rowid, content, prev, next, far,"
+                    " about) SELECT 'delete', message_id, content, prev, next, far, about"
+                    " FROM message_words WHERE message_id = ?",
                     (ids[2],),
                 )
                 conn.execute(
-                    "INSERT INTO messages_fts (rowid, content, prev, next)"
-                    " SELECT message_id, content, prev, '' FROM message_words WHERE message_id = ?",
+                    "INSERT INTO messages_fts (rowid, content, prev, next, far, about)"
+                    " SELECT message_id, content, prev, '', far, about FROM message_words"
+                    " WHERE message_id = ?",
                     (ids[2],),
                 )
         problems = doctor.check(engine.store)

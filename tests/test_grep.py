@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -43,21 +44,22 @@ def test_a_question_with_relevance_sort_ranks_partial_matches_by_bm25(engine: En
     hits = engine.grep(question, conversation="s", sort="relevance").hits
     assert hits[0].id == "msg#1"  # matches the most words
     assert "msg#2" in [h.id for h in hits]  # matches some of them, still found
-    # recency needs every word: friday is nowhere
-    assert engine.grep(question, conversation="s", sort="recency").hits == []
-    # stop words are left out: the question's other words all match msg#1
-    recent = engine.grep("why did the staging deploy fail", conversation="s", sort="recency").hits
-    assert [h.id for h in recent] == ["msg#1"]
+    # newest first finds any of the words too, in the message itself: friday is nowhere, and
+    # neither msg#3 (found by relevance through the message before it) nor the stop words count
+    recent = engine.grep(question, conversation="s", sort="recency").hits
+    assert [h.id for h in recent] == ["msg#2", "msg#1"]
+    assert engine.grep("friday", conversation="s", sort="recency").hits == []
+    assert engine.grep("why did the friday", conversation="s", sort="recency").hits == []
 
 
 def test_user_text_never_breaks_the_index_syntax(engine: Engine) -> None:
     seed(engine)
     for text in ('deploy AND "', "NOT (deploy", "deploy* OR", "col:umn deploy", "-deploy"):
         # Read as the words they hold: both deploy messages first, and nothing the syntax
-        # invents (after them at most msg#3, found through msg#2 before it).
+        # invents (after them at most msg#3 and msg#4, found through the two before them).
         hits = engine.grep(text, conversation="s", sort="relevance").hits
         assert {h.id for h in hits[:2]} == {"msg#1", "msg#2"}, text
-        assert {h.id for h in hits[2:]} <= {"msg#3"}, text
+        assert {h.id for h in hits[2:]} <= {"msg#3", "msg#4"}, text
 
 
 def test_regex_syntax_in_full_text_mode_explains_the_two_modes(engine: Engine) -> None:
@@ -241,13 +243,15 @@ def test_an_answer_is_found_through_the_question_before_it(engine: Engine) -> No
     asked = engine.grep("which port for staging", conversation="s", sort="relevance").hits
     answered = engine.grep("clashed proxy", conversation="s", sort="relevance").hits
 
-    # The question, then its answer (the question before it weighs more than the one after
-    # it: msg#1 is found through its next), and nothing else.
-    assert [h.id for h in asked] == ["msg#2", "msg#3", "msg#1"]
+    # The question, then its answer (the message before a message weighs more than the one
+    # after it or the one before that: msg#4 and msg#1 are found through those), and nothing
+    # else.
+    assert [h.id for h in asked][:2] == ["msg#2", "msg#3"]
+    assert sorted(h.id for h in asked[2:]) == ["msg#1", "msg#4"]
     # The answer, then what follows it and the question before it (whose entry got its next
     # when the answer came).
     assert [h.id for h in answered] == ["msg#3", "msg#4", "msg#2"]
-    # Every word in the message's own text when every word is needed (recency).
+    # Newest first, the words must be in the message's own text.
     recent = engine.grep("port staging", conversation="s", sort="recency").hits
     assert [h.id for h in recent] == ["msg#2"]
     assert engine.check() == []  # the index entries match the text and its neighbours
@@ -273,3 +277,27 @@ def test_a_summary_hit_names_the_messages_it_covers(engine: Engine) -> None:
     assert "covers" in hit.to_dict()
     messages = engine.grep("nothing", conversation="s", scope="messages").hits
     assert messages and all("covers" not in h.to_dict() for h in messages)
+
+
+def test_a_message_is_found_by_its_conversations_title_and_month(engine: Engine) -> None:
+    when = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    other = datetime(2023, 9, 1, 9, 0, tzinfo=UTC)
+    engine.ingest("s", {"role": "user", "content": "We went camping."}, created_at=when)
+    engine.ingest("s", {"role": "user", "content": "Back at work."}, created_at=other)
+    engine.ingest("t", {"role": "user", "content": "We went camping too."}, created_at=other)
+
+    # The month and year it was said find it, for less than its own words would.
+    may = engine.grep("camping in May 2023", sort="relevance").hits
+    assert may[0].id == "msg#1"
+    assert engine.grep("kayak trip", sort="relevance").hits == []
+
+    # A title given later re-indexes the conversation's entries, in one change.
+    engine.update_conversation("s", title="Kayak trip planning")
+    found = engine.grep("kayak trip", sort="relevance").hits
+    assert {h.id for h in found} == {"msg#1", "msg#2"}  # not conversation t's message
+    engine.update_conversation("s", title="Hiking")
+    assert engine.grep("kayak", sort="relevance").hits == []
+    assert [h.id for h in engine.grep("hiking", sort="relevance").hits] == ["msg#1", "msg#2"]
+    assert engine.check() == []  # every entry is what the stored text and title make
+    # Newest first, only the message's own words count: the title is not what was said.
+    assert engine.grep("hiking", sort="recency").hits == []

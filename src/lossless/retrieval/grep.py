@@ -2,10 +2,12 @@
 
 * ``full_text`` — the porter FTS index, ranked by BM25 (``relevance``), newest first
   (``recency``) or both (``hybrid``). User text never reaches FTS syntax raw: words are quoted,
-  ``"phrases"`` kept; with ``relevance``/``hybrid`` a document matching some of the words is
-  found and ranked (OR), with ``recency`` all words must match (AND). Regex syntax in this mode
-  is refused with an explanation of the two modes. Text with CJK characters, and substrings the
-  word index cannot find, go through the trigram index.
+  ``"phrases"`` kept, and a question's stop words left out when it has other words. A document
+  matching any of the words is found: ranked, a message is also found through the messages
+  around it (see :mod:`lossless.store.search`); newest first, the words must be in the
+  message itself. Regex syntax in this mode is refused with an explanation of the two modes.
+  Text with CJK characters, and substrings the word index cannot find, go through the trigram
+  index.
 * ``regex`` — a regular expression over the text, newest first, bounded: at most
   ``max_rows`` rows scanned, ``max_seconds`` in all, and a time limit on each match, so a
   catastrophic pattern cannot hang the caller. A pattern that requires a literal of three or
@@ -394,7 +396,7 @@ def grep(
         found: list[GrepHit] = []
         if not cjk:
             if sort == "recency":
-                query = _fts_query(pattern, any_word=False)
+                query = _fts_query(pattern, any_word=True)
                 found = _fts(store, table, query, pattern, within, limit, sort)
             else:
                 found = _ranked(store, table, pattern, within, limit, sort)

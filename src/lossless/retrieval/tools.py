@@ -355,7 +355,8 @@ TOOLS: dict[str, RecallTool] = {
                     "sort",
                     "string",
                     "relevance (BM25; documents matching some of the words rank by how well"
-                    " they match), recency (newest first; every word must match) or hybrid."
+                    " they match), recency (newest first; any of the words, in the message"
+                    " itself) or hybrid."
                     " full_text only.",
                     "relevance",
                     choices=("relevance", "recency", "hybrid"),

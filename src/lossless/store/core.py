@@ -116,6 +116,17 @@ class StoreCore(ABC):
     ) -> None:
         """Index messages ``first_id..last_id`` for search (no-op where the engine does)."""
 
+    def _words_changing(  # noqa: B027 - a default: the server may index on its own
+        self, conn: Connection, conversation_id: int
+    ) -> None:
+        """The conversation's word-index entries are about to change (its title, which every
+        message's entry carries): take them out while they are as they were made."""
+
+    def _words_changed(  # noqa: B027 - a default: the server may index on its own
+        self, conn: Connection, conversation_id: int
+    ) -> None:
+        """Make the conversation's word-index entries again, after :meth:`_words_changing`."""
+
     def _index_summaries(  # noqa: B027 - a default: the server may index on its own
         self, conn: Connection, summary_ids: Sequence[str]
     ) -> None:

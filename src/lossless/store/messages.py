@@ -137,6 +137,9 @@ class MessageStore(StoreCore):
         with self.transaction() as conn:
             current = self.get_conversation(conversation_id)
             merged = {**current.metadata, **metadata} if metadata else current.metadata
+            retitled = title is not None and title != current.title
+            if retitled:  # every message's word-index entry carries the title
+                self._words_changing(conn, conversation_id)
             conn.execute(
                 "UPDATE conversations SET title = coalesce(?, title),"
                 " session_key = coalesce(?, session_key), status = coalesce(?, status),"
@@ -150,6 +153,8 @@ class MessageStore(StoreCore):
                     conversation_id,
                 ),
             )
+            if retitled:
+                self._words_changed(conn, conversation_id)
 
     def list_conversations(self) -> list[ConversationStats]:
         """Every conversation with its message, summary, token and context counts."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .pg_migrations import PG_MIGRATIONS
-from .search import NEIGHBOUR_CHARS
+from .search import NEIGHBOUR_CHARS, about_sql
 from .toollog import record_tool_executions
 
 __all__ = ["MIGRATIONS", "STEPS", "Step", "migration", "run_script"]
@@ -431,6 +431,38 @@ def m011_neighbours_in_the_word_index(conn: sqlite3.Connection) -> None:
         CREATE VIRTUAL TABLE messages_fts USING fts5(
           content, prev, next, content='message_words', content_rowid='message_id',
           tokenize='porter unicode61');
+        INSERT INTO messages_fts (messages_fts) VALUES ('rebuild');
+        """,
+    )
+
+
+@migration
+def m012_wider_neighbours_and_about(conn: sqlite3.Connection) -> None:
+    # A message's word-index entry reaches one message further back (far: the one before
+    # the one before it, the exchange that led to it) and gains an "about" column: its
+    # conversation's title and the month and year it was said. Appending still changes only
+    # the entry of the message a batch follows (its next); a new title re-indexes its
+    # conversation's entries.
+    n = NEIGHBOUR_CHARS
+    run_script(
+        conn,
+        f"""
+        DROP TABLE messages_fts;
+        DROP VIEW message_words;
+        CREATE VIEW message_words AS
+          SELECT m.message_id, m.content,
+                 coalesce(substr(p.content, 1, {n}), '') AS prev,
+                 coalesce(substr(x.content, 1, {n}), '') AS next,
+                 coalesce(substr(p2.content, 1, {n}), '') AS far,
+                 {about_sql("m", "c")} AS about
+          FROM messages m
+          JOIN conversations c ON c.conversation_id = m.conversation_id
+          LEFT JOIN messages p ON p.conversation_id = m.conversation_id AND p.seq = m.seq - 1
+          LEFT JOIN messages p2 ON p2.conversation_id = m.conversation_id AND p2.seq = m.seq - 2
+          LEFT JOIN messages x ON x.conversation_id = m.conversation_id AND x.seq = m.seq + 1;
+        CREATE VIRTUAL TABLE messages_fts USING fts5(
+          content, prev, next, far, about, content='message_words',
+          content_rowid='message_id', tokenize='porter unicode61');
         INSERT INTO messages_fts (messages_fts) VALUES ('rebuild');
         """,
     )

@@ -19,7 +19,7 @@ Never edit a migration that has shipped: append a new one, to both dialects
 
 from __future__ import annotations
 
-from .search import NEIGHBOUR_CHARS
+from .search import NEIGHBOUR_CHARS, about_sql
 
 __all__ = ["CONTEXT_TSV", "PG_MIGRATIONS", "TSV_CHARS"]
 
@@ -41,9 +41,18 @@ def _neighbour(offset: str, weight: str) -> str:
     )
 
 
-#: A message's neighbours in the word index (for the row ``m`` of messages): the start of
-#: the one before it, weight B, and of the one after, weight C.
-CONTEXT_TSV = f"{_neighbour('- 1', 'B')} || {_neighbour('+ 1', 'C')}"
+_ABOUT = (
+    "setweight(to_tsvector('english'::regconfig, (SELECT "
+    + about_sql("m", "c")
+    + " FROM conversations c WHERE c.conversation_id = m.conversation_id)), 'D')"
+)
+
+#: A message's surroundings in the word index (for the row ``m`` of messages): the start of
+#: the one before it, weight B, of the one after and of the one before that, weight C, and
+#: its conversation's title with the month and year it was said, weight D.
+CONTEXT_TSV = (
+    f"{_neighbour('- 1', 'B')} || {_neighbour('+ 1', 'C')} || {_neighbour('- 2', 'C')} || {_ABOUT}"
+)
 
 PG_MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -342,6 +351,14 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE messages ADD COLUMN context_tsv tsvector;
         UPDATE messages m SET context_tsv = {CONTEXT_TSV};
         CREATE INDEX messages_context_fts ON messages USING gin (context_tsv);
+        """,
+    ),
+    (
+        "m012_wider_neighbours_and_about",
+        f"""
+        -- The entry reaches one message further back (weight C, as the one after it) and
+        -- carries its conversation's title and the month and year it was said (weight D).
+        UPDATE messages m SET context_tsv = {CONTEXT_TSV};
         """,
     ),
 ]

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .search import (
+    ABOUT_WEIGHT,
     NEXT_WEIGHT,
     PREV_WEIGHT,
     SearchStore,
@@ -72,12 +73,12 @@ class PgSearch(SearchStore):
             by = f"s.{key} + 0 DESC" if self._selective(table, query) else f"s.{key} DESC"
         matches, rank = "s.content_tsv @@ q", "ts_rank_cd(s.content_tsv, q)"
         if table == "messages" and order != "recency":
-            # Ranked: a message's neighbours' words count too, for less than its own (weights
-            # {D, C, B, A}: next C, prev B, its own text A); recency needs every word in the
-            # message itself.
+            # Ranked: a message's surroundings count too, for less than its own words (weights
+            # {D, C, B, A}: about D, next C, prev B, its own text A); newest first, the words
+            # must be in the message itself.
             matches = "(s.content_tsv @@ q OR s.context_tsv @@ q)"
             rank = (
-                f"ts_rank_cd('{{0, {NEXT_WEIGHT}, {PREV_WEIGHT}, 1}}'::float4[],"
+                f"ts_rank_cd('{{{ABOUT_WEIGHT}, {NEXT_WEIGHT}, {PREV_WEIGHT}, 1}}'::float4[],"
                 " setweight(s.content_tsv, 'A') || coalesce(s.context_tsv, ''::tsvector), q)"
             )
         sql = (
@@ -88,11 +89,12 @@ class PgSearch(SearchStore):
         return self.fetchall(sql, [self._word_query(query), *params, limit])
 
     def _selective(self, table: str, query: str) -> bool:
-        """Whether an all-words query matches few rows: at most :data:`SELECTIVE_SHARE` of
-        them by the words' counts (from the store, cached), taken as independent; a phrase
-        always is (each row's positions must be checked, which only the index narrows
-        cheaply)."""
-        if any(" " in term.strip() for term in _PHRASE.findall(query)):
+        """Whether a word query matches few rows: at most :data:`SELECTIVE_SHARE` of them by
+        the words' counts (from the store, cached) — all of them (words taken as independent)
+        or any (the counts added); a phrase always is (each row's positions must be checked,
+        which only the index narrows cheaply)."""
+        terms = _PHRASE.findall(query)
+        if any(" " in term.strip() for term in terms) and " OR " not in query:
             return True
         words = _WORD.findall(query)
         stems = self.index_terms(" ".join(words)) if words else []
@@ -101,9 +103,12 @@ class PgSearch(SearchStore):
         counts, rows = self.term_documents(table, stems)
         if rows <= 0:
             return True
-        expected = float(rows)
-        for stem in stems:
-            expected *= min(1.0, counts[stem] / rows)
+        if " OR " in query:
+            expected = float(sum(counts[stem] for stem in stems))
+        else:
+            expected = float(rows)
+            for stem in stems:
+                expected *= min(1.0, counts[stem] / rows)
         return expected <= max(SELECTIVE_ROWS, rows * SELECTIVE_SHARE)
 
     def _contains_where(self, table: str, needle: str, run: str) -> tuple[str, list[Any], str]:

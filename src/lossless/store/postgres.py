@@ -406,6 +406,12 @@ class PostgresStore(PgSearch, Store):
             (first_id, last_id, first_id, last_id, first_id),
         )
 
+    def _words_changed(self, conn: Connection, conversation_id: int) -> None:
+        conn.execute(
+            f"UPDATE messages m SET context_tsv = {CONTEXT_TSV} WHERE m.conversation_id = ?",
+            (conversation_id,),
+        )
+
     def _index_neighbours(self, conn: Connection) -> None:
         """Every message's neighbours, from the stored text (after a bulk copy, a rebuild)."""
         conn.execute(f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}")

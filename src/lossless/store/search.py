@@ -21,13 +21,48 @@ from typing import Any, Literal, NamedTuple
 from .core import StoreCore
 
 #: How much of each neighbour a message's word-index entry carries: the start of the message
-#: before it and of the one after (an answer is found through the question before it).
+#: before it (prev), of the one after (next) and of the one before that (far): an answer is
+#: found through the question before it, and through the exchange that led to it.
 NEIGHBOUR_CHARS = 300
-#: How much a word in the neighbours counts beside the same word in the message itself.
+#: How much a word in the neighbours counts beside the same word in the message itself (far
+#: weighs as next does: PostgreSQL ranks with four weight classes, and they share one).
 PREV_WEIGHT = 0.6
 NEXT_WEIGHT = 0.3
+FAR_WEIGHT = NEXT_WEIGHT
+#: How much a word of the entry's *about* field counts: its conversation's title and the
+#: month and year it was said ("May 2023").
+ABOUT_WEIGHT = 0.2
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+
+
+def about_sql(message: str, conversation: str) -> str:
+    """The *about* words of a message's word-index entry, in SQL both engines read, for the
+    row *message* of messages and *conversation* of conversations: the conversation's title,
+    then the month and year of the message's time (the store's fixed-width UTC text)."""
+    months = " ".join(f"WHEN '{n:02d}' THEN '{name}'" for n, name in enumerate(_MONTHS, 1))
+    when = (
+        f"CASE substr({message}.created_at, 6, 2) {months} END"
+        f" || ' ' || substr({message}.created_at, 1, 4)"
+    )
+    return f"trim(coalesce({conversation}.title, '') || ' ' || coalesce({when}, ''))"
+
 
 __all__ = [
+    "ABOUT_WEIGHT",
+    "FAR_WEIGHT",
     "NEIGHBOUR_CHARS",
     "NEXT_WEIGHT",
     "PREV_WEIGHT",
@@ -38,6 +73,7 @@ __all__ = [
     "SearchStore",
     "TextRow",
     "WordOrder",
+    "about_sql",
 ]
 
 #: ``recency``: newest first; ``rank``: best-ranked first.

@@ -23,8 +23,13 @@ from ..timestamps import format_ts, now
 from .base import Store, in_chunks
 from .connection import Connection
 from .migrations import MIGRATIONS
-from .search import NEIGHBOUR_CHARS
 from .sqlite_search import SQLiteSearch
+
+#: Word-index entries made from the view the index reads (a WHERE on message_id follows).
+_WORDS = (
+    "INSERT INTO messages_fts (rowid, content, prev, next, far, about)"
+    " SELECT message_id, content, prev, next, far, about FROM message_words"
+)
 
 __all__ = ["Checkpoint", "SQLiteStore", "content_hash", "copy_database", "standalone"]
 
@@ -216,35 +221,45 @@ class SQLiteStore(SQLiteSearch, Store):
     ) -> None:
         # The message each batch follows in its conversation was indexed as the last one,
         # with no next: its entry is replaced by one that has it (FTS5 takes the old values
-        # to take an entry out).
+        # to take an entry out; only its next has changed).
         before = conn.execute(
-            "SELECT p.message_id, p.content, coalesce(substr(pp.content, 1, ?), '')"
-            " FROM messages n"
+            "SELECT w.message_id, w.content, w.prev, w.far, w.about FROM messages n"
             " JOIN messages p ON p.conversation_id = n.conversation_id AND p.seq = n.seq - 1"
-            " LEFT JOIN messages pp"
-            "  ON pp.conversation_id = p.conversation_id AND pp.seq = p.seq - 1"
+            " JOIN message_words w ON w.message_id = p.message_id"
             " WHERE n.message_id BETWEEN ? AND ? AND p.message_id < ?",
-            (NEIGHBOUR_CHARS, first_id, last_id, first_id),
+            (first_id, last_id, first_id),
         ).fetchall()
-        for message_id, content, prev in before:
+        for message_id, content, prev, far, about in before:
             conn.execute(
-                "INSERT INTO messages_fts (messages_fts, rowid, content, prev, next)"
-                " VALUES ('delete', ?, ?, ?, '')",
-                (message_id, content, prev),
+                "INSERT INTO messages_fts (messages_fts, rowid, content, prev, next, far, about)"
+                " VALUES ('delete', ?, ?, ?, '', ?, ?)",
+                (message_id, content, prev, far, about),
             )
-        words = (
-            "INSERT INTO messages_fts (rowid, content, prev, next)"
-            " SELECT message_id, content, prev, next FROM message_words"
-        )
-        for message_id, _, _ in before:
-            conn.execute(f"{words} WHERE message_id = ?", (message_id,))
-        conn.execute(f"{words} WHERE message_id BETWEEN ? AND ?", (first_id, last_id))
+        for message_id, *_ in before:
+            conn.execute(f"{_WORDS} WHERE message_id = ?", (message_id,))
+        conn.execute(f"{_WORDS} WHERE message_id BETWEEN ? AND ?", (first_id, last_id))
         if trigram:
             conn.execute(
                 "INSERT INTO messages_trigram (rowid, content) SELECT message_id, content"
                 " FROM messages WHERE message_id BETWEEN ? AND ?",
                 (first_id, last_id),
             )
+
+    def _words_changing(self, conn: Connection, conversation_id: int) -> None:
+        # The entries go out with the values they were made from (the view, as it still is).
+        conn.execute(
+            "INSERT INTO messages_fts (messages_fts, rowid, content, prev, next, far, about)"
+            " SELECT 'delete', message_id, content, prev, next, far, about FROM message_words"
+            " WHERE message_id IN (SELECT message_id FROM messages WHERE conversation_id = ?)",
+            (conversation_id,),
+        )
+
+    def _words_changed(self, conn: Connection, conversation_id: int) -> None:
+        conn.execute(
+            f"{_WORDS} WHERE message_id IN"
+            " (SELECT message_id FROM messages WHERE conversation_id = ?)",
+            (conversation_id,),
+        )
 
     def pending_index_rows(self) -> int:
         """Messages not yet in the trigram index (left there by large batches)."""

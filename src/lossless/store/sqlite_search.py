@@ -9,6 +9,8 @@ from typing import Any
 
 from .core import in_chunks
 from .search import (
+    ABOUT_WEIGHT,
+    FAR_WEIGHT,
     NEXT_WEIGHT,
     PREV_WEIGHT,
     SearchStore,
@@ -32,15 +34,17 @@ class SQLiteSearch(SearchStore):
     _find = "instr"
 
     def _word_query(self, query: str) -> str:
-        """The quoted terms, in the message's (or summary's) own text: a filter that needs
-        every word means words said there, not beside it."""
+        """The quoted terms, in the message's (or summary's) own text: a filter or a newest-
+        first search means words said there, not beside it."""
         return f"content : ({query})"
 
     @staticmethod
     def _rank(table: str) -> str:
-        """BM25 of a row: for a message, its neighbours' words count for less than its own."""
+        """BM25 of a row: for a message, the words around it count for less than its own
+        (columns content, prev, next, far, about)."""
         if table == "messages":
-            return f"bm25(messages_fts, 1.0, {PREV_WEIGHT}, {NEXT_WEIGHT})"
+            w = (1.0, PREV_WEIGHT, NEXT_WEIGHT, FAR_WEIGHT, ABOUT_WEIGHT)
+            return f"bm25(messages_fts, {', '.join(map(str, w))})"
         return f"bm25({table}_fts)"
 
     def _word_rows(
@@ -60,7 +64,7 @@ class SQLiteSearch(SearchStore):
             f" FROM {table}_fts f JOIN {table} s ON s.{key} = f.rowid"
             f" WHERE {table}_fts MATCH ?{where} ORDER BY {by} LIMIT ?"
         )
-        if order == "recency":  # every word, in the row's own text
+        if order == "recency":  # the words in the row's own text
             return self.fetchall(sql, [self._word_query(query), *params, limit])
         return self._best_ranked(table, query, where, params, limit, sql)
 
