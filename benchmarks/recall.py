@@ -43,7 +43,7 @@ from lossless.timestamps import parse_ts
 from lossless.tokens import estimate_tokens
 
 import locomo
-from common import revision, save
+from common import create_pg_schema, drop_pg_schema, revision, save
 
 K = (5, 10)
 BASELINES = ("bm25", "bm25_porter")
@@ -89,7 +89,19 @@ def rankers() -> dict[str, dict[str, Any]]:
     return out
 
 
-def search_sample(work: Path, sample: dict[str, Any], k: int) -> dict[str, Any]:
+def store_for(work: Path, name: str, backend: str) -> str:
+    """Where a conversation's store goes: a SQLite file in *work*, or a PostgreSQL schema of
+    its own (``LOSSLESS_BENCH_PG``'s database), made new."""
+    if backend == "sqlite":
+        return str(work / f"{name}.db")
+    schema = "lossless_recall_" + name.replace("-", "_")
+    drop_pg_schema(schema)
+    return create_pg_schema(schema)
+
+
+def search_sample(
+    work: Path, sample: dict[str, Any], k: int, backend: str = "sqlite"
+) -> dict[str, Any]:
     """Every ranker's first evidence position per question of one conversation."""
     from rank_bm25 import BM25Okapi
 
@@ -101,7 +113,7 @@ def search_sample(work: Path, sample: dict[str, Any], k: int) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     errors: list[str] = []
     grep_ms: dict[str, float] = defaultdict(float)
-    with Engine.open(work / f"search-{sid}.db", config=Config()) as engine:
+    with Engine.open(store_for(work, f"search-{sid}", backend), config=Config()) as engine:
         norms = [
             engine.normalize(msg, external_id=dia, created_at=parse_ts(stamp))
             for dia, msg, stamp in turns
@@ -217,16 +229,26 @@ def main() -> None:
     parser.add_argument("--budgets", default="4000,8000,16000", help="context budgets, tokens")
     parser.add_argument("--skip-context", action="store_true", help="the search part only")
     parser.add_argument("--skip-search", action="store_true", help="the context part only")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="where the search part's stores live (postgres: LOSSLESS_BENCH_PG's database)",
+    )
     args = parser.parse_args()
     data = locomo.load(args.locomo, args.samples)
     if data is None:
         return
     work = Path(tempfile.mkdtemp(prefix="lossless-recall-"))
-    results: dict[str, Any] = {"revision": revision(), "conversations": len(data)}
+    results: dict[str, Any] = {
+        "revision": revision(),
+        "conversations": len(data),
+        "backend": args.backend,
+    }
     try:
         if not args.skip_search:
             started = time.perf_counter()
-            runs = [search_sample(work, sample, max(K)) for sample in data]
+            runs = [search_sample(work, sample, max(K), args.backend) for sample in data]
             rows = [r for run_ in runs for r in run_["rows"]]
             names = [*rankers(), *BASELINES]
             recall = {}

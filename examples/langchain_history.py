@@ -22,7 +22,7 @@ STORE = sys.argv[1] if len(sys.argv) > 1 else "langchain-example.db"
 config = Config().replace(fresh_tail_count=4, leaf_chunk_tokens=300, leaf_min_fanout=3)
 
 with Engine.open(STORE, config=config) as engine:
-    history = LosslessChatMessageHistory("demo", engine, token_budget=600)
+    history = LosslessChatMessageHistory("demo", engine, token_budget=250)
     replies = iter([AIMessage(content=f"Service {i} uses port {9000 + i}.") for i in range(30)])
     chain = RunnableWithMessageHistory(
         ChatPromptTemplate.from_messages([MessagesPlaceholder("history"), ("human", "{q}")])

@@ -20,7 +20,7 @@ config = Config().replace(fresh_tail_count=4, leaf_chunk_tokens=120, leaf_min_fa
 
 with Engine.open(STORE, config=config) as engine:
     memory = LosslessMemory.from_defaults(
-        session_id="demo", store_or_engine=engine, token_budget=400
+        session_id="demo", store_or_engine=engine, token_budget=250
     )
     llm = MockLLMWithChatMemoryOfLastCall(max_tokens=8)  # replies "text text ..."
     chat = SimpleChatEngine.from_defaults(llm=llm, memory=memory)

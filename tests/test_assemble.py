@@ -7,12 +7,14 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lossless import Config, Engine
+from lossless.assemble import summary_text
 from lossless.summarize import ScriptedSummarizer
 from lossless.tokens import estimate_tokens
 
@@ -36,13 +38,23 @@ def engine(new_db: Callable[[], str]) -> Iterator[Engine]:
         yield eng
 
 
+@pytest.fixture
+def folded(new_db: Callable[[], str]) -> Iterator[Engine]:
+    """An engine whose assemblies show the summaries as they are, however much room is left
+    (``fill_budget`` off): what the rendering tests look at."""
+    config = SMALL.replace(fill_budget=False)
+    with Engine.open(new_db(), config=config, summarizer=ScriptedSummarizer()) as eng:
+        yield eng
+
+
 def fill(engine: Engine, turns: int) -> None:
     for t in range(turns):
         engine.ingest("s", {"role": "user", "content": words(20, f"q{t}-")})
         engine.ingest("s", {"role": "assistant", "content": words(20, f"a{t}-")})
 
 
-def test_summaries_are_rendered_as_the_specs_xml_and_marked_untrusted(engine: Engine) -> None:
+def test_summaries_are_rendered_as_the_specs_xml_and_marked_untrusted(folded: Engine) -> None:
+    engine = folded
     fill(engine, 12)
     engine.compact("s")
     assembled = engine.assemble("s", 100_000)
@@ -269,7 +281,8 @@ def test_openclaw_format_gives_openclaws_messages_back_exactly(engine: Engine) -
     assert engine.assemble("s", 10_000, format="openclaw").messages == OPENCLAW_TURN
 
 
-def test_openclaw_format_converts_summaries_and_other_shapes(engine: Engine) -> None:
+def test_openclaw_format_converts_summaries_and_other_shapes(folded: Engine) -> None:
+    engine = folded
     fill(engine, 6)
     _tool_exchange(engine, ["c9"])  # chat-shaped, converted
     engine.compact("s")
@@ -331,12 +344,25 @@ def test_the_budget_is_a_cap_and_the_newest_turn_and_summary_come_first(
     if compact:
         engine.compact(session)
     items = engine.context(session)
-    tokens = {item.ref: item.tokens for item in items}
+    stored = engine.messages(session)
 
     assembled = engine.assemble(session, budget)
 
     assert assembled.tokens <= budget
     text = json.dumps(assembled.messages)
+    # What each shown item costs: a message its tokens, a summary what it reads as shown (the
+    # untrusted-data note and the XML with its parents).
+    tokens = {f"msg#{m.message_id}": m.token_count for m in stored}
+    sums = [ref for ref in assembled.items if ref.startswith("sum_")]
+    sums += [i.ref for i in items if i.summary_id is not None and i.ref not in sums]
+    parents = engine.store.parents_of(sums)
+    for summary in engine.store.get_summaries(sums):
+        shown = summary_text(summary, parents[summary.summary_id])
+        tokens[summary.summary_id] = estimate_tokens(shown)
+        if summary.summary_id in assembled.items:
+            assert shown in "".join(
+                b.get("text", "") for m in assembled.messages for b in m["content"]
+            )
     counted = sum(tokens[ref] for ref in assembled.items if ref != assembled.clipped)
     if assembled.clipped is not None:
         [stub] = [
@@ -347,26 +373,116 @@ def test_the_budget_is_a_cap_and_the_newest_turn_and_summary_come_first(
         ]
         counted += estimate_tokens(stub)
     assert assembled.tokens == counted + assembled.resume_tokens
-    # The output holds exactly the items it names: each chosen message's first word is there,
-    # no left-out message's is (the summarizer writes none of the messages' words).
-    for item in items:
-        if item.message_id is None:
-            continue
-        first = engine.get_message(item.message_id).content.split()[0]
-        shown = re.search(rf"\b{re.escape(first)}\b", text) is not None
-        if item.ref == assembled.clipped:
-            assert f"lcm_describe {item.ref}" in text
-        elif item.ref in assembled.items:
-            assert shown or item.role == "tool" or "call" in first, item  # orphans are left out
+    # The output holds exactly the messages it names — from the context, or from below its
+    # summaries to fill the budget: each one's first word is there, no left-out message's is
+    # (the summarizer writes none of the messages' words).
+    for message in stored:
+        ref = f"msg#{message.message_id}"
+        first = message.content.split()[0]
+        shown_word = re.search(rf"\b{re.escape(first)}\b", text) is not None
+        if ref == assembled.clipped:
+            assert f"lcm_describe {ref}" in text
+        elif ref in assembled.items:
+            assert shown_word or message.role == "tool" or "call" in first, ref  # orphans go
         elif not assembled.resume_tokens:  # the resume summary may quote a left-out message
-            assert not shown, item
+            assert not shown_word, ref
     # The newest message is always there (whole, or clipped with where to read it whole)
-    # once the budget holds the clip's note; the newest summary whenever it fits beside the
-    # newest unit of the conversation (a message, or a call with its results).
+    # once the budget holds the clip's note; the newest summary (or, with room to spare, the
+    # detail it was made from) whenever it fits beside the newest unit of the conversation (a
+    # message, or a call with its results).
     if budget >= 80:
         assert items[-1].ref in assembled.items
     last_unit = max(i for i, item in enumerate(items) if item.role != "tool")
     unit_tokens = sum(item.tokens for item in items[last_unit:])
     summaries = [i for i in items if i.summary_id is not None]
-    if summaries and summaries[-1].tokens + unit_tokens <= budget:
-        assert summaries[-1].ref in assembled.items
+    if summaries and tokens[summaries[-1].ref] + unit_tokens <= budget:
+        context_refs = {i.ref for i in items}
+        unfolded = [ref for ref in assembled.items if ref not in context_refs]
+        assert summaries[-1].ref in assembled.items or unfolded
+
+
+# --- the room under the budget is spent on detail -------------------------------------------
+
+
+def test_a_budget_that_holds_the_history_shows_it_as_it_was(engine: Engine) -> None:
+    fill(engine, 12)
+    engine.compact("s")
+    assert any(i.summary_id for i in engine.context("s"))
+    stored = engine.messages("s")
+
+    made = engine.assemble("s", 10_000, format="openai")
+
+    # Every message, in order, exactly as said; the summaries gave their place to them.
+    assert made.summaries == 0 and made.items == [f"msg#{m.message_id}" for m in stored]
+    assert [m["content"] for m in made.messages] == [m.content for m in stored]
+    assert made.unfolded == len(stored) - sum(1 for i in engine.context("s") if i.message_id)
+    assert made.tokens == sum(m.token_count for m in stored) <= 10_000
+    # Asked not to, or with no room, the summaries are shown as they are.
+    folded = engine.assemble("s", 10_000, format="openai", fill=False)
+    assert folded.unfolded == 0 and folded.summaries >= 1
+    assert folded.items == [i.ref for i in engine.context("s")]
+
+
+def test_a_tight_budget_shows_the_summary_then_the_messages_before_the_tail(
+    engine: Engine,
+) -> None:
+    fill(engine, 40)
+    engine.compact("s")
+    context = engine.context("s")
+    # Room for some of what was summarized (a step of messages is ~700 tokens here), not all.
+    budget = engine.assemble("s", 100_000, fill=False).tokens + 1_500
+
+    made = engine.assemble("s", budget)
+
+    assert made.tokens <= budget and made.summaries >= 1 and made.unfolded > 0
+    refs = made.items
+    first_raw = next(n for n, ref in enumerate(refs) if ref.startswith("msg#"))
+    assert all(ref.startswith("sum_") for ref in refs[:first_raw])  # summaries lead
+    raw = [engine.get_message(int(ref[4:])) for ref in refs[first_raw:]]
+    # One unbroken run of messages up to the newest.
+    assert [m.seq for m in raw] == list(range(raw[0].seq, raw[0].seq + len(raw)))
+    assert raw[-1].message_id == context[-1].message_id
+
+    # As the conversation grows, the run's start moves on in steps (a summary's whole range,
+    # or FILL_STEP messages), not at every turn: between moves the prompt's prefix is the same
+    # bytes, so a provider's prompt cache keeps it.
+    starts, previous = [raw[0].seq], made
+    for t in range(8):
+        engine.ingest("s", {"role": "user", "content": words(20, f"more{t}-")})
+        now = engine.assemble("s", budget)
+        first = next(ref for ref in now.items if ref.startswith("msg#"))
+        starts.append(engine.get_message(int(first[4:])).seq)
+        if starts[-1] == starts[-2]:
+            # (the last message may gain the new turn's blocks: roles alternate)
+            assert now.messages[: len(previous.messages) - 1] == previous.messages[:-1]
+        previous = now
+    assert starts == sorted(starts)  # only ever forward
+    assert len(set(starts)) <= 3  # 8 turns of ~40 tokens: a step is ~700 tokens
+
+
+def test_a_user_message_said_on_another_day_carries_its_date(engine: Engine) -> None:
+    def say(role: str, text: str, day: int, hour: int = 9) -> None:
+        when = datetime(2023, 5, day, hour, tzinfo=UTC)
+        engine.ingest("d", {"role": role, "content": text}, created_at=when)
+
+    say("user", "we start the migration", 8)
+    say("assistant", "noted", 8)
+    say("user", "and the backups?", 8, 17)
+    say("assistant", "tonight", 9, 1)  # the reply comes after midnight
+    say("user", "done with the backups", 9)  # a new day: marked
+    say("assistant", "great", 9)
+    say("user", "cut over today", 12)  # marked
+
+    made = engine.assemble("d", 10_000, format="openai")
+
+    users = [m["content"] for m in made.messages if m["role"] == "user"]
+    assert users[0] == "we start the migration"  # nothing before it to differ from
+    assert users[1] == "and the backups?"  # the same day
+    assert users[2] == "[Tuesday 9 May 2023]\ndone with the backups"
+    assert users[3] == "[Friday 12 May 2023]\ncut over today"
+    assert made.tokens == sum(m.token_count for m in engine.messages("d")) + sum(
+        estimate_tokens(mark) for mark in ("[Tuesday 9 May 2023]", "[Friday 12 May 2023]")
+    )
+    # Asked not to (a framework whose messages must come back exactly as stored): none.
+    plain = engine.assemble("d", 10_000, format="openai", dates=False)
+    assert [m["content"] for m in plain.messages] == [m.content for m in engine.messages("d")]

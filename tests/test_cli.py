@@ -168,7 +168,10 @@ def test_the_installed_console_script_runs(tmp_path: Path) -> None:
     assert json.loads(out.stdout)["messages"] == 0
 
 
-def test_context_prints_the_assembled_messages_in_each_format(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_context_prints_the_assembled_messages_in_each_format(
+    run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("LOSSLESS_FILL_BUDGET", "false")  # the summaries, not what they cover
     db = str(tmp_path / "x.db")
     transcript = write_session(tmp_path / "s.jsonl", 60, session_id="ctx")
     assert run_cli("--db", db, "import", str(transcript)).code == 0

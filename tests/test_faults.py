@@ -300,7 +300,9 @@ def _texts(value: Any) -> list[str]:
 def test_a_reply_with_instructions_is_stored_as_data_and_assembled_as_untrusted(
     open_engine: Callable[..., Engine], fmt: str
 ) -> None:
-    engine = open_engine(ScriptedSummarizer(default=INJECTION))
+    # (the budget is not filled with the history below the summary: what is shown is the
+    # summary, the point here)
+    engine = open_engine(ScriptedSummarizer(default=INJECTION), fill_budget=False)
     turns(engine, 6)
     report = engine.compact("s")
     assert report.passes and report.passes[0].level == "normal"

@@ -613,13 +613,13 @@ FTS_TEXT = st.one_of(
 @fuzz(300)
 @given(
     text=FTS_TEXT,
-    sort=st.sampled_from(["recency", "relevance", "hybrid"]),
+    sort=st.sampled_from(["recency", "relevance"]),
     scope=st.sampled_from(["messages", "summaries", "both", "files"]),
 )
 @example(text='deploy AND "', sort="relevance", scope="both")
 @example(text='"" "', sort="recency", scope="both")
 @example(text="NEAR(deploy timeout, 2)", sort="relevance", scope="both")
-@example(text="deploy* OR col:umn ^x -y", sort="hybrid", scope="messages")
+@example(text="deploy* OR col:umn ^x -y", sort="relevance", scope="messages")
 @example(text="\"''\"", sort="recency", scope="both")
 @example(text="hello\x00world", sort="recency", scope="both")
 @example(text="%_%", sort="recency", scope="messages")
@@ -677,7 +677,7 @@ NEEDLE = st.one_of(
 
 
 @fuzz(150)
-@given(needle=NEEDLE, sort=st.sampled_from(["recency", "relevance", "hybrid"]))
+@given(needle=NEEDLE, sort=st.sampled_from(["recency", "relevance"]))
 @example(needle="100%_done", sort="recency")
 @example(needle="back\\slash", sort="recency")
 @example(needle="ÉCOLE", sort="relevance")
@@ -959,7 +959,7 @@ MCP_CALLS = st.one_of(
         FTS_TEXT,
         st.sampled_from(["full_text", "regex"]),
         st.sampled_from(["both", "messages", "summaries", "files"]),
-        st.sampled_from(["relevance", "recency", "hybrid"]),
+        st.sampled_from(["relevance", "recency"]),
     ),
     st.builds(
         lambda since, before, conv: (

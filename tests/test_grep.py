@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -301,3 +302,43 @@ def test_a_message_is_found_by_its_conversations_title_and_month(engine: Engine)
     assert engine.check() == []  # every entry is what the stored text and title make
     # Newest first, only the message's own words count: the title is not what was said.
     assert engine.grep("hiking", sort="recency").hits == []
+
+
+def test_sort_hybrid_is_refused_with_what_to_use(engine: Engine) -> None:
+    seed(engine)
+    with pytest.raises(
+        GrepError, match=r"hybrid is gone.*use relevance \(the default\) or recency"
+    ):
+        engine.grep("deploy", sort="hybrid")  # type: ignore[arg-type]
+
+
+def test_a_summary_ranks_beside_the_messages_that_say_the_same(new_db: Callable[[], str]) -> None:
+    def summarize(request: Any) -> str:
+        if "billing" in " ".join(s.text for s in request.sources):
+            return "Decision: Postgres 16 chosen for the billing service, for logical replication."
+        return "Routine notes about lunch and the standup."
+
+    config = Config().replace(
+        fresh_tail_count=4, leaf_chunk_tokens=200, leaf_target_tokens=40, leaf_min_fanout=50
+    )
+    with Engine.open(
+        new_db(), config=config, summarizer=ScriptedSummarizer(default=summarize)
+    ) as e:
+        for i in range(60):
+            text = f"turn {i}: routine standup notes about lunch and the weather service."
+            if i == 5:
+                text = (
+                    "We chose Postgres 16 for the billing service because of logical replication."
+                )
+            e.ingest("s", {"role": "user" if i % 2 == 0 else "assistant", "content": text})
+        e.compact("s")
+        [summary] = [h.id for h in e.grep("billing", conversation="s", scope="summaries").hits][:1]
+
+        hits = [h.id for h in e.grep("billing postgres replication", conversation="s").hits]
+
+    # The message that says it first; the summary that says it among the first three, ahead
+    # of the messages that only sit beside it (the one before it, the one two after it) —
+    # not held down because its index is small and the DAG says it again at each level.
+    assert hits[0] == "msg#6"
+    assert summary in hits[:3]
+    assert hits.index(summary) < hits.index("msg#5") and hits.index(summary) < hits.index("msg#8")

@@ -101,9 +101,12 @@ def test_openclaw_keeps_every_turn_assembles_with_lossless_and_recalls(
     host = openclaw_host(release)
     store = tmp_path / "store.db"
     settings = tmp_path / "lossless.toml"
+    # A short session compacted small; its window holds all of it, so the assembly is asked
+    # not to fill the room from below the summaries (fill_budget): the summaries must be what
+    # reaches the model.
     settings.write_text(
         "fresh_tail_count = 4\nleaf_chunk_tokens = 400\nleaf_min_fanout = 3\n"
-        "condensed_min_fanout = 2\n"
+        "condensed_min_fanout = 2\nfill_budget = false\n"
     )
     with contextlib.ExitStack() as stack:
         if transport == "http":

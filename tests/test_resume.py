@@ -157,7 +157,7 @@ def test_it_is_deterministic_across_stores(new_db: Callable[[], str], engine: En
 def test_it_is_injected_after_the_summaries_and_stays_put_until_the_next_compaction(
     engine: Engine,
 ) -> None:
-    first = engine.assemble("work", token_budget=50_000, format="openai")
+    first = engine.assemble("work", token_budget=50_000, format="openai", fill=False)
     texts = [m.get("content") for m in first.messages]
     at = next(
         n for n, t in enumerate(texts) if isinstance(t, str) and t.startswith("Resume summary")
@@ -167,7 +167,7 @@ def test_it_is_injected_after_the_summaries_and_stays_put_until_the_next_compact
     assert first.resume_tokens > 0
 
     engine.ingest("work", {"role": "user", "content": "one more thing"})
-    second = engine.assemble("work", token_budget=50_000, format="openai")
+    second = engine.assemble("work", token_budget=50_000, format="openai", fill=False)
     prefix = json.dumps(first.messages[: at + 1])
     assert json.dumps(second.messages[: at + 1]) == prefix  # byte-identical: caches keep hitting
 
@@ -176,7 +176,7 @@ def test_it_is_injected_after_the_summaries_and_stays_put_until_the_next_compact
     for i in range(8):
         s.user(f"Please also handle burst traffic case {i} in the limiter module now.")
     engine.compact("work")
-    third = engine.assemble("work", token_budget=50_000, format="openai")
+    third = engine.assemble("work", token_budget=50_000, format="openai", fill=False)
     resumes = [m["content"] for m in third.messages if str(m.get("content")).startswith("Resume")]
     assert len(resumes) == 1 and "burst traffic case" in resumes[0]
 

@@ -555,7 +555,7 @@ GREP_PATTERNS = [
     ("[合サ]", "regex"),
 ]
 SCOPES = ["both", "messages", "summaries", "files"]
-SORTS = ["recency", "relevance", "hybrid"]
+SORTS = ["recency", "relevance"]
 
 
 def test_grep_scoped_to_beta_never_returns_alpha_in_any_mode_scope_or_sort(world: World) -> None:

@@ -163,7 +163,7 @@ def test_a_calls_arguments_are_checked_against_the_declaration() -> None:
         "type": ({"pattern": 3}, "pattern must be a string"),
         "bool is not an integer": ({"pattern": "x", "limit": True}, "limit must be an integer"),
         "limit": ({"pattern": "x", "limit": 500}, "from 1 to 200"),
-        "choice": ({"pattern": "x", "sort": "newest"}, "one of relevance, recency, hybrid"),
+        "choice": ({"pattern": "x", "sort": "newest"}, "one of relevance, recency"),
         "not an object": (["x"], "must be an object"),
     }
     for arguments, said in refusals.values():

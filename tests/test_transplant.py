@@ -270,8 +270,8 @@ def test_the_target_uses_the_copies_like_its_own(engine: Engine) -> None:
         engine.get_message(int(n.id[4:])).conversation_id == new for n in messages
     )
 
-    # assembly puts the transplanted summaries first
-    assembled = engine.assemble("new", token_budget=100_000, format="openai")
+    # assembly puts the transplanted summaries first (shown as they are, not unfolded)
+    assembled = engine.assemble("new", token_budget=100_000, format="openai", fill=False)
     first = assembled.messages[0]
     assert "<summary" in json.dumps(first)
 

@@ -260,8 +260,13 @@ def test_enter_opens_a_conversation_on_its_context_window(
         assert "223/1,000 tokens" in text and "22.3%" in text
         assert "1 summary 8 ·" in text and "3 messages 215" in text
         assert "compacts at 75%" in text
-        sent = engine.assemble("old", 1_000).tokens
-        assert f"the model gets {sent} tokens: 1 summary + 3 messages" in text
+        sent = engine.assemble("old", 1_000)
+        assert sent.unfolded  # the room under the budget is filled from below the summary
+        summaries = "1 summary" if sent.summaries == 1 else f"{sent.summaries} summaries"
+        assert (
+            f"the model gets {sent.tokens} tokens: {summaries} + {sent.raw_messages} messages"
+            f" ({sent.unfolded} of them unfolded from below the summaries, to fill it)"
+        ) in text
         # The highlighted item is shown whole below.
         assert "made from 4 summaries" in flat(detail_of(app, "#context-detail"))
 
@@ -304,10 +309,14 @@ def test_search_lists_hits_with_the_first_one_shown(engine: Engine, snap_compare
     async def run_before(pilot: Pilot[Any]) -> None:
         await settle(pilot)
         app = pilot.app
-        await search(pilot, "quokka")
+        await search(pilot, "quokka")  # relevance, the default
         results = app.screen.query_one("#search-results", DataTable)
-        assert [r[:2] for r in rows(results)] == [["msg#4", "assistant"]]
-        assert plain(app.screen.query_one("#search-status", Static)).startswith("1 hit ·")
+        # The message that says it first, then those beside it (found through it).
+        found = [r[:2] for r in rows(results)]
+        assert found[0] == ["msg#4", "assistant"] and len(found) > 1
+        assert plain(app.screen.query_one("#search-status", Static)).startswith(
+            f"{len(found)} hits ·"
+        )
         assert "→ tool call read_file" in detail_of(app, "#search-detail")
 
     app = LosslessApp(engine, conversation="old")
@@ -407,6 +416,8 @@ async def test_search_options_choose_what_is_searched_and_errors_are_explained(
     app = LosslessApp(engine, conversation="old")
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
+        assert app.screen.query_one("#search-sort", Select).value == "relevance"  # the default
+        app.screen.query_one("#search-sort", Select).value = "recency"
         await search(pilot, "turn")
         results = app.screen.query_one("#search-results", DataTable)
         assert {r[0][:4] for r in rows(results)} == {"msg#"}

@@ -6,9 +6,15 @@ rebuilt from its parts; (3) split into the evictable prefix and the protected fr
 (4) the fresh tail is included whole when it fits — the budget is a cap: a tail over it
 shrinks from the front, whole turns first, keeping room for the newest summary, and a newest
 message over the budget on its own is shown clipped, with where to read it whole; (5) the rest
-of the budget is filled from the evictable items, newest first, dropping the oldest;
-(6) assistant content as block arrays; (7) tool pairing sanitized: every tool result has its
-call in the output and every call its result — an orphan of either kind is left out.
+of the budget is filled from the evictable items, newest first, dropping the oldest, and
+what room is still left is spent on detail (``fill_budget``): summaries are unfolded into the
+summaries they were made from while those fit, newest first, then the messages below the
+newest summaries are shown as they were (newest first, from a message whose seq is a multiple
+of :data:`FILL_STEP`, so the prompt's prefix stays put for several turns; a summary all of
+whose messages are shown gives its place to them); (6) assistant content as block arrays;
+(7) tool pairing sanitized: every tool result has its call in the output and every call its
+result — an orphan of either kind is left out. A summary costs what it is shown as (its
+untrusted-data note and XML), so the budget counts what the model reads.
 
 The cost is proportional to the active context, never to the stored history. Nothing here
 depends on the time of day, so two assemblies with no compaction in between give byte-identical
@@ -22,8 +28,10 @@ message of the requested format keeps its own blocks exactly; others are convert
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape, quoteattr
@@ -33,11 +41,24 @@ from .ingest.files import REFERENCE
 from .model import ContextItem, StoredMessage, Summary
 from .resume import boundary, resume_text
 from .summarize.escalation import truncate_to_tokens
+from .timestamps import parse_ts
 
 if TYPE_CHECKING:
     from .services import Services
 
-__all__ = ["FORMATS", "AssembledContext", "assemble", "render_summary"]
+__all__ = [
+    "FILL_STEP",
+    "FORMATS",
+    "AssembledContext",
+    "assemble",
+    "render_summary",
+    "summary_text",
+]
+
+#: The messages shown from below the summaries start at a seq that is a multiple of this, so
+#: the start moves in steps as the conversation grows, not at every turn (a provider's prompt
+#: cache keeps the prefix between steps).
+FILL_STEP = 16
 
 FORMATS = (
     "anthropic",
@@ -73,6 +94,8 @@ class AssembledContext:
     items: list[str] = field(default_factory=list)
     #: The message shown clipped because it alone was over the budget, if any.
     clipped: str | None = None
+    #: Summaries and messages shown from below the context's summaries, to fill the budget.
+    unfolded: int = 0
 
     @property
     def over_budget(self) -> bool:
@@ -100,6 +123,35 @@ def render_summary(summary: Summary, parents: Sequence[str] = ()) -> str:
     lines.append("  </content>")
     lines.append("</summary>")
     return "\n".join(lines)
+
+
+def summary_text(summary: Summary, parents: Sequence[str] = ()) -> str:
+    """A summary as the model is shown it: the untrusted-data note, then its XML."""
+    return UNTRUSTED_NOTE + "\n" + render_summary(summary, parents)
+
+
+class _Shown:
+    """The summaries an assembly may show, each with its parents, and what each costs as
+    shown (its note and XML included: the budget counts what the model reads)."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.found: dict[str, tuple[Summary, list[str]]] = {}
+        self.costs: dict[str, int] = {}
+
+    def load(self, summaries: Sequence[Summary]) -> None:
+        parents = self.services.store.parents_of([s.summary_id for s in summaries])
+        for summary in summaries:
+            self.found[summary.summary_id] = (summary, parents[summary.summary_id])
+            self.costs[summary.summary_id] = self.services.tokens.count(
+                summary_text(summary, parents[summary.summary_id])
+            )
+
+    def item(self, item: ContextItem) -> ContextItem:
+        """*item* with a summary's cost as shown."""
+        if item.summary_id is None:
+            return item
+        return dataclasses.replace(item, tokens=self.costs[item.summary_id])
 
 
 @dataclass
@@ -345,8 +397,7 @@ def _turns(
     for item in items:
         if item.summary_id is not None:
             summary, parents = summaries[item.summary_id]
-            text = UNTRUSTED_NOTE + "\n" + render_summary(summary, parents)
-            out.append(("user", [_Block("text", text=text)]))
+            out.append(("user", [_Block("text", text=summary_text(summary, parents))]))
         elif stubs and int(item.message_id or 0) in stubs:
             message = messages[int(item.message_id or 0)]
             out.append((message.role, _referenced(message, stubs[message.message_id])))
@@ -413,6 +464,165 @@ def _fit(items: Sequence[ContextItem], tail: int, budget: int, resume_tokens: in
         indices.append(i)
         room -= items[i].tokens
     return _Fit(sorted(indices), resume, clipped)
+
+
+def _below(services: Services, summary_id: str) -> Iterator[list[int]]:
+    """The messages below a summary, newest first, a leaf's worth at a time (the DAG is
+    walked only as far as the caller reads)."""
+    parents, messages = services.store.summary_sources(summary_id)
+    if messages:
+        yield messages[::-1]
+    for parent in reversed(parents):
+        yield from _below(services, parent)
+
+
+def _unfold(
+    services: Services, shown: _Shown, chosen: list[ContextItem], room: int
+) -> tuple[list[ContextItem], int]:
+    """*chosen* with its summaries replaced by the summaries they were made from while those
+    fit in *room* (the newest first, again and again: the deepest detail the room holds),
+    and the room left."""
+    done: set[str] = set()  # leaves, and summaries whose sources did not fit
+    while True:
+        pos = next(
+            (
+                n
+                for n in range(len(chosen) - 1, -1, -1)
+                if chosen[n].summary_id is not None and chosen[n].summary_id not in done
+            ),
+            None,
+        )
+        if pos is None:
+            return chosen, room
+        summary_id = str(chosen[pos].summary_id)
+        done.add(summary_id)
+        parents, _ = services.store.summary_sources(summary_id)
+        if not parents:
+            continue
+        sources = services.store.get_summaries(parents)
+        shown.load(sources)
+        cost = sum(shown.costs[s.summary_id] for s in sources) - chosen[pos].tokens
+        if cost > room:
+            continue
+        room -= cost
+        instead = [
+            ContextItem(
+                -1,
+                "summary",
+                None,
+                s.summary_id,
+                shown.costs[s.summary_id],
+                None,
+                s.depth,
+                s.earliest_at or s.created_at,
+                s.latest_at or s.created_at,
+            )
+            for s in sources
+        ]
+        chosen = chosen[:pos] + instead + chosen[pos + 1 :]
+
+
+def _fill(
+    services: Services, shown: _Shown, chosen: list[ContextItem], room: int
+) -> list[ContextItem]:
+    """*chosen* with the *room* left under the budget used for detail, as it was stored:
+    first its summaries are unfolded into what they were made from while that fits
+    (:func:`_unfold`); then the messages below the newest summaries are shown, newest first,
+    from a seq that is a multiple of :data:`FILL_STEP` and never from a tool result — a
+    summary all of whose messages are shown gives its place (and tokens) to them."""
+    chosen, room = _unfold(services, shown, chosen, room)
+    present = {i.message_id for i in chosen if i.message_id is not None}
+    # The messages below the summaries, newest first (with the summary each is below), while
+    # they fit: a summary all of whose messages are taken would give its tokens back.
+    run: list[tuple[int, int, ContextItem]] = []  # (seq, summary position, item)
+    below: dict[int, int] = {}  # summary position → how many messages are below it
+    spent = freed = 0
+    for pos in (n for n in range(len(chosen) - 1, -1, -1) if chosen[n].summary_id):
+        count, complete = 0, True
+        for batch in _below(services, str(chosen[pos].summary_id)):
+            sizes = services.store.message_sizes(batch)
+            for mid in batch:
+                if mid in present or mid not in sizes:
+                    continue
+                seq, tokens, role = sizes[mid]
+                if spent + tokens > room + freed + chosen[pos].tokens:
+                    complete = False
+                    break
+                spent += tokens
+                count += 1
+                run.append(
+                    (seq, pos, ContextItem(-1, "message", mid, None, tokens, role, None, "", ""))
+                )
+            if not complete:
+                break
+        below[pos] = count if complete else -1
+        if not complete:
+            break
+        freed += chosen[pos].tokens
+    # Unless it reaches back to the first summary's start, the run starts at a seq that is a
+    # multiple of FILL_STEP, never on a tool result, and within the room once the summaries
+    # it does not show whole are counted again.
+    summaries = [n for n, item in enumerate(chosen) if item.summary_id]
+    everything = all(below.get(n, -1) >= 0 for n in summaries)
+    while run:
+        while run and not everything and (run[-1][0] % FILL_STEP or run[-1][2].role == "tool"):
+            run.pop()
+        shown_below = Counter(pos for _, pos, _ in run)
+        whole = {pos for pos, count in below.items() if count >= 0 and shown_below[pos] == count}
+        if sum(i.tokens for _, _, i in run) - sum(chosen[p].tokens for p in whole) <= room:
+            break
+        run.pop()
+        everything = False
+    else:
+        return chosen
+    out: list[ContextItem] = []
+    for pos, item in enumerate(chosen):
+        if pos not in whole:
+            out.append(item)
+        out += [i for _, p, i in reversed(run) if p == pos]
+    return out
+
+
+def date_mark(stamp: str) -> str:
+    """The mark a message said on a new day carries: ``[Tuesday 9 May 2023]``."""
+    moment = parse_ts(stamp)
+    if moment is None:
+        return ""
+    return f"[{moment:%A} {moment.day} {moment:%B %Y}]"
+
+
+def _date_marks(
+    services: Services,
+    chosen: list[ContextItem],
+    messages: dict[int, StoredMessage],
+    shown: _Shown,
+    room: int,
+) -> dict[int, str]:
+    """Which of *chosen* (by position) carry a date mark, and its text: a user message said
+    on another day (UTC) than the user message or summary before it (a summary's day is the
+    day it ends), the newest first while the marks fit in *room* — so "when did we…" can be
+    answered from the context: a message's day is that of the last mark or summary before
+    it (or of the first message, which has nothing before it to differ from)."""
+    marks: dict[int, str] = {}
+    changed: list[int] = []
+    day = None
+    for n, item in enumerate(chosen):
+        if item.summary_id is not None:
+            summary = shown.found[item.summary_id][0]
+            day = (summary.latest_at or summary.created_at)[:10]
+        elif item.role == "user":
+            said = messages[int(item.message_id or 0)].created_at[:10]
+            if day is not None and said != day:
+                changed.append(n)
+            day = said
+    for n in reversed(changed):
+        mark = date_mark(messages[int(chosen[n].message_id or 0)].created_at)
+        cost = services.tokens.count(mark)
+        if not mark or cost > room:
+            break
+        marks[n] = mark
+        room -= cost
+    return marks
 
 
 def _clip(services: Services, message: StoredMessage, room: int) -> str | None:
@@ -787,16 +997,23 @@ def assemble(
     *,
     format: str = "anthropic",
     pending_calls: bool = False,
+    fill: bool | None = None,
+    dates: bool | None = None,
 ) -> AssembledContext:
     """The model-facing messages of a conversation within *token_budget* (see module doc).
 
     With *pending_calls*, a tool call whose result is not stored yet is kept (a host that
-    appends the result itself, such as the Agents SDK's runner, wants to see it)."""
+    appends the result itself, such as the Agents SDK's runner, wants to see it). *fill*
+    (default: ``fill_budget``) spends the room left on detail; *dates* (default:
+    ``date_marks``) marks each user message said on another day than what comes before it."""
     if format not in FORMATS:
         raise ValueError(f"unknown context format {format!r}; use one of: {', '.join(FORMATS)}")
     items = services.store.context(conversation_id)
     cfg = services.config
     tail = fresh_tail_start(items, cfg.fresh_tail_count, cfg.fresh_tail_max_tokens)
+    shown = _Shown(services)
+    shown.load(services.store.get_summaries([i.summary_id for i in items if i.summary_id]))
+    items = [shown.item(i) for i in items]
     resume = None
     if cfg.resume.inject:
         upto = boundary(services.store, conversation_id, items)
@@ -807,8 +1024,15 @@ def assemble(
     if not fit.resume:
         resume, resume_tokens = None, 0
     chosen = [items[i] for i in fit.indices]
+    left_out = len(items) - len(chosen)  # by the budget (what detail replaced is not)
     stubs: dict[int, str] = {}
     used = sum(item.tokens for item in chosen) + resume_tokens
+    if (cfg.fill_budget if fill is None else fill) and fit.clipped is None and used < token_budget:
+        before = any(i.summary_id for i in chosen)
+        chosen = _fill(services, shown, chosen, token_budget - used)
+        if before and not any(i.summary_id for i in chosen):
+            resume, resume_tokens = None, 0  # the whole history is shown as it was
+        used = sum(item.tokens for item in chosen) + resume_tokens
     message_ids = [i.message_id for i in chosen if i.message_id is not None]
     messages = {m.message_id: m for m in services.store.get_messages_by_id(message_ids)}
     if fit.clipped is not None:
@@ -816,6 +1040,7 @@ def assemble(
         clipped = messages[int(item.message_id or 0)]
         stub = _clip(services, clipped, token_budget - used + item.tokens)
         if stub is None:  # not even the note fits: nothing does
+            left_out += 1
             chosen = [i for i in chosen if i is not item]
             message_ids.remove(clipped.message_id)
             used -= item.tokens
@@ -823,11 +1048,12 @@ def assemble(
             stubs[clipped.message_id] = stub
             used += services.tokens.count(stub) - item.tokens
     summary_ids = [i.summary_id for i in chosen if i.summary_id is not None]
-    parents = services.store.parents_of(summary_ids)
-    summaries = {
-        s.summary_id: (s, parents[s.summary_id]) for s in services.store.get_summaries(summary_ids)
-    }
-    turns = _turns(chosen, messages, summaries, format, stubs)
+    turns = _turns(chosen, messages, shown.found, format, stubs)
+    if cfg.date_marks if dates is None else dates:
+        marks = _date_marks(services, chosen, messages, shown, token_budget - used)
+        for at, mark in marks.items():
+            turns[at][1].insert(0, _Block("text", text=mark))
+            used += services.tokens.count(mark)
     if resume:  # right after the summaries, before the fresh tail
         at = 1 + max((n for n, i in enumerate(chosen) if i.summary_id is not None), default=-1)
         turns.insert(at, ("user", [_Block("text", text=resume)]))
@@ -840,9 +1066,10 @@ def assemble(
         format=format,
         summaries=len(summary_ids),
         raw_messages=len(message_ids),
-        dropped_items=len(items) - len(chosen),
+        dropped_items=left_out,
         dropped_orphans=dropped,
         resume_tokens=resume_tokens,
         items=[i.ref for i in chosen],
         clipped=next((f"msg#{m}" for m in stubs), None),
+        unfolded=sum(1 for i in chosen if i.ordinal < 0),
     )

@@ -302,6 +302,21 @@ class Config:
     fresh_tail_max_tokens: int | None = field(
         default=None, metadata=_opt(minimum=1, help="optional token cap on the fresh tail")
     )
+    fill_budget: bool = field(
+        default=True,
+        metadata=_opt(
+            help="with room left under an assembly's budget, show more detail: summaries as the"
+            " summaries they were made from, then the messages just before the fresh tail as"
+            " they were, newest first"
+        ),
+    )
+    date_marks: bool = field(
+        default=True,
+        metadata=_opt(
+            help="in an assembled context, mark a user message said on another day than what"
+            " comes before it with its date ([Tuesday 9 May 2023])"
+        ),
+    )
     leaf_chunk_tokens: int = field(
         default=20_000, metadata=_opt(minimum=100, help="max source tokens per leaf summary")
     )

@@ -21,18 +21,27 @@ from .output import State, emit_json, json_option, json_text, pass_state, stderr
     show_default=True,
     help="Anthropic Messages, OpenAI Chat Completions, or OpenAI Responses input items.",
 )
+@click.option(
+    "--fill/--no-fill",
+    default=None,
+    help="Spend the room left under TOKENS on detail (summaries shown as what they were made"
+    " from, then the messages before the fresh tail) or not. Default: the fill_budget setting.",
+)
 @json_option
 @pass_state
-def context_command(state: State, conversation: str, budget: int, fmt: str, as_json: bool) -> None:
-    """Print the context CONVERSATION's model would get next, within TOKENS.
+def context_command(
+    state: State, conversation: str, budget: int, fmt: str, fill: bool | None, as_json: bool
+) -> None:
+    """Print the context CONVERSATION's model would get next, within TOKENS (never more).
 
-    Summaries first (as XML), then the newest items that fit, then the fresh tail (always);
+    Summaries first (as XML), then the newest items that fit, then the fresh tail; room left
+    is spent on detail from below the summaries (--no-fill shows the summaries as they are);
     tool calls and results never without each other. --json prints exactly the messages to
     send.
     """
     engine = state.engine()
     conv = resolve(engine, conversation)
-    assembled = engine.assemble(conv.conversation_id, budget, format=fmt)
+    assembled = engine.assemble(conv.conversation_id, budget, format=fmt, fill=fill)
     if as_json:
         emit_json(
             {
@@ -42,6 +51,7 @@ def context_command(state: State, conversation: str, budget: int, fmt: str, as_j
                 "tokens": assembled.tokens,
                 "summaries": assembled.summaries,
                 "raw_messages": assembled.raw_messages,
+                "unfolded": assembled.unfolded,
                 "dropped_items": assembled.dropped_items,
                 "dropped_orphans": assembled.dropped_orphans,
                 "clipped": assembled.clipped,
@@ -51,8 +61,9 @@ def context_command(state: State, conversation: str, budget: int, fmt: str, as_j
         return
     stdout.print(
         f"conversation {conv.conversation_id}: {assembled.tokens:,} of {budget:,} tokens "
-        f"({assembled.summaries} summaries, {assembled.raw_messages} messages; "
-        f"{assembled.dropped_items} older items left out)"
+        f"({assembled.summaries} summaries, {assembled.raw_messages} messages"
+        + (f", {assembled.unfolded} of them from below the summaries" if assembled.unfolded else "")
+        + f"; {assembled.dropped_items} older items left out)"
         + (
             f" — {assembled.clipped} alone is over the budget: shown clipped"
             if assembled.clipped

@@ -368,12 +368,20 @@ class Engine(Reads, Recall, Upkeep):
         *,
         format: str = "anthropic",
         pending_calls: bool = False,
+        fill: bool | None = None,
+        dates: bool | None = None,
     ) -> AssembledContext:
-        """The messages to send the model before its next turn, within *token_budget*.
+        """The messages to send the model before its next turn, within *token_budget* (a
+        cap: never more).
 
-        Summaries come first as XML, then the newest items that fit, then the fresh tail
-        (always, even over budget); tool calls and results are never left without each other
-        (with *pending_calls*, a call whose result is not stored yet stays).
+        Summaries come first as XML, then the newest items that fit, then the fresh tail (a
+        tail over the budget shrinks from the front); tool calls and results are never left
+        without each other (with *pending_calls*, a call whose result is not stored yet
+        stays). Room left under the budget is spent on detail — summaries shown as what they
+        were made from, then the messages just before the fresh tail as they were — unless
+        *fill* (default: the ``fill_budget`` setting) is false. A user message said on
+        another day than what comes before it starts with its date (``[Tuesday 9 May 2023]``)
+        unless *dates* (default: the ``date_marks`` setting) is false.
         """
         conv = self.conversation(conversation)
         with self.store.read():  # one snapshot: the context and its rows agree
@@ -383,6 +391,8 @@ class Engine(Reads, Recall, Upkeep):
                 token_budget,
                 format=format,
                 pending_calls=pending_calls,
+                fill=fill,
+                dates=dates,
             )
 
     def bootstrap(

@@ -78,7 +78,9 @@ class LosslessChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The assembled context: summaries first, then the newest turns, within the budget."""
-        made = self.engine.assemble(self.conversation_id(), self.token_budget, format="langchain")
+        made = self.engine.assemble(  # its messages exactly as stored: no date marks
+            self.conversation_id(), self.token_budget, format="langchain", dates=False
+        )
         return list(messages_from_dict(made.messages))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:

@@ -110,7 +110,9 @@ class LosslessContext:
     def context(self, state: Mapping[str, Any], config: RunnableConfig) -> list[BaseMessage]:
         """What the model should see now: the state remembered, then the assembled context."""
         self.remember(state, config)
-        made = self.engine.assemble(self.session(config), self.token_budget, format="langchain")
+        made = self.engine.assemble(  # its messages exactly as stored: no date marks
+            self.session(config), self.token_budget, format="langchain", dates=False
+        )
         return list(messages_from_dict(made.messages))
 
     def pre_model_hook(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:

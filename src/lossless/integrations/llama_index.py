@@ -80,8 +80,8 @@ class LosslessMemory(BaseMemory):
 
     def get(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
         """The assembled context: summaries first, then the newest turns, within the budget."""
-        made = self._engine.assemble(
-            self.conversation_id(), self.token_budget, format="llama_index"
+        made = self._engine.assemble(  # its messages exactly as stored: no date marks
+            self.conversation_id(), self.token_budget, format="llama_index", dates=False
         )
         return [ChatMessage.model_validate(m) for m in made.messages]
 

@@ -137,8 +137,13 @@ class LosslessSession:
         """The assembled context with its token count and what went into it (what
         :meth:`get_items` returns, with the figures)."""
         conv = await self.conversation()
+        # The SDK's items come back exactly as added: no date marks in them.
         return await self.engine.assemble(
-            conv.conversation_id, self.token_budget, format="responses", pending_calls=True
+            conv.conversation_id,
+            self.token_budget,
+            format="responses",
+            pending_calls=True,
+            dates=False,
         )
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:

@@ -125,7 +125,9 @@ class LosslessHistory:
         handed = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
         ABSORBER.absorb(self.engine, self.session_id, handed)
         self.engine.after_turn(self.session_id, token_budget=self.token_budget)
-        made = self.engine.assemble(self.session_id, self.token_budget, format="pydantic_ai")
+        made = self.engine.assemble(  # its messages exactly as stored: no date marks
+            self.session_id, self.token_budget, format="pydantic_ai", dates=False
+        )
         out = ModelMessagesTypeAdapter.validate_python(made.messages)
         # Pydantic AI goes on from this list (or, a caller of its own, from the one it handed).
         back = ModelMessagesTypeAdapter.dump_python(out, mode="json")

@@ -1,7 +1,7 @@
 """``lcm_grep``: search stored messages, summaries and large files.
 
-* ``full_text`` — the porter FTS index, ranked by BM25 (``relevance``), newest first
-  (``recency``) or both (``hybrid``). User text never reaches FTS syntax raw: words are quoted,
+* ``full_text`` — the porter FTS index, ranked by BM25 (``relevance``) or newest first
+  (``recency``). User text never reaches FTS syntax raw: words are quoted,
   ``"phrases"`` kept, and a question's stop words left out when it has other words. A document
   matching any of the words is found: ranked, a message is also found through the messages
   around it (see :mod:`lossless.store.search`); newest first, the words must be in the
@@ -46,7 +46,7 @@ __all__ = ["GrepError", "GrepHit", "GrepResult", "grep", "match_spans"]
 
 Mode = Literal["full_text", "regex"]
 Scope = Literal["messages", "summaries", "both", "files"]
-Sort = Literal["recency", "relevance", "hybrid"]
+Sort = Literal["recency", "relevance"]
 
 MAX_LIMIT = 200
 #: The longest pattern a search takes, in characters: longer text is not something said to
@@ -360,8 +360,14 @@ def grep(
         raise GrepError(f"unknown mode {mode!r}; use full_text or regex")
     if scope not in ("messages", "summaries", "both", "files"):
         raise GrepError(f"unknown scope {scope!r}; use messages, summaries, both or files")
-    if sort not in ("recency", "relevance", "hybrid"):
-        raise GrepError(f"unknown sort {sort!r}; use recency, relevance or hybrid")
+    if sort == "hybrid":  # type: ignore[comparison-overlap]  # (a caller may still send it)
+        raise GrepError(
+            "sort=hybrid is gone: fusing a dense (embedding) ranking with relevance found less"
+            " than relevance alone when measured (docs/benchmarks.md); use relevance (the"
+            " default) or recency"
+        )
+    if sort not in ("recency", "relevance"):
+        raise GrepError(f"unknown sort {sort!r}; use relevance or recency")
     if not 1 <= limit <= MAX_LIMIT:
         raise GrepError(f"limit must be from 1 to {MAX_LIMIT}")
     if not pattern or not pattern.strip():
@@ -399,7 +405,9 @@ def grep(
                 query = _fts_query(pattern, any_word=True)
                 found = _fts(store, table, query, pattern, within, limit, sort)
             else:
-                found = _ranked(store, table, pattern, within, limit, sort)
+                found = _fair(
+                    store, table, pattern, _ranked(store, table, pattern, within, limit, sort)
+                )
         if cjk or len(found) < limit:
             seen = {h.id for h in found}
             rows, cut = store.substring_search(table, needle, within, limit)
@@ -411,6 +419,18 @@ def grep(
     else:
         hits.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9, h.created_at))
     return GrepResult(_lead_back(store, hits[:limit]), truncated=truncated)
+
+
+def _fair(store: Store, table: str, pattern: str, hits: list[GrepHit]) -> list[GrepHit]:
+    """*hits* of *table* with their scores on the messages' scale, so summaries and messages
+    are ranked against each other fairly (see ``score_scale`` of the store)."""
+    phrases, words = _terms(pattern)
+    scale = store.score_scale(table, store.index_terms(" ".join([*phrases, *words])))
+    if scale == 1.0:
+        return hits
+    return [
+        dataclasses.replace(h, score=h.score * scale) if h.score is not None else h for h in hits
+    ]
 
 
 def _lead_back(store: Store, hits: list[GrepHit]) -> list[GrepHit]:

@@ -356,10 +356,10 @@ TOOLS: dict[str, RecallTool] = {
                     "string",
                     "relevance (BM25; documents matching some of the words rank by how well"
                     " they match), recency (newest first; any of the words, in the message"
-                    " itself) or hybrid."
+                    " itself)."
                     " full_text only.",
                     "relevance",
-                    choices=("relevance", "recency", "hybrid"),
+                    choices=("relevance", "recency"),
                 ),
                 _SINCE,
                 _BEFORE,

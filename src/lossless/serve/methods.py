@@ -162,6 +162,7 @@ def _assemble(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         "format": made.format,
         "summaries": made.summaries,
         "raw_messages": made.raw_messages,
+        "unfolded": made.unfolded,
         "dropped_items": made.dropped_items,
         "over_budget": made.over_budget,
         "clipped": made.clipped,
@@ -299,10 +300,16 @@ _METHODS = (
     Method(
         "assemble",
         "The messages to send the model next, within token_budget: summaries first, then the"
-        " newest items that fit, then the fresh tail; tool calls never without their results.",
+        " newest items that fit, then the fresh tail; room left is spent on detail from below"
+        " the summaries; tool calls never without their results.",
         (
             _SESSION,
-            Param("token_budget", "integer", "The model's context budget in tokens.", minimum=1),
+            Param(
+                "token_budget",
+                "integer",
+                "The tokens the messages may take (a cap: the model's window less its reply).",
+                minimum=1,
+            ),
             Param("format", "string", "The messages' shape.", "anthropic", choices=FORMATS),
             Param(
                 "pending_calls",

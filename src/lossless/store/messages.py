@@ -469,6 +469,20 @@ class MessageStore(StoreCore):
             )[0][0]
         )
 
+    def message_sizes(self, message_ids: Sequence[int]) -> dict[int, tuple[int, int, str]]:
+        """For each of *message_ids* that is stored: its seq, token count and role (what
+        assembly weighs before it reads a message)."""
+        out: dict[int, tuple[int, int, str]] = {}
+        with self.read() as conn:
+            for chunk, marks in in_chunks([_row_id(i) for i in message_ids]):
+                for mid, seq, tokens, role in conn.execute(
+                    "SELECT message_id, seq, token_count, role FROM messages"
+                    f" WHERE message_id IN ({marks})",
+                    chunk,
+                ):
+                    out[int(mid)] = (int(seq), int(tokens or 0), str(role))
+        return out
+
     def get_messages_by_id(self, message_ids: Sequence[int]) -> list[StoredMessage]:
         """Messages by id, in the order given."""
         ids = list(message_ids)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -71,22 +72,46 @@ class PgSearch(SearchStore):
             # planner cannot tell: it guesses a word's share), so the word index is used
             # and its few matches sorted ("+ 0" keeps the key's index out of the plan).
             by = f"s.{key} + 0 DESC" if self._selective(table, query) else f"s.{key} DESC"
-        matches, rank = "s.content_tsv @@ q", "ts_rank_cd(s.content_tsv, q)"
+        matches = "s.content_tsv @@ q"
+        vector = "setweight(s.content_tsv, 'A')"
         if table == "messages" and order != "recency":
-            # Ranked: a message's surroundings count too, for less than its own words (weights
-            # {D, C, B, A}: about D, next C, prev B, its own text A); newest first, the words
-            # must be in the message itself.
+            # Ranked, a message's surroundings count too, for less than its own words (weights
+            # {D, C, B, A}: about D, next C and far C, prev B, its own text A); newest first,
+            # the words must be in the message itself.
             matches = "(s.content_tsv @@ q OR s.context_tsv @@ q)"
-            rank = (
-                f"ts_rank_cd('{{{ABOUT_WEIGHT}, {NEXT_WEIGHT}, {PREV_WEIGHT}, 1}}'::float4[],"
-                " setweight(s.content_tsv, 'A') || coalesce(s.context_tsv, ''::tsvector), q)"
-            )
+            vector += " || coalesce(s.context_tsv, ''::tsvector)"
+        terms = _PHRASE.findall(query) if order != "recency" else []
+        rank, extra, values = self._weighted_rank(vector, terms)
         sql = (
             f"SELECT {hit_columns(table)}, s.content, -{rank} AS score"
-            f" FROM {table} s, websearch_to_tsquery('english'::regconfig, ?) q"
+            f" FROM {table} s, websearch_to_tsquery('english'::regconfig, ?) q{extra}"
             f" WHERE {matches}{where} ORDER BY {by} LIMIT ?"
         )
-        return self.fetchall(sql, [self._word_query(query), *params, limit])
+        return self.fetchall(sql, [self._word_query(query), *values, *params, limit])
+
+    def _weighted_rank(self, vector: str, terms: Sequence[str]) -> tuple[str, str, list[Any]]:
+        """The rank of a row's *vector* for a query of *terms*, like BM25: each term's
+        ``ts_rank_cd`` (its occurrences, weighted by where they are: a row's own text weighs 1
+        in every table, so summaries and messages stand side by side), saturated (flag 32:
+        r / (r + 1)), times how rare the term is among the messages — what was said, the same
+        weight for a summary as for a message. ``ts_rank_cd`` alone knows nothing of rarity: a
+        word in every row would count as much as one in a single row. Returns the expression,
+        the FROM items it needs and their parameters."""
+        weights = f"'{{{ABOUT_WEIGHT}, {NEXT_WEIGHT}, {PREV_WEIGHT}, 1}}'::float4[]"
+        if not terms:
+            return f"ts_rank_cd({weights}, {vector}, q)", "", []
+        lexemes = {term: self.index_terms(term) for term in terms}
+        counts, rows = self.term_documents(
+            "messages", sorted({x for v in lexemes.values() for x in v})
+        )
+        parts, froms, values = [], "", []
+        for n, term in enumerate(terms):
+            held = min((counts[x] for x in lexemes[term]), default=0)
+            idf = math.log((rows - held + 0.5) / (held + 0.5) + 1) if rows > 0 else 1.0
+            parts.append(f"{max(idf, 1e-6):.6f} * ts_rank_cd({weights}, {vector}, q{n}, 32)")
+            froms += f", websearch_to_tsquery('english'::regconfig, ?) q{n}"
+            values.append(f'"{term}"')
+        return "(" + " + ".join(parts) + ")", froms, values
 
     def _selective(self, table: str, query: str) -> bool:
         """Whether a word query matches few rows: at most :data:`SELECTIVE_SHARE` of them by

@@ -149,6 +149,10 @@ class PgConnection:
         return cur
 
 
+#: Before the word index has statistics, a lexeme's rows are counted up to this many.
+COUNT_CAP = 10_000
+
+
 class PostgresStore(PgSearch, Store):
     """Messages, parts, summaries, context items and indexes in a PostgreSQL schema."""
 
@@ -360,8 +364,9 @@ class PostgresStore(PgSearch, Store):
         """Estimated from the statistics ``ANALYZE`` keeps of the word index (its most
         common lexemes and their shares): no scan at all, where counting a common word's
         rows takes a fifth of a second at a million messages. A lexeme outside the list is
-        rarer than the rarest in it; before the table is first analyzed every word counts
-        as rare (the table is then small, and any plan is cheap)."""
+        rarer than the rarest in it. Before the table is first analyzed (or with autovacuum
+        off, never), each lexeme's rows are counted through the word index, up to
+        :data:`COUNT_CAP` (a word held that often is common whatever the exact number)."""
         rows = self.fetchall(
             "SELECT st.most_common_elems::text::text[], st.most_common_elem_freqs,"
             " c.reltuples FROM pg_stats st"
@@ -372,7 +377,16 @@ class PostgresStore(PgSearch, Store):
             (table,),
         )
         if not rows or rows[0][0] is None:
-            return dict.fromkeys(terms, 0)
+            return {
+                term: int(
+                    self.fetchall(
+                        f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE content_tsv @@"
+                        " plainto_tsquery('simple'::regconfig, ?) LIMIT ?) held",
+                        (term, COUNT_CAP),
+                    )[0][0]
+                )
+                for term in terms
+            }
         elems, freqs, total = rows[0]
         total = max(float(total), 0.0)
         share = dict(zip(elems, freqs, strict=False))
@@ -397,13 +411,18 @@ class PostgresStore(PgSearch, Store):
         # content_tsv is generated and the GIN indexes are kept by the server; what the store
         # keeps is each message's neighbours: the new ones', and the next of the message
         # each batch follows in its conversation.
+        # (Two statements: one UPDATE with an OR of the two sets makes the planner read every
+        # message.)
+        conn.execute(
+            f"UPDATE messages m SET context_tsv = {CONTEXT_TSV} WHERE m.message_id BETWEEN ? AND ?",
+            (first_id, last_id),
+        )
         conn.execute(
             f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}"
-            " WHERE m.message_id BETWEEN ? AND ? OR m.message_id IN (SELECT p.message_id"
-            " FROM messages n JOIN messages p"
+            " WHERE m.message_id IN (SELECT p.message_id FROM messages n JOIN messages p"
             "  ON p.conversation_id = n.conversation_id AND p.seq = n.seq - 1"
             " WHERE n.message_id BETWEEN ? AND ? AND p.message_id < ?)",
-            (first_id, last_id, first_id, last_id, first_id),
+            (first_id, last_id, first_id),
         )
 
     def _words_changed(self, conn: Connection, conversation_id: int) -> None:

@@ -409,6 +409,12 @@ class SearchStore(StoreCore):
         )
         return [FrameRow(*r) for r in rows]
 
+    def score_scale(self, table: str, terms: Sequence[str]) -> float:
+        """What a word search's scores of *table* are multiplied by to stand beside the
+        messages' (``terms``: the query's index terms). 1.0 unless a back end's ranking
+        depends on each index's own statistics."""
+        return 1.0
+
     # --- what each back end supplies ---------------------------------------------------------
 
     #: Message ids whose text matches a word query (one ``?``, see :meth:`_word_query`).

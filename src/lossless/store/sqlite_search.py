@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from .core import in_chunks
 from .search import (
@@ -28,6 +30,25 @@ RANK_CANDIDATES_MAX = 100_000
 
 class SQLiteSearch(SearchStore):
     """Search through SQLite's FTS5 word and trigram indexes."""
+
+    if TYPE_CHECKING:  # the store's (RecordStore's): how many rows hold each term
+
+        def term_documents(
+            self, table: str, terms: Sequence[str]
+        ) -> tuple[dict[str, int], int]: ...
+
+    def score_scale(self, table: str, terms: Sequence[str]) -> float:
+        """BM25 weighs a word by how rare it is in its own index, and the summary DAG says
+        each thing again level after level in few rows: a summary scores below a message
+        saying the same. Its scores are scaled by the words' rarity among the messages (what
+        was said) over their rarity among the summaries."""
+        if table == "messages" or not terms:
+            return 1.0
+        mine, rows = self.term_documents(table, terms)
+        said, messages = self.term_documents("messages", terms)
+        own = sum(_idf(mine[t], rows) for t in terms if mine[t])
+        theirs = sum(_idf(said[t], messages) for t in terms if mine[t])
+        return theirs / own if own > 0 and theirs > 0 else 1.0
 
     _match_ids_sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
     _like = "LIKE"
@@ -124,6 +145,11 @@ class SQLiteSearch(SearchStore):
         if table == "messages":
             self.catch_up_indexes()
         return f"s.{key_column(table)} IN ({_trigram_rows(table)})", [f"%{literal}%"]
+
+
+def _idf(holding: int, rows: int) -> float:
+    """BM25's weight of a word held by *holding* of *rows* rows (FTS5's form, floored)."""
+    return max(1e-6, math.log((rows - holding + 0.5) / (holding + 0.5) + 1))
 
 
 def _trigram_rows(table: str) -> str:

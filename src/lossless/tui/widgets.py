@@ -91,7 +91,7 @@ class BudgetBar(Widget):
     threshold; then what assembly within the budget sends the model."""
 
     DEFAULT_CSS = """
-    BudgetBar { height: 3; text-wrap: nowrap; text-overflow: ellipsis; }
+    BudgetBar { height: 4; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -143,6 +143,11 @@ class BudgetBar(Widget):
             f" {plural(sent.raw_messages, 'message')}",
             style="dim",
         )
+        if sent.unfolded:
+            out.append(
+                f"\n  ({sent.unfolded} of them unfolded from below the summaries, to fill it)",
+                style="dim",
+            )
         if sent.dropped_items:
             out.append(f"; {sent.dropped_items} older left out", style="yellow")
         if sent.over_budget:
@@ -443,8 +448,8 @@ class SearchPane(Vertical):
                 id="search-scope",
             )
             yield Select(
-                [(s, s) for s in ("recency", "relevance", "hybrid")],
-                value="recency",
+                [(s, s) for s in ("relevance", "recency")],
+                value="relevance",
                 allow_blank=False,
                 compact=True,
                 id="search-sort",
@@ -551,7 +556,7 @@ _SCOPES: dict[str, Scope] = {
     "summaries": "summaries",
     "files": "files",
 }
-_SORTS: dict[str, Sort] = {"recency": "recency", "relevance": "relevance", "hybrid": "hybrid"}
+_SORTS: dict[str, Sort] = {"recency": "recency", "relevance": "relevance"}
 
 
 class FilesPane(Vertical):
