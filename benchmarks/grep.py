@@ -58,10 +58,10 @@ def queries() -> list[tuple[str, str, str]]:
     return [
         (f"rare word ({RARE_WORD})", RARE_WORD, "recency"),
         ("uncommon word", uncommon, "recency"),
-        ("two common words (AND)", "deploy config", "recency"),
+        ("two common words, newest first", "deploy config", "recency"),
         ("two common words (OR, BM25)", "deploy config", "relevance"),
         ("question, relevance", QUESTION, "relevance"),
-        ("question, recency (AND)", QUESTION, "recency"),
+        ("question, newest first", QUESTION, "recency"),
         ('quoted phrase "cache retry"', '"cache retry"', "recency"),
         ("ticket id OPS-01234", "OPS-01234", "recency"),
         ("identifier fragment (trigram)", "PS-0012", "recency"),
