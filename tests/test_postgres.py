@@ -178,3 +178,39 @@ def test_one_process_compacts_a_conversation_and_a_turn_elsewhere_leaves_it_to_t
         assert waited.wait(timeout=30)
         manual.join(timeout=10)
         assert any(i.summary_id is not None for i in host_b.context("s"))
+
+
+def test_two_stores_in_two_schemas_of_one_database_both_work() -> None:
+    """Each store's search path is its own schema alone (no ``public``): the trigram indexes
+    are made with pg_trgm wherever the database has it, and dropping one store's schema
+    leaves the other whole."""
+    import uuid
+
+    import psycopg
+
+    base = postgres_base_url()
+    names = [f"lossless_two_{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    sep = "&" if "?" in base else "?"
+    with psycopg.connect(base, autocommit=True) as admin:
+        for name in names:
+            admin.execute(f'CREATE SCHEMA "{name}"')
+    try:
+        engines = [
+            Engine.open(f"{base}{sep}options=-csearch_path%3D{name}", config=Config())
+            for name in names
+        ]
+        for n, engine in enumerate(engines):
+            engine.ingest("s", {"role": "user", "content": f"store {n} uses getTablePathName"})
+            [hit] = engine.grep("ablePath", conversation="s").hits  # the trigram index
+            assert hit.snippet == f"store {n} uses getTablePathName"
+            assert engine.check() == []
+            engine.close()
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA "{names[0]}" CASCADE')
+        with Engine.open(f"{base}{sep}options=-csearch_path%3D{names[1]}", config=Config()) as e:
+            assert [h.id for h in e.grep("ablePath", conversation="s").hits] == ["msg#1"]
+            assert e.check() == []
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            for name in names:
+                admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

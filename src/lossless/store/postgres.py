@@ -287,6 +287,7 @@ class PostgresStore(PgSearch, Store):
             done = {
                 r[0] for r in conn.execute(f'SELECT name FROM "{schema[0]}".migrations').fetchall()
             }
+            self._with_trigrams(conn, schema[0])
             for name, script in ((s.name, s.postgresql) for s in STEPS):
                 if name in done:
                     continue
@@ -297,6 +298,32 @@ class PostgresStore(PgSearch, Store):
                 )
                 applied.append(name)
         return applied
+
+    def _with_trigrams(self, conn: Connection, schema: str) -> None:
+        """Make ``pg_trgm``'s operator classes visible for the rest of the transaction (the
+        trigram indexes are made with them), installing the extension in ``public`` when the
+        database has none: installed in one store's own schema, a store in another schema
+        would not see it, and dropping the first schema would take the second's indexes."""
+        found = conn.execute(
+            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n"
+            " ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'"
+        ).fetchone()
+        if found is None:
+            public = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'public'").fetchone()
+            home = "public" if public else schema
+            try:
+                conn.execute("SAVEPOINT lossless_trgm")
+                conn.execute(f'CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA "{home}"')
+                conn.execute("RELEASE SAVEPOINT lossless_trgm")
+            except Exception as exc:  # any refusal: say what to run
+                conn.execute("ROLLBACK TO SAVEPOINT lossless_trgm")
+                raise StoreError(
+                    f"{self.location} needs the pg_trgm extension, which this role may not"
+                    f" install ({str(exc).strip().splitlines()[0]}); ask the database's"
+                    " administrator to run: CREATE EXTENSION pg_trgm SCHEMA public"
+                ) from exc
+            found = (home,)
+        conn.execute(f'SET LOCAL search_path = "{schema}", "{found[0]}"')
 
     def _table_exists(self, name: str) -> bool:
         """Whether the store's own schema (the first on the search path) has *name*; a table
@@ -495,6 +522,8 @@ class PostgresStore(PgSearch, Store):
         """Rebuild the search indexes (recreating a missing one), and each message's
         neighbours in them from the stored text."""
         with self.transaction() as conn:
+            (schema,) = conn.execute("SELECT current_schema()").fetchone() or ("public",)
+            self._with_trigrams(conn, schema)
             self._index_neighbours(conn)
             conn.execute(
                 "CREATE INDEX IF NOT EXISTS messages_fts ON messages USING gin (content_tsv)"
