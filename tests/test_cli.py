@@ -245,3 +245,31 @@ def test_revoking_a_mistyped_grant_says_so_and_leaves_the_real_one_live(
     assert first.out.startswith("revoked") and again.out.startswith("already revoked")
     deep = run_cli("--db", db, "grant", "s", "--depth", "999")
     assert deep.code != 0 and "0 to 32 levels" in deep.err
+
+
+def test_an_unreachable_summarizer_is_one_line_each_and_a_traceback_only_with_debug(
+    run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "x.db")
+    for session in ("u", "v"):
+        transcript = write_session(tmp_path / f"{session}.jsonl", 60, session_id=session)
+        assert run_cli("--db", db, "import", str(transcript)).code == 0
+    monkeypatch.setenv("LOSSLESS_SUMMARIZER", "openai")
+    monkeypatch.setenv("LOSSLESS_SUMMARIZER_MODEL", "m")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+
+    done = run_cli("--db", db, "compact", "u")
+
+    assert done.code == 0  # compaction fell back and went on
+    assert "fallback" in done.out
+    lines = done.err.strip().splitlines()
+    assert lines[0] == (
+        "warning: summarizer openai failed (normal): could not reach openai at 127.0.0.1:9;"
+        " check the base URL and the network"
+    )
+    assert len(lines) == 2 and lines[1].endswith("more like the above")
+    assert "Traceback" not in done.err
+
+    again = run_cli("--debug", "--db", db, "compact", "v")
+    assert again.code == 0 and "Traceback" in again.err

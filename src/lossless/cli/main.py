@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import sys
 
 import click
@@ -46,12 +48,19 @@ from .output import State, stderr
     type=click.Path(dir_okay=False),
     help="Config file (TOML). Env: LOSSLESS_CONFIG.",
 )
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="LOSSLESS_DEBUG",
+    help="Show tracebacks with errors and warnings, and debug logging. Env: LOSSLESS_DEBUG.",
+)
 @click.pass_context
-def cli(ctx: click.Context, db: str | None, config_path: str | None) -> None:
+def cli(ctx: click.Context, db: str | None, config_path: str | None, debug: bool) -> None:
     """Lossless context management for LLM agents.
 
     Every message is kept; old context becomes a DAG of summaries you can drill back through.
     """
+    _logging(debug)
     state = State(db=db, config_path=config_path)
     ctx.obj = state
     ctx.call_on_close(state.close)
@@ -96,8 +105,72 @@ for command in (
     cli.add_command(command)
 
 
+def _logging(debug: bool) -> None:
+    """Warnings as one line each on stderr (``warning: ...``); with *debug*, everything
+    with its traceback."""
+    root = logging.getLogger("lossless")
+    for handler in list(root.handlers):
+        if getattr(handler, "lossless_cli", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.lossless_cli = True  # type: ignore[attr-defined]
+    if debug:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.setLevel(logging.DEBUG)
+    else:
+        handler.setFormatter(_OneLine("warning: %(message)s"))
+        _REPEATS.seen.clear()
+        _REPEATS.dropped = 0
+        handler.addFilter(_REPEATS)
+        root.setLevel(logging.WARNING)
+    root.addHandler(handler)
+    root.propagate = False
+
+
+class _Repeats(logging.Filter):
+    """Each warning once: the same failure again (at another rung of the ladder, or for the
+    next pass) is counted, and the count said at the end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = re.sub(r"\((normal|aggressive)\)", "", record.getMessage())
+        if key in self.seen:
+            self.dropped += 1
+            return False
+        self.seen.add(key)
+        return True
+
+    def report(self) -> None:
+        if self.dropped:
+            stderr.print(f"warning: {self.dropped} more like the above", highlight=False)
+            self.dropped = 0
+
+
+_REPEATS = _Repeats()
+
+
+class _OneLine(logging.Formatter):
+    """A record's message alone: no traceback (``--debug`` shows it)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.exc_info = None
+        record.exc_text = None
+        return super().format(record).splitlines()[0]
+
+
 def main() -> None:
     """Console-script entry point: run the CLI, turning lossless errors into exit codes."""
+    try:
+        _main()
+    finally:
+        _REPEATS.report()
+
+
+def _main() -> None:
     try:
         # Without standalone mode click returns a ctx.exit()/Exit code instead of exiting.
         code = cli.main(standalone_mode=False)
@@ -113,6 +186,8 @@ def main() -> None:
         sys.exit(130)
     except LosslessError as exc:
         stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
+        if logging.getLogger("lossless").isEnabledFor(logging.DEBUG):
+            stderr.print_exception()
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)

@@ -181,7 +181,8 @@ class _Runner:
         try:
             return writer.summarize(request).text.strip()
         except Exception as exc:  # a guarded extractive summarizer can refuse (spend guard)
-            logger.warning("session overview by %s failed: %s", writer.name, exc, exc_info=exc)
+            logger.warning("session overview by %s failed: %s", writer.name, exc)
+            logger.debug("session overview by %s failed", writer.name, exc_info=exc)
             return ExtractiveSummarizer().summarize(request).text.strip()
 
     def _model_step(

@@ -112,9 +112,9 @@ def climb(
         try:
             result = summarizer.summarize(request)
         except Exception as exc:  # any provider's failure leads to the next level, never up
-            logger.warning(
-                "summarizer %s failed (%s): %s", summarizer.name, level, exc, exc_info=exc
-            )
+            # One line; the traceback only when debugging (`lossless --debug`).
+            logger.warning("summarizer %s failed (%s): %s", summarizer.name, level, exc)
+            logger.debug("summarizer %s failed (%s)", summarizer.name, level, exc_info=exc)
             errors.append(f"{level}: {type(exc).__name__}: {exc}")
             continue
         value, why = accept(result, level, target)
