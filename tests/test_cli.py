@@ -65,11 +65,17 @@ def test_db_comes_from_the_environment(
 
 
 def test_without_db_the_user_data_dir_is_used(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    assert run_cli("stats").code == 0
+    assert run_cli("stats").code == 5  # reading: no store there yet, and none is made
+    assert not (tmp_path / "xdg-data" / "lossless" / "lossless.db").exists()
+    transcript = write_session(tmp_path / "s.jsonl", 2)
+    assert run_cli("import", str(transcript)).code == 0  # writing makes it there
     assert (tmp_path / "xdg-data" / "lossless" / "lossless.db").exists()
+    assert run_cli("stats").code == 0
 
 
 def test_unknown_conversation_is_a_clear_error_with_exit_code_4(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    transcript = write_session(tmp_path / "s.jsonl", 2)
+    assert run_cli("--db", str(tmp_path / "x.db"), "import", str(transcript)).code == 0
     res = run_cli("--db", str(tmp_path / "x.db"), "show", "999")
     assert res.code == 4
     assert "no conversation with id 999" in res.err
@@ -158,6 +164,13 @@ def test_the_installed_console_script_runs(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("lossless")
     if not exe.exists():
         pytest.skip("console script not installed next to this interpreter")
+    transcript = write_session(tmp_path / "s.jsonl", 2)
+    subprocess.run(
+        [str(exe), "--db", str(tmp_path / "x.db"), "import", str(transcript)],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
     out = subprocess.run(
         [str(exe), "--db", str(tmp_path / "x.db"), "stats", "--json"],
         capture_output=True,
@@ -165,7 +178,7 @@ def test_the_installed_console_script_runs(tmp_path: Path) -> None:
         timeout=60,
         check=True,
     )
-    assert json.loads(out.stdout)["messages"] == 0
+    assert json.loads(out.stdout)["messages"] == 16  # two turns of a generated session
 
 
 def test_context_prints_the_assembled_messages_in_each_format(
@@ -273,3 +286,34 @@ def test_an_unreachable_summarizer_is_one_line_each_and_a_traceback_only_with_de
 
     again = run_cli("--debug", "--db", db, "compact", "v")
     assert again.code == 0 and "Traceback" in again.err
+
+
+def test_a_store_that_does_not_exist_is_an_error_for_commands_that_read(
+    run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    typo = tmp_path / "nested" / "lossles.db"
+    for args in (
+        ["conversations"],
+        ["stats"],
+        ["grep", "deploy"],
+        ["show", "1"],
+        ["context", "1", "--budget", "1000"],
+        ["doctor"],
+        ["mcp"],
+    ):
+        done = run_cli("--db", str(typo), *args)
+        assert done.code == 5, (args, done)
+        assert f"no lossless store at {typo}" in done.err and "--db" in done.err
+    assert not typo.parent.exists()  # nothing was made, not even the folder
+
+    # Writing commands make it; LOSSLESS_DB names the user's own store, which demo leaves be.
+    transcript = write_session(tmp_path / "s.jsonl", 5, session_id="s")
+    assert run_cli("--db", str(typo), "import", str(transcript)).code == 0
+    assert run_cli("--db", str(typo), "conversations").code == 0
+    monkeypatch.setenv("LOSSLESS_DB", str(tmp_path / "mine.db"))
+    assert run_cli("demo", "--turns", "20").code == 0
+    assert not (tmp_path / "mine.db").exists()
+    demo_db = tmp_path / "demo.db"
+    assert run_cli("--db", str(demo_db), "demo", "--turns", "20").code == 0
+    again = run_cli("--db", str(demo_db), "demo", "--turns", "20")
+    assert again.code == 2 and "already holds the demo's session" in again.err

@@ -214,3 +214,14 @@ def test_two_stores_in_two_schemas_of_one_database_both_work() -> None:
         with psycopg.connect(base, autocommit=True) as admin:
             for name in names:
                 admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def test_a_schema_without_a_store_is_an_error_when_asked_not_to_create(url: str) -> None:
+    from lossless import NoStore
+
+    with pytest.raises(NoStore, match=r"no lossless store in .*search_path"):
+        Engine.open(url, config=Config(), create=False)
+    with Engine.open(url, config=Config()) as engine:  # made when asked to
+        assert engine.conversations() == []
+    with Engine.open(url, config=Config(), create=False) as engine:  # then found
+        assert engine.conversations() == []

@@ -12,6 +12,7 @@ __all__ = [
     "ConflictError",
     "ImportProblem",
     "LosslessError",
+    "NoStore",
     "NotATranscript",
     "NotFoundError",
     "StoreError",
@@ -54,6 +55,10 @@ class StoreError(LosslessError):
     """The database cannot be opened, migrated or written."""
 
     exit_code = 5
+
+
+class NoStore(StoreError):
+    """No store exists where a command that only reads was pointed (nothing was created)."""
 
 
 class ConflictError(LosslessError):

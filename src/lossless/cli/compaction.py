@@ -134,7 +134,7 @@ def replay_command(
     """
     with tempfile.TemporaryDirectory(prefix="lossless-replay-cli-") as tmp:
         if state.db:
-            engine = state.engine()
+            engine = state.engine(create=True)
             report = _replay(engine, transcript, budget, fmt, every, as_json)
         else:
             with Engine.open(Path(tmp) / "replay.db", config=state.config) as engine:

@@ -12,10 +12,13 @@ import click
 from rich.markup import escape
 
 from ..engine import Engine
+from ..errors import ArgumentError, NotFoundError
 from ..replay import replay_transcript
 from ..sample import write_session
 from .output import State, emit_json, json_option, pass_state, stdout
 
+#: The generated session's id (the conversation the demo replays into).
+DEMO_SESSION = "demo-session"
 #: A fact stated in the first turn of the generated session, found again at the end.
 CANARY = "cursor-based pagination"
 
@@ -52,9 +55,18 @@ def demo_command(
     """
     workdir = Path(tempfile.mkdtemp(prefix="lossless-demo-"))
     transcript = write_session(workdir / "demo-session.jsonl", turns, seed=seed)
-    db = state.db if state.db else str(workdir / "demo.db")
+    # A store of its own, unless --db names one on the command line (LOSSLESS_DB names the
+    # user's own store: the demo never writes there unasked).
+    db = state.db if state.db and state.db_on_command_line else str(workdir / "demo.db")
     started = time.perf_counter()
     with Engine.open(db, config=state.config) as engine:
+        if _holds(engine, DEMO_SESSION):
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise ArgumentError(
+                f"{engine.location} already holds the demo's session ({DEMO_SESSION}): its"
+                " figures would mix two runs; leave out --db (the demo then uses a store of"
+                " its own) or name a new file"
+            )
         report = replay_transcript(engine, transcript, budget)
         seconds = time.perf_counter() - started
         conv = report.conversation_id
@@ -88,6 +100,14 @@ def demo_command(
         stdout.print(f"kept: {escape(str(workdir))}", highlight=False)
     else:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _holds(engine: Engine, session_id: str) -> bool:
+    try:
+        engine.conversation(session_id)
+    except NotFoundError:
+        return False
+    return True
 
 
 def _trail(engine: Engine, conversation_id: int) -> dict[str, Any]:

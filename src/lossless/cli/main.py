@@ -61,7 +61,12 @@ def cli(ctx: click.Context, db: str | None, config_path: str | None, debug: bool
     Every message is kept; old context becomes a DAG of summaries you can drill back through.
     """
     _logging(debug)
-    state = State(db=db, config_path=config_path)
+    source = ctx.get_parameter_source("db")
+    state = State(
+        db=db,
+        config_path=config_path,
+        db_on_command_line=source is click.core.ParameterSource.COMMANDLINE,
+    )
     ctx.obj = state
     ctx.call_on_close(state.close)
 

@@ -181,7 +181,7 @@ def backfill_command(
     --into its context summaries are transplanted into that conversation. A dry run by
     default: it only identifies the transcript.
     """
-    engine = state.engine()
+    engine = state.engine(create=True)
     target = resolve(engine, into).conversation_id if into else None
     report = engine.backfill(transcript, into=target, single_root=single_root, apply=do_apply)
     if as_json:

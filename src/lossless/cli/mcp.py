@@ -92,7 +92,10 @@ def mcp_command(
         raise MissingSdk(str(exc)) from None
     if db is not None:
         state.db = db
-    engine = state.engine()
+    # A store named (--db, LOSSLESS_DB, the config) must exist: a typo is an error, not an
+    # empty store served as if it were the user's. The default store is made on first use
+    # (a host may start its MCP server before its first turn is stored).
+    engine = state.engine(create=state.db is None and not state.config.db)
     pinned = resolve(engine, conversation).conversation_id if conversation else None
     server = build_server(engine, conversation=pinned, grant_id=grant_id)
     if http:

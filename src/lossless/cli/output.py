@@ -36,6 +36,8 @@ class State:
 
     db: str | None = None
     config_path: str | None = None
+    #: Whether --db was given on the command line (not through LOSSLESS_DB).
+    db_on_command_line: bool = False
     _config: Config | None = None
     _engine: Engine | None = field(default=None, repr=False)
 
@@ -45,9 +47,11 @@ class State:
             self._config = load_config(self.config_path)
         return self._config
 
-    def engine(self) -> Engine:
+    def engine(self, *, create: bool = False) -> Engine:
+        """The engine on the store; one that does not exist is an error unless *create* (a
+        command that writes: a mistyped --db must not look like an empty store)."""
         if self._engine is None:
-            self._engine = Engine.open(self.db, config=self.config)
+            self._engine = Engine.open(self.db, config=self.config, create=create)
         return self._engine
 
     def close(self) -> None:

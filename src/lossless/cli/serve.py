@@ -80,7 +80,7 @@ def serve_command(
         state.config, background_compaction=not foreground_compaction
     )
     if http is None:
-        serve_stdio(state.engine(), workers=workers)
+        serve_stdio(state.engine(create=True), workers=workers)
         return
     host, port = _address(http)
     if not is_loopback(host) and not allow_remote:
@@ -98,7 +98,7 @@ def serve_command(
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(token + "\n")
-    engine = state.engine()
+    engine = state.engine(create=True)
 
     def ready(bound: int) -> None:
         where = f"in {token_file}" if token_file is not None else token

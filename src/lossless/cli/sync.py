@@ -45,7 +45,7 @@ def sync_command(state: State, hosts: tuple[str, ...], follow: bool, as_json: bo
     imports each transcript once it has been quiet a moment; a line the host is still
     writing waits for its end. Stop it with Ctrl-C.
     """
-    engine = state.engine()
+    engine = state.engine(create=True)
     folders = host_folders(hosts)
     report = sync(engine, folders)
     engine.finish_indexes()

@@ -43,7 +43,7 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
     and skipped; the exit code is then 3. A file that holds nothing to import creates
     nothing; one that is not a transcript (a trace, an index) is named and passed over.
     """
-    engine = state.engine()
+    engine = state.engine(create=True)
     total = sum(file_size(p) for p in paths)
     reports: list[ReconcileReport] = []
     done_before = 0
@@ -146,7 +146,7 @@ def import_store_command(state: State, source: str, path: Path, as_json: bool) -
     The database is only read. Importing again brings only what is new. What is not brought
     (large files kept on disk) is named in the report.
     """
-    reports = state.engine().import_store(source, path)
+    reports = state.engine(create=True).import_store(source, path)
     if as_json:
         emit_json([r.to_dict() for r in reports])
         return

@@ -111,14 +111,17 @@ class Engine(Reads, Recall, Upkeep):
         config: Config | None = None,
         token_counter: TokenCounter | None = None,
         summarizer: Summarizer | None = None,
+        create: bool = True,
     ) -> Engine:
         """Open the store at *target* (a path or URL).
 
         Without *target*: ``config.db``, then ``LOSSLESS_DB``, then the default file in the
-        user data directory. The database is created (owner-only) and migrated as needed.
+        user data directory. The database is created (owner-only) and migrated as needed;
+        with *create* false, a store that does not exist is a :class:`~lossless.errors.NoStore`
+        error and nothing is made (what a tool that only reads wants).
         """
         cfg = config or load_config()
-        store = open_store(database_target(target, cfg))
+        store = open_store(database_target(target, cfg), create=create)
         return cls(store, cfg, token_counter=token_counter, summarizer=summarizer)
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..codec import content_hash
-from ..errors import StoreError
+from ..errors import NoStore, StoreError
 from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store
@@ -158,7 +158,7 @@ class PostgresStore(PgSearch, Store):
 
     backend = "postgresql"
 
-    def __init__(self, url: str, *, pool_size: int = POOL_MAX) -> None:
+    def __init__(self, url: str, *, pool_size: int = POOL_MAX, create: bool = True) -> None:
         try:
             import psycopg
             from psycopg_pool import ConnectionPool, PoolTimeout
@@ -194,6 +194,13 @@ class PostgresStore(PgSearch, Store):
                 f"cannot connect to the PostgreSQL database {self.location}: {exc}; check the"
                 " URL, that the server is running and accepts this user"
             ) from exc
+        if not create and not self._table_exists("migrations"):
+            self._pool.close()
+            raise NoStore(
+                f"no lossless store in {self.location} (the schema first on its search path"
+                " holds none): check the URL's database and search_path; `lossless import`,"
+                " a host's first turn or Engine.open makes one"
+            )
         self.migrate()
 
     # --- connections and transactions ------------------------------------------------------
