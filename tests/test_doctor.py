@@ -199,13 +199,13 @@ def test_stale_neighbour_words_are_reported_and_repaired(new_db: Callable[[], st
                 )
             else:
                 conn.execute(
-                    "INSERT INTO messages_fts (messages_fts, rowid, content, prev, next, far,"
-                    " about) SELECT 'delete', message_id, content, prev, next, far, about"
+                    "INSERT INTO messages_ctx_fts (messages_ctx_fts, rowid, content, prev, next,"
+                    " far, about) SELECT 'delete', message_id, content, prev, next, far, about"
                     " FROM message_words WHERE message_id = ?",
                     (ids[2],),
                 )
                 conn.execute(
-                    "INSERT INTO messages_fts (rowid, content, prev, next, far, about)"
+                    "INSERT INTO messages_ctx_fts (rowid, content, prev, next, far, about)"
                     " SELECT message_id, content, prev, '', far, about FROM message_words"
                     " WHERE message_id = ?",
                     (ids[2],),

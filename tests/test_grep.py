@@ -342,3 +342,23 @@ def test_a_summary_ranks_beside_the_messages_that_say_the_same(new_db: Callable[
     assert hits[0] == "msg#6"
     assert summary in hits[:3]
     assert hits.index(summary) < hits.index("msg#5") and hits.index(summary) < hits.index("msg#8")
+
+
+def test_an_identifier_is_searched_as_typed_and_newest_first_puts_every_word_first(
+    engine: Engine,
+) -> None:
+    engine.ingest("s", {"role": "user", "content": "OPS-01234 is blocked on review"})
+    engine.ingest("s", {"role": "user", "content": "OPS-01299 shipped"})
+    engine.ingest("s", {"role": "user", "content": "the review of OPS-01234 is done"})
+    engine.ingest("s", {"role": "user", "content": "OPS-01300 opened"})
+
+    newest = [h.id for h in engine.grep("OPS-01234", conversation="s", sort="recency").hits]
+    # The ticket as typed, newest first; then the messages holding only a piece of it.
+    assert newest[:2] == ["msg#3", "msg#1"]
+    assert set(newest[2:]) == {"msg#2", "msg#4"} and newest[2:] == ["msg#4", "msg#2"]
+    ranked = [h.id for h in engine.grep("OPS-01234", conversation="s").hits]
+    assert set(ranked[:2]) == {"msg#1", "msg#3"}
+
+    # A question's words: those holding every word first, then some of them, newest first.
+    both = [h.id for h in engine.grep("blocked review", conversation="s", sort="recency").hits]
+    assert both == ["msg#1", "msg#3"]

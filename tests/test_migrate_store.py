@@ -54,6 +54,7 @@ SECRET = "sk-proj-4fJ9sQ2mZx8LwP0aTbY7cR1dEuV3"
 NOT_COPIED = (
     "migrations",
     "messages_fts",
+    "messages_ctx_fts",
     "messages_trigram",
     "summaries_fts",
     "summaries_trigram",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
@@ -130,7 +131,8 @@ def _handle(state: State, host: Host, event: str | None, max_chars: str | None, 
         buffer = getattr(sys.stdin, "buffer", None)
         text = buffer.read().decode("utf-8", "replace") if buffer else sys.stdin.read()
         hook = HookInput.parse(text, event)
-        outcome = run_hook(state.engine, hook, host, max_chars=_limit(max_chars))
+        opened = functools.partial(state.engine, create=True)  # a hook writes
+        outcome = run_hook(opened, hook, host, max_chars=_limit(max_chars))
     except LosslessError as exc:  # said in its own words: no traceback needed
         logger.error("lossless hook %s %s failed: %s", host.name, event or "", exc)
         print(f"lossless: the hook failed: {exc} (logged in {log})", file=sys.stderr)

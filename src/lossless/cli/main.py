@@ -129,7 +129,6 @@ def _logging(debug: bool) -> None:
         handler.addFilter(_REPEATS)
         root.setLevel(logging.WARNING)
     root.addHandler(handler)
-    root.propagate = False
 
 
 class _Repeats(logging.Filter):

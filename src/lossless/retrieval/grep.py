@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import itertools
 import re
 import time
 import warnings
@@ -36,7 +37,7 @@ import regex
 
 from ..codec import clean_text
 from ..errors import LosslessError
-from ..store.search import SearchScope, TextRow
+from ..store.search import SearchScope, TextRow, WordOrder
 from ..timestamps import format_ts, parse_ts
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ Scope = Literal["messages", "summaries", "both", "files"]
 Sort = Literal["recency", "relevance"]
 
 MAX_LIMIT = 200
+#: A snippet's window is chosen among those starting at the first this many matches (a long
+#: summary can hold thousands of them).
+SNIPPET_CANDIDATES = 24
+#: How much of a text the snippet's window is looked for in, in characters.
+SNIPPET_SCAN = 8_000
 #: The longest pattern a search takes, in characters: longer text is not something said to
 #: find a message by, and the regex engine's time limit does not bound long literals.
 MAX_PATTERN_CHARS = 2_000
@@ -56,6 +62,8 @@ _CJK = re.compile("[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _REGEX_HINTS = re.compile(r"\.\*|\.\+|\\[dwsbDWSB]|\[[^\]]+\]|\(\?|[^\\]\|[^|]|^\^|\$$|\{\d")
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PHRASE = re.compile(r'"([^"]+)"')
+_JOINED = re.compile(r"\w[-./:@#+]\w")
+_EDGES = re.compile(r"^\W+|\W+$")
 #: Words a relevance search leaves out of a question when it has others: they match most
 #: documents, cost the most to rank, and say nothing about what is asked.
 STOP_WORDS = frozenset(
@@ -224,13 +232,27 @@ class GrepHit:
     #: For a summary: the messages below it (how many, the first and last), the way back to
     #: the exact originals.
     covers: str | None = None
+    #: The row's text and what its snippet is made around, until the snippet is made (only
+    #: the hits a search returns get one).
+    text: str | None = dataclasses.field(default=None, repr=False, compare=False)
+    around: str | None = dataclasses.field(default=None, repr=False, compare=False)
+    literal: bool = dataclasses.field(default=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``covers`` only for summaries)."""
         out = asdict(self)
+        for private in ("text", "around", "literal"):
+            del out[private]
         if out["covers"] is None:
             del out["covers"]
         return out
+
+    def snipped(self) -> GrepHit:
+        """This hit with its snippet made (once the search has chosen it)."""
+        if self.text is None:
+            return self
+        snippet = _snippet(self.text, self.around, literal=self.literal)
+        return dataclasses.replace(self, snippet=snippet, text=None, around=None)
 
 
 @dataclass(frozen=True)
@@ -242,18 +264,39 @@ class GrepResult:
     scanned: int = 0
 
 
+def _split(pattern: str) -> tuple[list[str], list[str], list[str]]:
+    """A search's "phrases", its words and the pieces of its joined words, each once. Words
+    joined by ``-./:@#+`` (``OPS-01234``, ``cursor-based``, ``v2.3``) are a phrase as typed
+    (each index then splits it as it split the text; the pieces alone would find every
+    ``OPS``), and their pieces count as words only where any word will do."""
+    phrases = [p for p in _PHRASE.findall(pattern) if p.strip()]
+    words: list[str] = []
+    pieces: list[str] = []
+    for chunk in _PHRASE.sub(" ", pattern).split():
+        found = _WORD.findall(chunk)
+        if len(found) > 1 and _JOINED.search(chunk):
+            phrases.append(_EDGES.sub("", chunk))
+            pieces += found
+        else:
+            words += found
+    return list(dict.fromkeys(phrases)), words, pieces
+
+
 def _terms(pattern: str) -> tuple[list[str], list[str]]:
     """What a search looks for: its "phrases", and its words, each once — stop words left out
     when it has anything else (a question's "the" and "did" say nothing of what is asked)."""
-    phrases = [p for p in _PHRASE.findall(pattern) if p.strip()]
-    words = _WORD.findall(_PHRASE.sub(" ", pattern))
+    phrases, words, _ = _split(pattern)
     content = [w for w in words if w.lower() not in STOP_WORDS]
     return phrases, list(dict.fromkeys(content or ([] if phrases else words)))
 
 
-def _quoted(pattern: str) -> list[str]:
-    """The search's terms quoted for the word index (user text never reaches its syntax)."""
+def _quoted(pattern: str, *, any_word: bool = True) -> list[str]:
+    """The search's terms quoted for the word index (user text never reaches its syntax);
+    with *any_word*, the pieces of its joined words too."""
     phrases, words = _terms(pattern)
+    if any_word:
+        _, _, pieces = _split(pattern)
+        words = list(dict.fromkeys([*words, *(p for p in pieces if p.lower() not in STOP_WORDS)]))
     terms = [f'"{p}"' for p in phrases] + [f'"{w}"' for w in words]
     if not terms:
         raise GrepError(f"nothing to search for in {pattern!r}; give some words")
@@ -262,24 +305,57 @@ def _quoted(pattern: str) -> list[str]:
 
 def _fts_query(pattern: str, *, any_word: bool) -> str:
     """A safe word-index query: quoted words and "phrases", any or all of them."""
-    return (" OR " if any_word else " AND ").join(_quoted(pattern))
+    return (" OR " if any_word else " AND ").join(_quoted(pattern, any_word=any_word))
+
+
+@functools.lru_cache(maxsize=64)
+def _needles(pattern: str | None) -> tuple[tuple[str, bool], ...]:
+    """What a search's words (:func:`_terms`) look like in a text, lowercased: each quoted
+    phrase as it is, and each word as the start of the forms that share its stem (``deploy``
+    finds ``deployed``; the flag says it must start a word)."""
+    if not pattern:
+        return ()
+    phrases, words = _terms(pattern)
+    words += _split(pattern)[2]
+    out = [(" ".join(p.split()).lower(), False) for p in phrases]
+    for word in dict.fromkeys(w.lower() for w in words):
+        out.append((word[: max(4, len(word) - 3)] if len(word) > 5 else word, True))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=64)
 def _matcher(pattern: str | None) -> regex.Pattern[str] | None:
-    """Where a search's words (:func:`_terms`) occur in a text: each word and the forms that
-    share its stem (``deploy`` finds ``deployed``), case-insensitively; quoted phrases as
-    they are. Made once per search, not per hit."""
-    if not pattern:
-        return None
-    phrases, words = _terms(pattern)
-    alternatives = [regex.escape(" ".join(p.split())) for p in phrases]
-    for word in dict.fromkeys(w.lower() for w in words):
-        stem = word[: max(4, len(word) - 3)] if len(word) > 5 else word
-        alternatives.append(rf"\b{regex.escape(stem)}\w*")
-    if not alternatives:
-        return None
-    return regex.compile("|".join(alternatives), regex.IGNORECASE)
+    """Where a search's words occur in a text (see :func:`_needles`), case-insensitively.
+    Made once per search, not per hit."""
+    needles = _needles(pattern)
+    alternatives = [
+        rf"\b{regex.escape(text)}\w*" if word else regex.escape(text) for text, word in needles
+    ]
+    return regex.compile("|".join(alternatives), regex.IGNORECASE) if alternatives else None
+
+
+def _found(flat: str, pattern: str | None, upto: int, most: int) -> list[tuple[int, str]]:
+    """Where the search's words occur in *flat* before *upto*, at most *most* of each, as
+    (position, the matched text lowercased), in order: plain substring finds on the
+    lowercased text (a regular expression of alternatives reads a long text several times
+    slower)."""
+    low = flat.lower()
+    if len(low) != len(flat):  # lowercasing moved characters: let the matcher find them
+        found = _matcher(pattern)
+        matches = itertools.islice(found.finditer(flat, 0, upto), most) if found else ()
+        return [(m.start(), m.group().lower()) for m in matches]
+    spans: list[tuple[int, str]] = []
+    for text, word in _needles(pattern):
+        at, taken = low.find(text, 0, upto), 0
+        while at >= 0 and taken < most:
+            if not word or at == 0 or not (low[at - 1].isalnum() or low[at - 1] == "_"):
+                end = at + len(text)
+                while word and end < len(low) and (low[end].isalnum() or low[end] == "_"):
+                    end += 1
+                spans.append((at, low[at:end]))
+                taken += 1
+            at = low.find(text, at + 1, upto)
+    return sorted(spans)
 
 
 def match_spans(text: str, pattern: str | None) -> list[tuple[int, int]]:
@@ -295,7 +371,14 @@ def _snippet(text: str, pattern: str | None, width: int = 160, *, literal: bool 
     occurrence."""
     flat = " ".join(text.split())
     found = None if literal else _matcher(pattern)
-    spans = [(m.start(), m.group().lower()) for m in found.finditer(flat)] if found else []
+    # The window is chosen among the matches in the first SNIPPET_SCAN characters (a long
+    # tool output or summary is not read whole for 160 of them); past them, the first match.
+    spans: list[tuple[int, str]] = []
+    if found:
+        spans = _found(flat, pattern, SNIPPET_SCAN, 2 * SNIPPET_CANDIDATES)
+        if not spans and len(flat) > SNIPPET_SCAN:
+            later = found.search(flat, SNIPPET_SCAN)
+            spans = [(later.start(), later.group().lower())] if later else []
     if not spans and pattern:  # a substring inside a word (or CJK): where it first occurs
         at = flat.lower().find(" ".join(pattern.replace('"', " ").split()).lower())
         spans = [(at, pattern.lower())] if at >= 0 else []
@@ -303,9 +386,17 @@ def _snippet(text: str, pattern: str | None, width: int = 160, *, literal: bool 
         return flat[:width] + ("…" if len(flat) > width else "")
     best, best_score = 0, (-1, -1)
     lead = width // 4
-    for at, _ in spans:
+    spans.sort()
+    j = 0
+    for at, _ in spans[:SNIPPET_CANDIDATES]:  # (windows in order: the matches in each slide)
         start = max(0, min(at - lead, len(flat) - width))
-        inside = [w for a, w in spans if start <= a and a + len(w) <= start + width]
+        while j < len(spans) and spans[j][0] < start:
+            j += 1
+        inside = []
+        for a, w in spans[j:]:
+            if a + len(w) > start + width:
+                break
+            inside.append(w)
         score = (len({w[:5] for w in inside}), len(inside))
         if score > best_score:
             best, best_score = start, score
@@ -330,8 +421,11 @@ def _hit(row: TextRow, pattern: str | None, *, literal: bool = False) -> GrepHit
         row.created_at,
         row.role,
         row.depth,
-        _snippet(row.content, pattern, literal=literal),
+        "",
         row.score,
+        text=row.content,
+        around=pattern,
+        literal=literal,
     )
 
 
@@ -402,20 +496,18 @@ def grep(
         found: list[GrepHit] = []
         if not cjk:
             if sort == "recency":
-                query = _fts_query(pattern, any_word=True)
-                found = _fts(store, table, query, pattern, within, limit, sort)
+                found = _newest(store, table, pattern, within, limit)
             else:
-                found = _fair(
-                    store, table, pattern, _ranked(store, table, pattern, within, limit, sort)
-                )
+                found = _fair(store, table, pattern, _ranked(store, table, pattern, within, limit))
         if cjk or len(found) < limit:
             seen = {h.id for h in found}
             rows, cut = store.substring_search(table, needle, within, limit)
             found += [h for h in (_hit(r, needle) for r in rows) if h.id not in seen]
             truncated |= cut
         hits += found
-    if sort == "recency":
+    if sort == "recency":  # newest first, those with every word before the others
         hits.sort(key=lambda h: h.created_at, reverse=True)
+        hits.sort(key=lambda h: h.tier)
     else:
         hits.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9, h.created_at))
     return GrepResult(_lead_back(store, hits[:limit]), truncated=truncated)
@@ -438,7 +530,7 @@ def _lead_back(store: Store, hits: list[GrepHit]) -> list[GrepHit]:
     ``lcm_expand`` lead from it."""
     covered = store.covered_messages([h.id for h in hits if h.kind == "summary"])
     out = []
-    for hit in hits:
+    for hit in (h.snipped() for h in hits):
         if hit.id in covered:
             count, first, last = covered[hit.id]
             span = f"msg#{first}" if first == last else f"msg#{first}..msg#{last}"
@@ -447,23 +539,45 @@ def _lead_back(store: Store, hits: list[GrepHit]) -> list[GrepHit]:
     return out
 
 
-def _ranked(
-    store: Store, table: str, pattern: str, within: SearchScope, limit: int, sort: Sort
+def _newest(
+    store: Store, table: str, pattern: str, within: SearchScope, limit: int
 ) -> list[GrepHit]:
-    """A relevance search: documents matching some of the words, ranked by BM25.
+    """Newest first: the rows holding every word (in their own text), then, when they are
+    fewer than *limit*, those holding some of them (tier 1), newest first too."""
+    first = _fts(
+        store, table, _fts_query(pattern, any_word=False), pattern, within, limit, "recency"
+    )
+    if len(first) >= limit or len(_quoted(pattern)) == 1:
+        return first
+    seen = {h.id for h in first}
+    more = _fts(store, table, _fts_query(pattern, any_word=True), pattern, within, limit, "recency")
+    return (
+        first
+        + [dataclasses.replace(h, tier=1) for h in more if h.id not in seen][: limit - len(first)]
+    )
+
+
+def _ranked(
+    store: Store, table: str, pattern: str, within: SearchScope, limit: int
+) -> list[GrepHit]:
+    """A relevance search: documents matching some of the words, ranked by BM25, a message
+    found through what surrounds it too.
 
     A question's stop words are left out when it has other words. On a large index this is
     done in tiers, so that common words never make the whole index the candidate set: first
-    the documents matching every word, ranked; then, if they are fewer than the limit, those
-    matching any of the rare words (in at most 1% of the rows), ranked, after them. A small
-    index ranks one OR query over all the words.
+    the documents holding every word themselves, ranked by their own words; then, if they are
+    fewer than the limit, those matching any of the rare words (in at most 1% of the rows),
+    ranked with their surroundings, after them. A small index ranks one OR query over all
+    the words, with the surroundings.
     """
     phrases, content = _terms(pattern)
     terms = _quoted(pattern)
     counts, rows = store.term_documents(table, [])
     if rows <= TIERED_ABOVE or len(terms) == 1:
-        return _fts(store, table, " OR ".join(terms), pattern, within, limit, sort)
-    first = _fts(store, table, " AND ".join(terms), pattern, within, limit, sort)
+        return _fts(store, table, " OR ".join(terms), pattern, within, limit, "context")
+    # Every word, each where it was said (the own-words index: counting a common word's rows
+    # for BM25 there costs a fifth of what it does with the surroundings).
+    first = _fts(store, table, _fts_query(pattern, any_word=False), pattern, within, limit, "rank")
     if len(first) >= limit:
         return first
     rare_limit = max(RARE_ROWS, int(rows * RARE_SHARE))
@@ -478,7 +592,7 @@ def _ranked(
     seen = {h.id for h in first}
     second = [
         dataclasses.replace(h, tier=1)
-        for h in _fts(store, table, " OR ".join(rare), pattern, within, limit, sort)
+        for h in _fts(store, table, " OR ".join(rare), pattern, within, limit, "context")
         if h.id not in seen
     ]
     return first + second
@@ -491,11 +605,9 @@ def _fts(
     pattern: str,
     within: SearchScope,
     limit: int,
-    sort: Sort,
+    order: WordOrder,
 ) -> list[GrepHit]:
-    rows = store.word_search(
-        table, query, within, limit, order="recency" if sort == "recency" else "rank"
-    )
+    rows = store.word_search(table, query, within, limit, order=order)
     return [_hit(r, pattern) for r in rows]
 
 

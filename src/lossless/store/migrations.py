@@ -437,12 +437,15 @@ def m011_neighbours_in_the_word_index(conn: sqlite3.Connection) -> None:
 
 
 @migration
-def m012_wider_neighbours_and_about(conn: sqlite3.Connection) -> None:
-    # A message's word-index entry reaches one message further back (far: the one before
-    # the one before it, the exchange that led to it) and gains an "about" column: its
-    # conversation's title and the month and year it was said. Appending still changes only
-    # the entry of the message a batch follows (its next); a new title re-indexes its
-    # conversation's entries.
+def m012_own_and_context_word_indexes(conn: sqlite3.Connection) -> None:
+    # Two word indexes. messages_fts holds a message's own words alone again: what a filter,
+    # a newest-first search and a large store's ranking read (a word's postings there are
+    # only where it was said, so counting them for BM25 costs what it did before m011).
+    # messages_ctx_fts carries what surrounds it as weaker columns — the one before (prev),
+    # after (next), the one before that (far), and its conversation's title with the month
+    # and year it was said (about) — and ranks small stores and rare words. Appending still
+    # changes only the context entry of the message a batch follows (its next); a new title
+    # re-indexes its conversation's context entries.
     n = NEIGHBOUR_CHARS
     run_script(
         conn,
@@ -461,9 +464,13 @@ def m012_wider_neighbours_and_about(conn: sqlite3.Connection) -> None:
           LEFT JOIN messages p2 ON p2.conversation_id = m.conversation_id AND p2.seq = m.seq - 2
           LEFT JOIN messages x ON x.conversation_id = m.conversation_id AND x.seq = m.seq + 1;
         CREATE VIRTUAL TABLE messages_fts USING fts5(
+          content, content='messages', content_rowid='message_id',
+          tokenize='porter unicode61');
+        INSERT INTO messages_fts (messages_fts) VALUES ('rebuild');
+        CREATE VIRTUAL TABLE messages_ctx_fts USING fts5(
           content, prev, next, far, about, content='message_words',
           content_rowid='message_id', tokenize='porter unicode61');
-        INSERT INTO messages_fts (messages_fts) VALUES ('rebuild');
+        INSERT INTO messages_ctx_fts (messages_ctx_fts) VALUES ('rebuild');
         """,
     )
 

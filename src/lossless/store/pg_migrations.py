@@ -354,7 +354,7 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     (
-        "m012_wider_neighbours_and_about",
+        "m012_own_and_context_word_indexes",
         f"""
         -- The entry reaches one message further back (weight C, as the one after it) and
         -- carries its conversation's title and the month and year it was said (weight D).

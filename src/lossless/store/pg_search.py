@@ -74,10 +74,10 @@ class PgSearch(SearchStore):
             by = f"s.{key} + 0 DESC" if self._selective(table, query) else f"s.{key} DESC"
         matches = "s.content_tsv @@ q"
         vector = "setweight(s.content_tsv, 'A')"
-        if table == "messages" and order != "recency":
-            # Ranked, a message's surroundings count too, for less than its own words (weights
-            # {D, C, B, A}: about D, next C and far C, prev B, its own text A); newest first,
-            # the words must be in the message itself.
+        if table == "messages" and order == "context":
+            # Ranked with its surroundings, a message's neighbours count too, for less than its
+            # own words (weights {D, C, B, A}: about D, next C and far C, prev B, its own text
+            # A); otherwise the words must be in the message itself.
             matches = "(s.content_tsv @@ q OR s.context_tsv @@ q)"
             vector += " || coalesce(s.context_tsv, ''::tsvector)"
         terms = _PHRASE.findall(query) if order != "recency" else []

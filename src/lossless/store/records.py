@@ -203,8 +203,10 @@ class RecordStore(StoreCore):
 
     def term_documents(self, table: str, terms: Sequence[str]) -> tuple[dict[str, int], int]:
         """How many rows of *table*'s word index hold each term, and how many rows it has:
-        cached for a few minutes (they move slowly, and only steer the search)."""
-        if table not in ("messages", "summaries"):
+        cached for a few minutes (they move slowly, and only steer the search).
+        ``messages_ctx`` is the messages' index with their surroundings (SQLite's
+        ``messages_ctx_fts``), where a word counts in the rows beside where it was said too."""
+        if table not in ("messages", "summaries", "messages_ctx"):
             raise ValueError(f"no full-text index for {table!r}")
         cache = self._term_cache
         clock = time.monotonic()
@@ -222,7 +224,9 @@ class RecordStore(StoreCore):
                 cache[(table, term)] = (clock, count)
         total = cache.get((table, ""))
         if total is None or clock - total[0] >= TERM_CACHE_SECONDS:
-            key = "message_id" if table == "messages" else "rowid"
-            rows = int(self.fetchall(f"SELECT coalesce(max({key}), 0) FROM {table}")[0][0])
+            source, key = (
+                ("summaries", "rowid") if table == "summaries" else ("messages", "message_id")
+            )
+            rows = int(self.fetchall(f"SELECT coalesce(max({key}), 0) FROM {source}")[0][0])
             total = cache[(table, "")] = (clock, rows)
         return out, total[1]

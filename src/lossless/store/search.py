@@ -76,8 +76,9 @@ __all__ = [
     "about_sql",
 ]
 
-#: ``recency``: newest first; ``rank``: best-ranked first.
-WordOrder = Literal["recency", "rank"]
+#: ``recency``: newest first; ``rank``: best-ranked first by a row's own words; ``context``:
+#: best-ranked first, a message's surroundings counting too (for summaries, as ``rank``).
+WordOrder = Literal["recency", "rank", "context"]
 
 #: Short needles (one or two characters) are searched in at most this many newest rows.
 SHORT_NEEDLE_ROWS = 20_000
@@ -230,8 +231,11 @@ class SearchStore(StoreCore):
     ) -> list[TextRow]:
         """Up to *limit* rows of *table* (``messages`` or ``summaries``) whose words match
         *query*, a word query (quoted terms and phrases joined by `` AND `` or `` OR ``),
-        newest first (``recency``) or best-ranked first (``rank``). Each row's ``score`` is
-        its rank, lower is better: BM25 on SQLite, ``ts_rank_cd`` negated on PostgreSQL."""
+        newest first (``recency``: the words in the row's own text) or best-ranked first
+        (``rank``: by the row's own words; ``context``: a message is also found through the
+        messages around it and its conversation's title and month). Each row's ``score`` is
+        its rank, lower is better (``None`` newest first): BM25 on SQLite, a weighted
+        ``ts_rank_cd`` negated on PostgreSQL."""
         where, params = scope_sql(table, scope)
         return [TextRow(*r) for r in self._word_rows(table, query, where, params, limit, order)]
 

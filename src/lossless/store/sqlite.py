@@ -25,9 +25,9 @@ from .connection import Connection
 from .migrations import MIGRATIONS
 from .sqlite_search import SQLiteSearch
 
-#: Word-index entries made from the view the index reads (a WHERE on message_id follows).
+#: Context-index entries made from the view the index reads (a WHERE on message_id follows).
 _WORDS = (
-    "INSERT INTO messages_fts (rowid, content, prev, next, far, about)"
+    "INSERT INTO messages_ctx_fts (rowid, content, prev, next, far, about)"
     " SELECT message_id, content, prev, next, far, about FROM message_words"
 )
 
@@ -231,13 +231,18 @@ class SQLiteStore(SQLiteSearch, Store):
         ).fetchall()
         for message_id, content, prev, far, about in before:
             conn.execute(
-                "INSERT INTO messages_fts (messages_fts, rowid, content, prev, next, far, about)"
-                " VALUES ('delete', ?, ?, ?, '', ?, ?)",
+                "INSERT INTO messages_ctx_fts (messages_ctx_fts, rowid, content, prev, next, far,"
+                " about) VALUES ('delete', ?, ?, ?, '', ?, ?)",
                 (message_id, content, prev, far, about),
             )
         for message_id, *_ in before:
             conn.execute(f"{_WORDS} WHERE message_id = ?", (message_id,))
         conn.execute(f"{_WORDS} WHERE message_id BETWEEN ? AND ?", (first_id, last_id))
+        conn.execute(
+            "INSERT INTO messages_fts (rowid, content) SELECT message_id, content FROM messages"
+            " WHERE message_id BETWEEN ? AND ?",
+            (first_id, last_id),
+        )
         if trigram:
             conn.execute(
                 "INSERT INTO messages_trigram (rowid, content) SELECT message_id, content"
@@ -248,8 +253,9 @@ class SQLiteStore(SQLiteSearch, Store):
     def _words_changing(self, conn: Connection, conversation_id: int) -> None:
         # The entries go out with the values they were made from (the view, as it still is).
         conn.execute(
-            "INSERT INTO messages_fts (messages_fts, rowid, content, prev, next, far, about)"
-            " SELECT 'delete', message_id, content, prev, next, far, about FROM message_words"
+            "INSERT INTO messages_ctx_fts (messages_ctx_fts, rowid, content, prev, next, far,"
+            " about) SELECT 'delete', message_id, content, prev, next, far, about"
+            " FROM message_words"
             " WHERE message_id IN (SELECT message_id FROM messages WHERE conversation_id = ?)",
             (conversation_id,),
         )
@@ -401,6 +407,7 @@ class SQLiteStore(SQLiteSearch, Store):
         compare = self.fts_unchecked() is None
         checks = [
             ("messages_fts", "messages", "message_id", "msg#"),
+            ("messages_ctx_fts", "messages", "message_id", "msg#"),
             ("messages_trigram", "messages", "message_id", "msg#"),
             ("summaries_fts", "summaries", "rowid", ""),
             ("summaries_trigram", "summaries", "rowid", ""),
@@ -447,7 +454,13 @@ class SQLiteStore(SQLiteSearch, Store):
     def rebuild_fts(self) -> None:
         """Rebuild every full-text index from its source table (the fix doctor suggests)."""
         with self.transaction() as conn:
-            for fts in ("messages_fts", "messages_trigram", "summaries_fts", "summaries_trigram"):
+            for fts in (
+                "messages_fts",
+                "messages_ctx_fts",
+                "messages_trigram",
+                "summaries_fts",
+                "summaries_trigram",
+            ):
                 conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('rebuild')")
             conn.execute(
                 "UPDATE index_state SET upto = (SELECT coalesce(max(message_id), 0) FROM messages)"

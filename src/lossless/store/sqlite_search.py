@@ -40,12 +40,13 @@ class SQLiteSearch(SearchStore):
     def score_scale(self, table: str, terms: Sequence[str]) -> float:
         """BM25 weighs a word by how rare it is in its own index, and the summary DAG says
         each thing again level after level in few rows: a summary scores below a message
-        saying the same. Its scores are scaled by the words' rarity among the messages (what
-        was said) over their rarity among the summaries."""
+        saying the same. Its scores are scaled by the words' rarity among the messages (as
+        the index that ranks them with their surroundings counts it) over their rarity among
+        the summaries."""
         if table == "messages" or not terms:
             return 1.0
         mine, rows = self.term_documents(table, terms)
-        said, messages = self.term_documents("messages", terms)
+        said, messages = self.term_documents("messages_ctx", terms)
         own = sum(_idf(mine[t], rows) for t in terms if mine[t])
         theirs = sum(_idf(said[t], messages) for t in terms if mine[t])
         return theirs / own if own > 0 and theirs > 0 else 1.0
@@ -60,13 +61,14 @@ class SQLiteSearch(SearchStore):
         return f"content : ({query})"
 
     @staticmethod
-    def _rank(table: str) -> str:
-        """BM25 of a row: for a message, the words around it count for less than its own
-        (columns content, prev, next, far, about)."""
-        if table == "messages":
+    def _index(table: str, order: WordOrder) -> tuple[str, str]:
+        """The word index a search of *table* in *order* reads, and its BM25 expression: a
+        message's own words (``messages_fts``), or with what surrounds it counting for less
+        (``messages_ctx_fts``: columns content, prev, next, far, about)."""
+        if table == "messages" and order == "context":
             w = (1.0, PREV_WEIGHT, NEXT_WEIGHT, FAR_WEIGHT, ABOUT_WEIGHT)
-            return f"bm25(messages_fts, {', '.join(map(str, w))})"
-        return f"bm25({table}_fts)"
+            return "messages_ctx_fts", f"bm25(messages_ctx_fts, {', '.join(map(str, w))})"
+        return f"{table}_fts", f"bm25({table}_fts)"
 
     def _word_rows(
         self,
@@ -78,20 +80,28 @@ class SQLiteSearch(SearchStore):
         order: WordOrder,
     ) -> list[tuple[Any, ...]]:
         key = key_column(table)
-        # Newest first by row id: the index's own order, so no sort of every match is needed.
-        by = "f.rowid DESC" if order == "recency" else "score"
-        sql = (
-            f"SELECT {hit_columns(table)}, s.content, {self._rank(table)} AS score"
-            f" FROM {table}_fts f JOIN {table} s ON s.{key} = f.rowid"
-            f" WHERE {table}_fts MATCH ?{where} ORDER BY {by} LIMIT ?"
-        )
-        if order == "recency":  # the words in the row's own text
+        index, rank = self._index(table, order)
+        if order == "recency":
+            # Newest first by row id: the index's own order, so no sort of every match; no
+            # BM25 either (its weights would count each word's rows in the whole index).
+            sql = (
+                f"SELECT {hit_columns(table)}, s.content, NULL AS score"
+                f" FROM {index} f JOIN {table} s ON s.{key} = f.rowid"
+                f" WHERE {index} MATCH ?{where} ORDER BY f.rowid DESC LIMIT ?"
+            )
             return self.fetchall(sql, [self._word_query(query), *params, limit])
-        return self._best_ranked(table, query, where, params, limit, sql)
+        sql = (
+            f"SELECT {hit_columns(table)}, s.content, {rank} AS score"
+            f" FROM {index} f JOIN {table} s ON s.{key} = f.rowid"
+            f" WHERE {index} MATCH ?{where} ORDER BY score LIMIT ?"
+        )
+        return self._best_ranked(table, index, rank, query, where, params, limit, sql)
 
     def _best_ranked(
         self,
         table: str,
+        index: str,
+        rank: str,
         query: str,
         where: str,
         params: list[Any],
@@ -108,8 +118,8 @@ class SQLiteSearch(SearchStore):
         by_row = by_key(where)  # rowid lookups
         while inner <= RANK_CANDIDATES_MAX:
             candidates = self.fetchall(
-                f"SELECT rowid, {self._rank(table)} AS score FROM {table}_fts"
-                f" WHERE {table}_fts MATCH ? ORDER BY score LIMIT ?",
+                f"SELECT rowid, {rank} AS score FROM {index} WHERE {index} MATCH ?"
+                " ORDER BY score LIMIT ?",
                 [query, inner],
             )
             score = {int(r[0]): float(r[1]) for r in candidates}

@@ -362,21 +362,50 @@ class SummaryStore(ContextStore):
         return [self._summary(r) for r in rows]
 
     def covered_messages(self, summary_ids: Sequence[str]) -> dict[str, tuple[int, int, int]]:
-        """For each of *summary_ids*: how many messages lie below it (through every summary
-        beneath it), and the first and last of them by id. One query."""
+        """For each of *summary_ids*: how many messages lie below it, and the first and last
+        of them. The first is found down the DAG's first edge (its first source, that one's
+        first, … its first message), the last down its last; the count is the run of the
+        conversation from the one to the other (what a summary covers). A few queries
+        whatever the summaries cover: a top summary of a million messages costs what a
+        leaf does."""
         if not summary_ids:
             return {}
-        marks = ",".join("(?, ?)" for _ in summary_ids)
-        rows = self.fetchall(
-            f"WITH RECURSIVE below(root, sid) AS (VALUES {marks}"
-            "  UNION SELECT b.root, sp.parent_summary_id FROM summary_parents sp"
-            "  JOIN below b ON sp.summary_id = b.sid)"
-            " SELECT b.root, count(DISTINCT sm.message_id), min(sm.message_id),"
-            " max(sm.message_id) FROM below b JOIN summary_messages sm ON sm.summary_id = b.sid"
-            " GROUP BY b.root",
-            [v for sid in summary_ids for v in (sid, sid)],
-        )
-        return {str(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in rows}
+        ends: dict[str, list[int]] = {}
+        for direction in ("ASC", "DESC"):
+            marks = ",".join("(?, ?)" for _ in summary_ids)
+            rows = self.fetchall(
+                f"WITH RECURSIVE walk(root, sid) AS (VALUES {marks}"
+                "  UNION ALL SELECT w.root, (SELECT sp.parent_summary_id FROM summary_parents sp"
+                f"   WHERE sp.summary_id = w.sid ORDER BY sp.ordinal {direction} LIMIT 1)"
+                "  FROM walk w WHERE EXISTS"
+                "   (SELECT 1 FROM summary_parents sp WHERE sp.summary_id = w.sid))"
+                f" SELECT w.root, (SELECT {'min' if direction == 'ASC' else 'max'}(sm.message_id)"
+                "  FROM summary_messages sm WHERE sm.summary_id = w.sid)"
+                " FROM walk w WHERE NOT EXISTS"
+                "  (SELECT 1 FROM summary_parents sp WHERE sp.summary_id = w.sid)",
+                [v for sid in summary_ids for v in (sid, sid)],
+            )
+            for root, message_id in rows:
+                if message_id is not None:
+                    ends.setdefault(str(root), []).append(int(message_id))
+        ids = sorted({m for found in ends.values() for m in found})
+        seq: dict[int, tuple[int, int]] = {}
+        for chunk, marks in in_chunks(ids):
+            for mid, conv, n in self.fetchall(
+                "SELECT message_id, conversation_id, seq FROM messages"
+                f" WHERE message_id IN ({marks})",
+                chunk,
+            ):
+                seq[int(mid)] = (int(conv), int(n))
+        out: dict[str, tuple[int, int, int]] = {}
+        for root, found in ends.items():
+            if len(found) != 2 or found[0] not in seq or found[1] not in seq:
+                continue
+            first, last = found
+            (conv_a, a), (conv_b, b) = seq[first], seq[last]
+            count = b - a + 1 if conv_a == conv_b and b >= a else 2
+            out[root] = (count, first, last)
+        return out
 
     def linked_message_ids(self, summary_ids: Sequence[str]) -> list[int]:
         """The messages the given leaf summaries cover, each once, in id order."""
