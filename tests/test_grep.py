@@ -362,3 +362,20 @@ def test_an_identifier_is_searched_as_typed_and_newest_first_puts_every_word_fir
     # A question's words: those holding every word first, then some of them, newest first.
     both = [h.id for h in engine.grep("blocked review", conversation="s", sort="recency").hits]
     assert both == ["msg#1", "msg#3"]
+
+
+def test_a_large_batch_is_found_with_its_surroundings_once_caught_up(engine: Engine) -> None:
+    """A batch of 64 or more leaves its context entries (and trigrams) to catch_up_indexes,
+    which a ranked search runs first; a title given meanwhile reaches them too."""
+    said = [{"role": "user", "content": f"filler turn {i}"} for i in range(100)]
+    said[40] = {"role": "user", "content": "Which port did we pick for staging?"}
+    said[41] = {"role": "assistant", "content": "9043, because 8043 clashed."}
+    engine.ingest_batch("big", said)
+    engine.ingest("big", {"role": "user", "content": "and one more after it"})  # indexed now
+    engine.update_conversation("big", title="Kayak trip")
+
+    asked = [h.id for h in engine.grep("which port for staging", conversation="big").hits]
+    assert asked[:2] == ["msg#41", "msg#42"]  # the answer, through the question before it
+    kayak = engine.grep("kayak", conversation="big", limit=200).hits
+    assert {h.id for h in kayak} >= {"msg#1", "msg#101"}
+    assert engine.check() == []

@@ -219,14 +219,16 @@ class SQLiteStore(SQLiteSearch, Store):
     def _index_messages(
         self, conn: Connection, first_id: int, last_id: int, *, trigram: bool
     ) -> None:
-        # The message each batch follows in its conversation was indexed as the last one,
-        # with no next: its entry is replaced by one that has it (FTS5 takes the old values
-        # to take an entry out; only its next has changed).
+        # The message each batch follows in its conversation, when its context entry was made
+        # (not left for catch_up_indexes), was indexed as the last one, with no next: its
+        # entry is replaced by one that has it (FTS5 takes the old values to take an entry
+        # out; only its next has changed). Its own-words entry does not change.
         before = conn.execute(
             "SELECT w.message_id, w.content, w.prev, w.far, w.about FROM messages n"
             " JOIN messages p ON p.conversation_id = n.conversation_id AND p.seq = n.seq - 1"
             " JOIN message_words w ON w.message_id = p.message_id"
-            " WHERE n.message_id BETWEEN ? AND ? AND p.message_id < ?",
+            " WHERE n.message_id BETWEEN ? AND ? AND p.message_id < ?"
+            " AND EXISTS (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = p.message_id)",
             (first_id, last_id, first_id),
         ).fetchall()
         for message_id, content, prev, far, about in before:
@@ -237,33 +239,45 @@ class SQLiteStore(SQLiteSearch, Store):
             )
         for message_id, *_ in before:
             conn.execute(f"{_WORDS} WHERE message_id = ?", (message_id,))
-        conn.execute(f"{_WORDS} WHERE message_id BETWEEN ? AND ?", (first_id, last_id))
         conn.execute(
             "INSERT INTO messages_fts (rowid, content) SELECT message_id, content FROM messages"
             " WHERE message_id BETWEEN ? AND ?",
             (first_id, last_id),
         )
+        # Large batches leave the context and trigram entries to catch_up_indexes (one
+        # watermark for both): they cost more than everything else an import does.
         if trigram:
+            conn.execute(f"{_WORDS} WHERE message_id BETWEEN ? AND ?", (first_id, last_id))
             conn.execute(
                 "INSERT INTO messages_trigram (rowid, content) SELECT message_id, content"
                 " FROM messages WHERE message_id BETWEEN ? AND ?",
                 (first_id, last_id),
             )
+            # Nothing was behind: nothing is (ids are taken in order under the write lock).
+            conn.execute(
+                "UPDATE index_state SET upto = ? WHERE name = 'messages_trigram' AND upto >= ?",
+                (last_id, first_id - 1),
+            )
 
     def _words_changing(self, conn: Connection, conversation_id: int) -> None:
-        # The entries go out with the values they were made from (the view, as it still is).
+        # The context entries made go out with the values they were made from (the view, as
+        # it still is); what a large batch left to catch_up_indexes has none yet.
         conn.execute(
             "INSERT INTO messages_ctx_fts (messages_ctx_fts, rowid, content, prev, next, far,"
             " about) SELECT 'delete', message_id, content, prev, next, far, about"
             " FROM message_words"
-            " WHERE message_id IN (SELECT message_id FROM messages WHERE conversation_id = ?)",
+            " WHERE message_id IN (SELECT message_id FROM messages WHERE conversation_id = ?)"
+            " AND EXISTS (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = message_id)",
             (conversation_id,),
         )
 
     def _words_changed(self, conn: Connection, conversation_id: int) -> None:
+        # Every entry of the conversation made anew (what a large batch had left for
+        # catch_up_indexes too, which then finds it made).
         conn.execute(
             f"{_WORDS} WHERE message_id IN"
-            " (SELECT message_id FROM messages WHERE conversation_id = ?)",
+            " (SELECT message_id FROM messages WHERE conversation_id = ?)"
+            " AND NOT EXISTS (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = message_id)",
             (conversation_id,),
         )
 
@@ -311,6 +325,11 @@ class SQLiteStore(SQLiteSearch, Store):
                     (upto, top),
                 )
                 done += max(cur.rowcount, 0)
+                conn.execute(
+                    f"{_WORDS} WHERE message_id > ? AND message_id <= ? AND NOT EXISTS"
+                    " (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = message_id)",
+                    (upto, top),
+                )
                 conn.execute(
                     "UPDATE index_state SET upto = ? WHERE name = 'messages_trigram'", (top,)
                 )
@@ -418,8 +437,9 @@ class SQLiteStore(SQLiteSearch, Store):
             ).fetchone()
             for fts, source, key, prefix in checks:
                 label = "summary_id" if source == "summaries" else key
-                # Rows above the trigram watermark are waiting for catch_up_indexes.
-                limit = upto if fts == "messages_trigram" else None
+                # Rows above the watermark are waiting for catch_up_indexes.
+                deferred = fts in ("messages_trigram", "messages_ctx_fts")
+                limit = upto if deferred else None
                 bound = "" if limit is None else f" AND s.{key} <= {int(limit)}"
                 for (ident,) in conn.execute(
                     f"SELECT s.{label} FROM {source} s LEFT JOIN {fts}_docsize d ON d.id = s.{key}"
@@ -435,7 +455,7 @@ class SQLiteStore(SQLiteSearch, Store):
                 # wait for catch_up_indexes the trigram index is behind by design, so only
                 # its internal consistency is checked then.
                 pending = (
-                    fts == "messages_trigram"
+                    deferred
                     and conn.execute(
                         "SELECT 1 FROM messages WHERE message_id > ? LIMIT 1", (upto,)
                     ).fetchone()

@@ -81,6 +81,8 @@ class SQLiteSearch(SearchStore):
     ) -> list[tuple[Any, ...]]:
         key = key_column(table)
         index, rank = self._index(table, order)
+        if index == "messages_ctx_fts":  # large batches leave it behind: caught up first
+            self.catch_up_indexes()
         if order == "recency":
             # Newest first by row id: the index's own order, so no sort of every match; no
             # BM25 either (its weights would count each word's rows in the whole index).
