@@ -275,7 +275,7 @@ def _split(pattern: str) -> tuple[list[str], list[str], list[str]]:
     for chunk in _PHRASE.sub(" ", pattern).split():
         found = _WORD.findall(chunk)
         if len(found) > 1 and _JOINED.search(chunk):
-            phrases.append(_EDGES.sub("", chunk))
+            phrases.append(_EDGES.sub("", chunk.replace('"', " ")))  # (a stray quote)
             pieces += found
         else:
             words += found
@@ -369,21 +369,26 @@ def _snippet(text: str, pattern: str | None, width: int = 160, *, literal: bool 
     """About *width* characters of *text* around its best match: the window holding the most
     of the search's different words (then the most matches), not the first word's first
     occurrence."""
-    flat = " ".join(text.split())
-    found = None if literal else _matcher(pattern)
     # The window is chosen among the matches in the first SNIPPET_SCAN characters (a long
     # tool output or summary is not read whole for 160 of them); past them, the first match.
+    head = SNIPPET_SCAN + 2 * width
+    cut = len(text) > head  # only the start is read while a match is found there
+    flat = " ".join((text[:head] if cut else text).split())
+    found = None if literal else _matcher(pattern)
     spans: list[tuple[int, str]] = []
     if found:
         spans = _found(flat, pattern, SNIPPET_SCAN, 2 * SNIPPET_CANDIDATES)
-        if not spans and len(flat) > SNIPPET_SCAN:
+        if not spans and cut:
+            flat, cut = " ".join(text.split()), False
             later = found.search(flat, SNIPPET_SCAN)
             spans = [(later.start(), later.group().lower())] if later else []
+    if not spans and cut:
+        flat, cut = " ".join(text.split()), False
     if not spans and pattern:  # a substring inside a word (or CJK): where it first occurs
         at = flat.lower().find(" ".join(pattern.replace('"', " ").split()).lower())
         spans = [(at, pattern.lower())] if at >= 0 else []
     if not spans or len(flat) <= width:
-        return flat[:width] + ("…" if len(flat) > width else "")
+        return flat[:width] + ("…" if len(flat) > width or cut else "")
     best, best_score = 0, (-1, -1)
     lead = width // 4
     spans.sort()
@@ -408,7 +413,7 @@ def _snippet(text: str, pattern: str | None, width: int = 160, *, literal: bool 
     if end < len(flat):
         space = flat.rfind(" ", end - 20, end)
         end = space if space > start else end
-    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
+    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) or cut else "")
 
 
 def _hit(row: TextRow, pattern: str | None, *, literal: bool = False) -> GrepHit:
@@ -499,7 +504,9 @@ def grep(
                 found = _newest(store, table, pattern, within, limit)
             else:
                 found = _fair(store, table, pattern, _ranked(store, table, pattern, within, limit))
-        if cjk or len(found) < limit:
+        # Substrings the word index cannot see (inside a word, CJK): one token, or nothing
+        # found by its words (a question's words are not a substring of anything they missed).
+        if cjk or not found or (len(found) < limit and len(needle.split()) == 1):
             seen = {h.id for h in found}
             rows, cut = store.substring_search(table, needle, within, limit)
             found += [h for h in (_hit(r, needle) for r in rows) if h.id not in seen]
