@@ -221,6 +221,20 @@ def test_grep_finds_across_messages_and_summaries_and_explains_modes(
     assert any(i.startswith("msg#") for i in ids) and any(i.startswith("sum_") for i in ids)
     bad = run_cli("--db", db, "grep", "dep.*timeout")
     assert bad.code == 2 and "--mode regex" in bad.err
+    # Page by page: the first page says where the next starts, the pages follow on.
+    first = run_cli("--db", db, "grep", "cursor based pagination", "--limit", "3")
+    assert "(more: --offset 3 for the next 3)" in first.out
+    pages = [
+        json.loads(
+            run_cli(
+                "--db", db, "grep", "pagination", "--limit", "3", "--offset", str(n), "--json"
+            ).out
+        )
+        for n in (0, 3)
+    ]
+    both = json.loads(run_cli("--db", db, "grep", "pagination", "--limit", "6", "--json").out)
+    assert pages[0]["more"] is True and pages[0]["next_offset"] == 3
+    assert [h["id"] for p in pages for h in p["hits"]] == [h["id"] for h in both["hits"]]
 
 
 def test_half_a_surrogate_pair_exports_as_json_a_terminal_can_print(tmp_path: Path) -> None:

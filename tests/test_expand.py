@@ -77,6 +77,29 @@ def test_the_token_cap_stops_the_walk_and_is_charged_to_the_grant(
         grants.charge(engine.store, grant.grant_id, 10_000)
 
 
+def test_an_expansion_that_returns_nothing_says_why_and_what_to_do(
+    open_engine: EngineFactory, new_db: Callable[[], str]
+) -> None:
+    engine = open_engine(new_db())
+    top = compacted(engine)
+    grant = engine.create_grant("s", token_cap=1_000)
+    tiny = engine.expand(grant.grant_id, [top], token_cap=1)
+    assert tiny.nodes == [] and tiny.truncated
+    assert tiny.stopped is not None and tiny.stopped.startswith(f"nothing returned: {top} (")
+    assert "the cap is 1 tokens (token_cap)" in tiny.stopped
+    assert "token_cap of at least" in tiny.stopped
+    assert tiny.grant_tokens_left == 1_000  # nothing was charged
+    # Spend the grant down to a few tokens: the grant is named as what stopped it.
+    from lossless.retrieval import grants
+
+    grants.charge(engine.store, grant.grant_id, 995)
+    spent = engine.expand(grant.grant_id, [top]).to_dict()
+    assert spent["nodes"] == [] and spent["grant_tokens_left"] == 5
+    assert "the grant has 5 tokens left" in spent["stopped"] and "new grant" in spent["stopped"]
+    whole = engine.expand(engine.create_grant("s").grant_id, [top]).to_dict()
+    assert "stopped" not in whole and whole["nodes"]
+
+
 def test_depth_beyond_the_grant_is_refused(
     open_engine: EngineFactory, new_db: Callable[[], str]
 ) -> None:

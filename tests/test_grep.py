@@ -298,7 +298,7 @@ def test_a_message_is_found_by_its_conversations_title_and_month(engine: Engine)
     assert {h.id for h in found} == {"msg#1", "msg#2"}  # not conversation t's message
     engine.update_conversation("s", title="Hiking")
     assert engine.grep("kayak", sort="relevance").hits == []
-    assert [h.id for h in engine.grep("hiking", sort="relevance").hits] == ["msg#1", "msg#2"]
+    assert {h.id for h in engine.grep("hiking", sort="relevance").hits} == {"msg#1", "msg#2"}
     assert engine.check() == []  # every entry is what the stored text and title make
     # Newest first, only the message's own words count: the title is not what was said.
     assert engine.grep("hiking", sort="recency").hits == []
@@ -379,3 +379,47 @@ def test_a_large_batch_is_found_with_its_surroundings_once_caught_up(engine: Eng
     kayak = engine.grep("kayak", conversation="big", limit=200).hits
     assert {h.id for h in kayak} >= {"msg#1", "msg#101"}
     assert engine.check() == []
+
+
+@pytest.mark.parametrize("sort", ["relevance", "recency"])
+@pytest.mark.parametrize("mode", ["full_text", "regex"])
+def test_pages_of_a_search_follow_on_without_gaps_or_repeats(
+    engine: Engine, sort: str, mode: str
+) -> None:
+    engine.ingest_batch(
+        "s",
+        [
+            {"role": "user", "content": f"note {i}: the deploy " + "went fine " * (i % 4)}
+            for i in range(23)
+        ],
+    )
+    pattern = "deploy" if mode == "full_text" else r"note \d+: the deploy"
+    whole = engine.grep(pattern, conversation="s", sort=sort, mode=mode, limit=23)  # type: ignore[arg-type]
+    assert len(whole.hits) == 23 and not whole.more and whole.next_offset is None
+    pages, offset = [], 0
+    while True:
+        page = engine.grep(
+            pattern,
+            conversation="s",
+            sort=sort,
+            mode=mode,
+            limit=10,
+            offset=offset,  # type: ignore[arg-type]
+        )
+        pages.append(page)
+        if not page.more:
+            break
+        assert page.next_offset == offset + 10
+        offset = page.next_offset
+    assert [len(p.hits) for p in pages] == [10, 10, 3]
+    assert [h.id for p in pages for h in p.hits] == [h.id for h in whole.hits]
+    assert all(h.snippet for p in pages for h in p.hits)
+
+
+def test_a_page_beyond_reach_is_refused_with_what_to_do(engine: Engine) -> None:
+    seed(engine)
+    with pytest.raises(GrepError, match="narrow the search"):
+        engine.grep("deploy", conversation="s", limit=50, offset=990)
+    with pytest.raises(GrepError, match="offset"):
+        engine.grep("deploy", conversation="s", offset=-1)
+    assert engine.grep("deploy", conversation="s", offset=5).hits == []

@@ -24,6 +24,7 @@ from lossless.mcp_server import INSTALL_HINT, MANIFEST_SHOWN, build_server
 from lossless.retrieval.expand_query import LABEL
 from lossless.retrieval.grants import GrantError
 from lossless.summarize import ScriptedSummarizer
+from lossless.toolbox import GREP_RESULT_CHARS
 
 pytestmark = pytest.mark.anyio
 
@@ -155,6 +156,7 @@ async def test_the_store_server_lists_the_recall_tools_with_descriptions_and_sch
         "since",
         "before",
         "limit",
+        "offset",
         "conversation",
     }
     assert props["sort"]["default"] == "relevance"
@@ -199,7 +201,10 @@ async def test_grep_answers_a_question_with_ids_conversation_time_role_and_snipp
     assert first["conversation_id"] == alpha["conv"]
     assert first["created_at"].startswith("20")
     assert "port 9043" in first["snippet"]
-    assert found["truncated"] is False
+    assert found["truncated"] is False and found["more"] is False
+    # A hit carries no empty fields and no long score floats.
+    assert None not in first.values() and "depth" not in first
+    assert len(str(first["score"])) <= 8
 
 
 async def test_grep_covers_the_store_or_one_conversation_and_each_scope(engine: Engine) -> None:
@@ -221,6 +226,33 @@ async def test_grep_covers_the_store_or_one_conversation_and_each_scope(engine: 
     assert [h["id"] for h in regex["hits"]] == [alpha["msg"]]
     assert regex["scanned"] > 0
     assert nothing["hits"] == [] and "mode=regex" in nothing["hint"]
+
+
+async def test_grep_pages_and_a_large_page_is_cut_to_fit_a_window(tmp_path: Path) -> None:
+    with Engine.open(tmp_path / "many.db", config=SMALL, summarizer=ScriptedSummarizer()) as eng:
+        eng.ingest_batch(
+            "big",
+            [
+                {"role": "user", "content": f"deploy log line {i}: " + "rollout ok " * 40}
+                for i in range(180)
+            ],
+        )
+        async with connected(eng) as client:
+            first = await call(client, "lcm_grep", pattern="deploy log", limit=5)
+            second = await call(client, "lcm_grep", pattern="deploy log", limit=5, offset=5)
+            ten = await call(client, "lcm_grep", pattern="deploy log", limit=10)
+            huge = await call(client, "lcm_grep", pattern="deploy log", limit=200)
+            rest = await call(
+                client, "lcm_grep", pattern="deploy log", limit=200, offset=huge["next_offset"]
+            )
+    assert first["more"] is True and first["next_offset"] == 5 and "offset=5" in first["next"]
+    assert [h["id"] for h in first["hits"] + second["hits"]] == [h["id"] for h in ten["hits"]]
+    # 180 hits of ~500 characters: the page stops at the size cap and says where to go on.
+    assert len(json.dumps(huge)) < GREP_RESULT_CHARS + 1_000
+    assert 10 < len(huge["hits"]) < 180 and huge["more"] is True
+    assert huge["next_offset"] == len(huge["hits"]) and "to fit" in huge["next"]
+    seen = [h["id"] for h in huge["hits"] + rest["hits"]]
+    assert len(set(seen)) == len(seen) and rest["hits"]
 
 
 async def test_bad_grep_input_is_a_tool_error_that_says_what_to_do(engine: Engine) -> None:

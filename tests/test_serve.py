@@ -295,3 +295,31 @@ def test_http_refuses_an_address_off_loopback(db: str) -> None:
     )
     assert done.returncode == 2
     assert "not a loopback address" in done.stderr and "--allow-remote" in done.stderr
+
+
+def test_requests_read_from_a_file_are_all_answered(tmp_path: Path) -> None:
+    # `serve --stdio < requests.jsonl`: stdin is a file, which an event loop cannot watch.
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "ingest",
+                "params": {"session_id": "f", "message": {"role": "user", "content": "hi"}},
+            }
+        )
+        + "\n"
+        + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "status", "params": {}})
+    )
+    with requests.open("rb") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-m", "lossless", "--db", str(tmp_path / "f.db"), "serve", "--stdio"],
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.decode().splitlines())}
+    assert answers[1]["result"]["inserted"] == 1
+    assert answers[2]["result"]["backend"] == "sqlite"

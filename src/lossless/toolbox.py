@@ -34,6 +34,7 @@ from .retrieval.grep import Mode, Scope, Sort
 from .retrieval.tools import TOOLS
 
 __all__ = [
+    "GREP_RESULT_CHARS",
     "MANIFEST_SHOWN",
     "RECALL_ORDER",
     "SESSION_TOOLS",
@@ -44,6 +45,11 @@ __all__ = [
     "run",
     "tool_schemas",
 ]
+
+#: The most characters of hits one lcm_grep result carries (about 5k tokens): a page that
+#: would be longer ends early and says where the next starts, so a model's window (and a
+#: client's cap on a tool result) is never flooded by a large limit.
+GREP_RESULT_CHARS = 20_000
 
 #: Manifest entries a describe shows; the rest are counted (a deep summary has thousands).
 MANIFEST_SHOWN = 50
@@ -148,9 +154,11 @@ def lcm_grep(
     since: str | None,
     before: str | None,
     limit: int,
+    offset: int,
     conversation: int | str | None,
 ) -> dict[str, Any]:
-    """Search the stored history (hits with ids and snippets)."""
+    """Search the stored history: lean hits (ids, where, when, who, a snippet), one page at a
+    time, and what to ask for the next page or why the search stopped early."""
     _, ids = tools.resolve(conversation)
     result = tools.engine.grep(
         pattern,
@@ -161,11 +169,33 @@ def lcm_grep(
         before=before,
         limit=limit,
         sort=sort,
+        offset=offset,
     )
-    out: dict[str, Any] = {
-        "hits": [h.to_dict() for h in result.hits],
-        "truncated": result.truncated,
-    }
+    hits: list[dict[str, Any]] = []
+    size = 0
+    for hit in result.hits:
+        lean = _lean(hit.to_dict())
+        size += len(json.dumps(lean, ensure_ascii=False))
+        if hits and size > GREP_RESULT_CHARS:
+            break
+        hits.append(lean)
+    more, next_offset = result.more, result.next_offset
+    if len(hits) < len(result.hits):  # cut to size: the rest of this page is the next one
+        more, next_offset = True, offset + len(hits)
+    out: dict[str, Any] = {"hits": hits, "more": more, "truncated": result.truncated}
+    if more:
+        out["next_offset"] = next_offset
+        out["next"] = f"the next page: the same call with offset={next_offset}"
+        if len(hits) < len(result.hits):
+            out["next"] += (
+                f" (this page stopped at {len(hits)} hits, about {GREP_RESULT_CHARS:,}"
+                " characters, to fit a model's window)"
+            )
+    if result.truncated:
+        out["stopped"] = (
+            "the search stopped at its bound (rows or time) before looking everywhere:"
+            " narrow it (since/before, a conversation, a literal in the pattern)"
+        )
     if mode == "regex":
         out["scanned"] = result.scanned
     if not result.hits:
@@ -174,6 +204,14 @@ def lcm_grep(
             " match), mode=regex for a pattern, scope=files for large files, or another"
             " conversation (lcm_list_conversations)"
         )
+    return out
+
+
+def _lean(hit: dict[str, Any]) -> dict[str, Any]:
+    """A hit as a model reads it: no empty fields, the score to three figures."""
+    out = {k: v for k, v in hit.items() if v is not None and not (k == "tier" and v == 0)}
+    if "score" in out:
+        out["score"] = float(f"{out['score']:.3g}") or 0.0
     return out
 
 

@@ -28,6 +28,7 @@ from .output import (
 @declared_option("lcm_grep", "scope")
 @declared_option("lcm_grep", "sort")
 @declared_option("lcm_grep", "limit")
+@declared_option("lcm_grep", "offset")
 @declared_option("lcm_grep", "since")
 @declared_option("lcm_grep", "before")
 @json_option
@@ -41,6 +42,7 @@ def grep_command(
     scope: str,
     sort: str,
     limit: int,
+    offset: int,
     since: str | None,
     before: str | None,
     as_json: bool,
@@ -62,6 +64,7 @@ def grep_command(
         scope=scope,  # type: ignore[arg-type]
         sort=sort,  # type: ignore[arg-type]
         limit=limit,
+        offset=offset,
         since=since,
         before=before,
     )
@@ -71,6 +74,8 @@ def grep_command(
                 "hits": [h.to_dict() for h in result.hits],
                 "truncated": result.truncated,
                 "scanned": result.scanned,
+                "more": result.more,
+                "next_offset": result.next_offset,
             }
         )
         return
@@ -89,6 +94,8 @@ def grep_command(
         stdout.print("no matches")
     if result.truncated:
         stdout.print(f"(stopped early after scanning {result.scanned:,} rows: the regex bound)")
+    if result.more:
+        stdout.print(f"(more: --offset {result.next_offset} for the next {limit})")
 
 
 @click.command("describe")
@@ -172,6 +179,7 @@ def expand_command(
             list(summary_ids),
             max_depth=max_depth,
             include_messages=include_messages,
+            token_cap=token_cap,
         )
     finally:
         engine.revoke_grant(grant.grant_id)
@@ -184,11 +192,9 @@ def expand_command(
             highlight=False,
         )
         stdout.print(escape(node.content), highlight=False)
-    stdout.print(
-        f"{len(result.nodes)} item(s), {result.tokens:,} tokens"
-        + (" (stopped at the token cap)" if result.truncated else ""),
-        highlight=False,
-    )
+    stdout.print(f"{len(result.nodes)} item(s), {result.tokens:,} tokens", highlight=False)
+    if result.stopped:
+        stdout.print("stopped: " + result.stopped.replace("token_cap", "--cap"), highlight=False)
 
 
 @click.command("ask")

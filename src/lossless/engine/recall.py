@@ -41,12 +41,14 @@ class Recall(Facade):
         limit: int = 20,
         sort: Sort = "relevance",
         within: Sequence[int] | None = None,
+        offset: int = 0,
     ) -> GrepResult:
         """``lcm_grep``: search messages, summaries or large files.
 
         With *conversation*, the search covers its family (the conversations sharing its
         session key; only itself with ``family=False``); without, the whole store. *within*
-        limits it further to those conversation ids (a scoped server's).
+        limits it further to those conversation ids (a scoped server's). *offset* skips that
+        many hits: the result's ``next_offset`` is the next page's, while ``more`` says so.
         """
         return grep_store(
             self.store,
@@ -58,6 +60,7 @@ class Recall(Facade):
             before=before,
             limit=limit,
             sort=sort,
+            offset=offset,
         )
 
     def describe(

@@ -38,14 +38,25 @@ class ExpandResult:
     nodes: list[ExpandedNode] = field(default_factory=list)
     tokens: int = 0
     truncated: bool = False
+    #: Why the walk stopped early (the cap, what set it, the first item that did not fit, and
+    #: what to do), when it did.
+    stopped: str | None = None
+    #: The grant's tokens left after this expansion was charged.
+    grant_tokens_left: int | None = None
+    #: The first item that did not fit: (id, tokens).
+    next_item: tuple[str, int] | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
+        out: dict[str, Any] = {
             "nodes": [asdict(n) for n in self.nodes],
             "tokens": self.tokens,
             "truncated": self.truncated,
+            "grant_tokens_left": self.grant_tokens_left,
         }
+        if self.stopped:
+            out["stopped"] = self.stopped
+        return out
 
 
 def expand(
@@ -65,7 +76,8 @@ def expand(
         raise grant_store.GrantError(
             f"this grant allows expanding {grant.max_depth} level(s) down, not {depth}"
         )
-    cap = min(token_cap or services.config.max_expand_tokens, grant.tokens_left)
+    asked = token_cap or services.config.max_expand_tokens
+    cap = min(asked, grant.tokens_left)
     allowed = set(grant.conversation_ids)
     result = ExpandResult()
     frontier: list[tuple[str, int]] = [(sid, 0) for sid in summary_ids]
@@ -98,12 +110,43 @@ def expand(
                     break
     if result.tokens:
         grant_store.charge(store, grant_id, result.tokens)
+    result.grant_tokens_left = grant.tokens_left - result.tokens
+    if result.truncated and result.next_item is not None:
+        result.stopped = _why_stopped(
+            result,
+            cap,
+            by_grant=grant.tokens_left < asked,
+            by_caller=token_cap is not None,
+        )
     return result
+
+
+def _why_stopped(result: ExpandResult, cap: int, *, by_grant: bool, by_caller: bool) -> str:
+    """What stopped the walk, in words a model acts on."""
+    item, tokens = result.next_item or ("", 0)
+    if by_grant:
+        bound = f"the grant has {cap:,} tokens left"
+        advice = "ask the user for a new grant, or lcm_describe the id to read it in pieces"
+    else:
+        bound = f"the cap is {cap:,} tokens" + (
+            " (token_cap)" if by_caller else " (max_expand_tokens)"
+        )
+        advice = (
+            f"ask again with token_cap of at least {result.tokens + tokens:,}, fewer"
+            " summary_ids, max_depth lower, or include_messages false"
+        )
+    done = (
+        f"returned {len(result.nodes)} item(s), {result.tokens:,} tokens; "
+        if result.nodes
+        else "nothing returned: "
+    )
+    return f"{done}{item} ({tokens:,} tokens) did not fit: {bound}; {advice}"
 
 
 def _take(result: ExpandResult, node: ExpandedNode, cap: int) -> bool:
     if result.tokens + node.tokens > cap:
         result.truncated = True
+        result.next_item = (node.id, node.tokens)
         return False
     result.nodes.append(node)
     result.tokens += node.tokens

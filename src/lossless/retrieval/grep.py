@@ -39,6 +39,7 @@ from ..codec import clean_text
 from ..errors import LosslessError
 from ..store.search import SearchScope, TextRow, WordOrder
 from ..timestamps import format_ts, parse_ts
+from .tools import MAX_REACH
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -257,11 +258,14 @@ class GrepHit:
 
 @dataclass(frozen=True)
 class GrepResult:
-    """Matches, and whether a bound stopped the search early."""
+    """Matches, whether a bound stopped the search early, and whether more hits follow this
+    page (ask again with ``offset=next_offset``)."""
 
     hits: list[GrepHit]
     truncated: bool = False
     scanned: int = 0
+    more: bool = False
+    next_offset: int | None = None
 
 
 def _split(pattern: str) -> tuple[list[str], list[str], list[str]]:
@@ -453,8 +457,55 @@ def grep(
     sort: Sort = "recency",
     max_rows: int = 200_000,
     max_seconds: float = 2.0,
+    offset: int = 0,
 ) -> GrepResult:
-    """Search the store; see the module docstring for the modes and their bounds."""
+    """Search the store; see the module docstring for the modes and their bounds. *offset*
+    skips that many hits (the pages of one search); the result says whether more follow."""
+    if offset < 0 or offset + limit > MAX_REACH:
+        raise GrepError(
+            f"offset must be from 0, and offset + limit at most {MAX_REACH:,}: narrow the"
+            " search (other words, since/before, a conversation) rather than page that far"
+        )
+    found = _search(
+        store,
+        pattern,
+        conversation_ids=conversation_ids,
+        mode=mode,
+        scope=scope,
+        since=since,
+        before=before,
+        limit=offset + limit + 1,
+        sort=sort,
+        max_rows=max_rows,
+        max_seconds=max_seconds,
+        page=limit,
+    )
+    page = found.hits[offset : offset + limit]
+    more = len(found.hits) > offset + limit
+    return dataclasses.replace(
+        found,
+        hits=_lead_back(store, page),
+        more=more,
+        next_offset=offset + limit if more else None,
+    )
+
+
+def _search(
+    store: Store,
+    pattern: str,
+    *,
+    conversation_ids: Sequence[int] | None,
+    mode: Mode,
+    scope: Scope,
+    since: str | None,
+    before: str | None,
+    limit: int,
+    sort: Sort,
+    max_rows: int,
+    max_seconds: float,
+    page: int,
+) -> GrepResult:
+    """:func:`grep`'s first *limit* hits, unsnipped (the page is made from them)."""
     if mode not in ("full_text", "regex"):
         raise GrepError(f"unknown mode {mode!r}; use full_text or regex")
     if scope not in ("messages", "summaries", "both", "files"):
@@ -467,7 +518,7 @@ def grep(
         )
     if sort not in ("recency", "relevance"):
         raise GrepError(f"unknown sort {sort!r}; use relevance or recency")
-    if not 1 <= limit <= MAX_LIMIT:
+    if not 1 <= page <= MAX_LIMIT:
         raise GrepError(f"limit must be from 1 to {MAX_LIMIT}")
     if not pattern or not pattern.strip():
         raise GrepError("the pattern is empty; give words (full_text) or a regular expression")
@@ -516,8 +567,9 @@ def grep(
         hits.sort(key=lambda h: h.created_at, reverse=True)
         hits.sort(key=lambda h: h.tier)
     else:
-        hits.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9, h.created_at))
-    return GrepResult(_lead_back(store, hits[:limit]), truncated=truncated)
+        # Stable: ties keep the order the index gave them (newest first), page after page.
+        hits.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9))
+    return GrepResult(hits[:limit], truncated=truncated)
 
 
 def _fair(store: Store, table: str, pattern: str, hits: list[GrepHit]) -> list[GrepHit]:
@@ -737,4 +789,4 @@ def _regex(
                         break
             if truncated:
                 break
-    return GrepResult(_lead_back(store, hits[:limit]), truncated=truncated, scanned=scanned)
+    return GrepResult(hits[:limit], truncated=truncated, scanned=scanned)

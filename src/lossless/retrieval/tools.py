@@ -29,6 +29,8 @@ __all__ = ["REQUIRED", "TOOLS", "Param", "RecallTool", "tool"]
 REQUIRED: Any = inspect.Parameter.empty
 #: The most hits, rows or conversations a tool returns in one call.
 MAX_LIMIT = 200
+#: How far a search pages: offset + limit at most this many hits in (retrieval.grep's).
+MAX_REACH = 1_000
 
 _JSON = {"string": "string", "integer": "integer", "boolean": "boolean"}
 
@@ -364,6 +366,15 @@ TOOLS: dict[str, RecallTool] = {
                 _SINCE,
                 _BEFORE,
                 Param("limit", "integer", "Most hits to return.", 20, minimum=1, maximum=MAX_LIMIT),
+                Param(
+                    "offset",
+                    "integer",
+                    "Hits to skip: the next page of the same search starts at the next_offset"
+                    " a result gives (while it says more: true).",
+                    0,
+                    minimum=0,
+                    maximum=MAX_REACH - 1,
+                ),
                 _CONVERSATION,
             ),
         ),

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -247,9 +248,7 @@ async def _stdio(engine: Engine, out: Any, workers: int) -> None:
     loop = asyncio.get_running_loop()
     dispatcher = Dispatcher(engine, workers=workers)
     reader = asyncio.StreamReader(limit=MAX_REQUEST_BYTES, loop=loop)
-    await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(os.dup(0), "rb")
-    )
+    await _connect_stdin(loop, reader)
     stop = _stop_on_signals(loop)
 
     def write(data: bytes) -> None:
@@ -268,6 +267,24 @@ async def _stdio(engine: Engine, out: Any, workers: int) -> None:
         await dispatcher.drain()
     finally:
         dispatcher.close()
+
+
+async def _connect_stdin(loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader) -> None:
+    """Feed *reader* from stdin: a pipe or socket (a host) through the loop; a file (``serve
+    --stdio < requests.jsonl``) or a terminal, which the loop cannot watch, from a thread."""
+    stdin = os.fdopen(os.dup(0), "rb", buffering=0)
+    mode = os.fstat(stdin.fileno()).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), stdin)
+        return
+
+    def pump() -> None:
+        with stdin:
+            while chunk := stdin.read(1 << 16):
+                loop.call_soon_threadsafe(reader.feed_data, chunk)
+        loop.call_soon_threadsafe(reader.feed_eof)
+
+    threading.Thread(target=pump, name="lossless-stdin", daemon=True).start()
 
 
 async def _next_line(

@@ -65,7 +65,7 @@ class PgSearch(SearchStore):
         # websearch_to_tsquery (which never fails on user text); ts_rank_cd, negated so
         # that, as with bm25(), lower is better.
         key = key_column(table)
-        by = "score"
+        by = f"score, s.{key} DESC"  # ties newest first, the same on every page
         if order == "recency":
             # Newest first by walking the key backwards suits words in many rows; for a
             # selective query that walk reads the whole table to find a few matches (the

@@ -95,7 +95,7 @@ class SQLiteSearch(SearchStore):
         sql = (
             f"SELECT {hit_columns(table)}, s.content, {rank} AS score"
             f" FROM {index} f JOIN {table} s ON s.{key} = f.rowid"
-            f" WHERE {index} MATCH ?{where} ORDER BY score LIMIT ?"
+            f" WHERE {index} MATCH ?{where} ORDER BY score, f.rowid DESC LIMIT ?"
         )
         return self._best_ranked(table, index, rank, query, where, params, limit, sql)
 
@@ -121,7 +121,7 @@ class SQLiteSearch(SearchStore):
         while inner <= RANK_CANDIDATES_MAX:
             candidates = self.fetchall(
                 f"SELECT rowid, {rank} AS score FROM {index} WHERE {index} MATCH ?"
-                " ORDER BY score LIMIT ?",
+                " ORDER BY score, rowid DESC LIMIT ?",
                 [query, inner],
             )
             score = {int(r[0]): float(r[1]) for r in candidates}
@@ -136,7 +136,7 @@ class SQLiteSearch(SearchStore):
                     )
                 ]
             if len(kept) >= limit or len(candidates) < inner:
-                best = sorted(kept, key=lambda k: score[k])[:limit]
+                best = sorted(kept, key=lambda k: (score[k], -k))[:limit]  # ties newest first
                 if not best:
                     return []
                 marks = ",".join("?" * len(best))
@@ -145,7 +145,10 @@ class SQLiteSearch(SearchStore):
                     f" WHERE s.{key} IN ({marks})",
                     best,
                 )
-                return sorted(((*r[:7], score[int(r[7])]) for r in rows), key=lambda r: float(r[7]))
+                return [
+                    (*r[:7], score[int(r[7])])
+                    for r in sorted(rows, key=lambda r: (score[int(r[7])], -int(r[7])))
+                ]
             inner *= 8
         return self.fetchall(plain_sql, [query, *params, limit])
 
