@@ -22,18 +22,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lossless import Engine
+from lossless import Config, Engine
 
 from common import percentiles, save, text_messages
 
 BATCH = 5_000
 
 
-def bulk_lossless(work: Path, messages: list[dict[str, str]], repeat: int) -> dict[str, Any]:
-    """Median of *repeat* runs, each on a fresh database (this machine's timing is noisy)."""
+def bulk_lossless(
+    work: Path, messages: list[dict[str, str]], repeat: int, *, mask: bool = True
+) -> dict[str, Any]:
+    """Median of *repeat* runs, each on a fresh database (this machine's timing is noisy);
+    secrets masked (the default) or not."""
     runs = []
+    config = Config().replace(redact={"mask": mask})
     for r in range(repeat):
-        with Engine.open(work / f"bulk-{r}.db") as engine:
+        with Engine.open(work / f"bulk-{r}-{mask}.db", config=config) as engine:
             started = time.perf_counter()
             for i in range(0, len(messages), BATCH):
                 engine.ingest_batch("bulk", messages[i : i + BATCH])
@@ -135,6 +139,18 @@ def main() -> None:
             "lossless": bulk_lossless(work, messages, args.repeat),
             "agents_sqlite_session": bulk_agents(work / "bulk-agents.db", messages),
         }
+        # Masking (on by default) against off, in the same run, on the same messages and on
+        # messages of which one in fifty holds a key.
+        keyed = [
+            {**m, "content": m["content"] + f" key sk-proj-{i:024d}"} if i % 50 == 0 else m
+            for i, m in enumerate(messages)
+        ]
+        masking = {
+            "off": bulk_lossless(work, messages, args.repeat, mask=False),
+            "on": results["bulk"]["lossless"],
+            "on_with_keys": bulk_lossless(work, keyed, args.repeat),
+        }
+        results["masking"] = masking
         b = results["bulk"]
         print(f"bulk ingest of {args.bulk:,} messages (~200 chars, FTS):")
         print(
@@ -150,6 +166,11 @@ def main() -> None:
                 f"  SQLiteSession {b['agents_sqlite_session']['messages_per_s']:>9,} msg/s"
                 f"  (no search index); lossless/SQLiteSession = {ratio:.2f}"
             )
+        print("masking secrets (the default) against off, bulk msg/s (with catch-up):")
+        for name, row in masking.items():
+            rate, whole = row["messages_per_s"], row["messages_per_s_incl_catch_up"]
+            share = rate / masking["off"]["messages_per_s"]
+            print(f"  {name:<13} {rate:>9,} ({whole:,})  {share:.1%} of off")
         results["per_turn"] = []
         print("per-turn ingest (user + assistant, one transaction):")
         for size in (int(s) for s in args.sizes.split(",")):

@@ -129,6 +129,8 @@ def build_source(target: str, tmp_path: Path) -> None:
         engine.create_grant("tools", purpose="sub-agent")
         engine.summarize_session("imported")
         engine.pop_context("tools")
+        engine.forget("tools", matching="turn 3: read handler 3")  # a tombstone, the log
+        engine.store.mask_salt()  # the store's own key (made when a first secret is masked)
         engine.store.catch_up_indexes()
 
 

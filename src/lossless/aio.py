@@ -105,6 +105,7 @@ class AsyncEngine:
     reinjected_since = _offload(Engine.reinjected_since)
     update_conversation = _offload(Engine.update_conversation)
     archive = _offload(Engine.archive)
+    forget = _offload(Engine.forget)
     pop_context = _offload(Engine.pop_context)
     normalize = _offload(Engine.normalize)
     ingest = _offload(Engine.ingest)

@@ -103,10 +103,22 @@ class SessionsConfig:
 
 @dataclass(frozen=True)
 class RedactConfig:
-    """Secrets replaced on ingest, before anything is stored, indexed or summarized."""
+    """Secrets found on ingest: masked (the default: a stable label everywhere the message is
+    shown or sent, the original kept for ``lossless reveal``) or removed (``enabled``)."""
 
+    mask: bool = field(
+        default=True,
+        metadata=_opt(
+            help="mask secrets in everything that leaves the store ([secret:openai-key#3f9a2c]);"
+            " the original stays in the store for `lossless reveal`"
+        ),
+    )
     enabled: bool = field(
-        default=False, metadata=_opt(help="replace secrets in messages before they are stored")
+        default=False,
+        metadata=_opt(
+            help="remove secrets from messages before they are stored ([REDACTED:openai_key];"
+            " stricter than mask: nothing keeps the value unless keep_originals)"
+        ),
     )
     builtin: bool = field(
         default=True, metadata=_opt(help="use the built-in patterns (API keys, tokens, ...)")

@@ -57,7 +57,7 @@ class RewriteEntry:
     """One summary to rewrite, and what became of it."""
 
     summary: Summary
-    reason: str  # asked | fallback | truncated
+    reason: str  # asked | fallback | forgotten | truncated
     new_id: str | None = None
     new_tokens: int | None = None
     level: str | None = None  # normal | aggressive | fallback
@@ -132,7 +132,8 @@ def chosen(
 
 
 def degraded(services: Services, conversation_id: int | None = None) -> list[RewriteEntry]:
-    """Live summaries written by the deterministic fallback or truncated, shallowest first."""
+    """Live summaries written by the deterministic fallback, truncated, or withdrawn by a
+    forget, shallowest first."""
     return [
         RewriteEntry(summary, why)
         for summary, why in services.store.degraded_summaries(conversation_id, TRUNCATION_MARKER)

@@ -218,9 +218,11 @@ class NormalizedMessage:
     metadata: dict[str, Any] | None = field(default=None)
     #: Files this message's plain text refers to instead of holding (set at ingest).
     large_files: list[LargeFile] = field(default_factory=list)
-    #: With redaction: the secrets replaced, and the encrypted original (when kept).
+    #: With masking or removal: the secrets replaced, and the original when kept (encrypted
+    #: with removal, as it was with masking: ``kept_plain``).
     redactions: int = 0
     sealed: bytes | None = None
+    kept_plain: bool = False
     #: A host's own record (a command, caveat, hook output, ...), not the conversation's.
     host_meta: str | None = None
 
@@ -290,6 +292,8 @@ class StoredMessage:
     #: What kind of host record this is (``command``, ``caveat``, ``hook_output``, ...), or
     #: ``None`` for the conversation's own messages: see :data:`lossless.model.HOST_META`.
     host_meta: str | None = None
+    #: When the owner forgot it (``lossless forget``): a tombstone, its text gone.
+    forgotten_at: str | None = None
 
     @property
     def speaker(self) -> str:

@@ -1,12 +1,22 @@
-"""Redaction on ingest: secrets replaced before a message is stored.
+"""Secrets found on ingest: masked by default, or removed.
 
-With ``redact.enabled``, every string of a normalized message — its plain text, each part's
-text, tool input, tool output and original block, and the envelope — is searched for the
-built-in secret patterns (``redact.builtin``) and the configured ones (``redact.patterns``),
-and each match becomes ``[REDACTED:<kind>]``. Because this happens before the message is
-written, the secret reaches neither the database, nor the search indexes, nor the tool log,
-nor the model-facing context — nor a summarizer, which is the only way to be sure it is never
-sent to one.
+**Masking** (``redact.mask``, on by default): every secret the patterns find is replaced, in
+what is stored as the message's text, parts and envelope, by a stable label —
+``[secret:openai-key#3f9a2c]``, the kind and a tag that is the same wherever the same value
+appears in the store (a keyed hash: the key is made once per store, so the tag says nothing
+of the value without the store). So the secret reaches no output: not ``show``, not a search
+hit or snippet, not a summary or the summarizer, not the assembled context or what a hook
+puts back, not an MCP or ``serve`` result, not an export. The original message is kept beside
+it, in the store, and ``lossless reveal MSG_ID`` gives it back with no set-up. The trade-off:
+the value is still in the database file (as it would be without masking); masking keeps it
+from being shown or sent, and ``lossless forget`` removes it.
+
+**Removal** (``redact.enabled``), the stricter mode: every string of a normalized message —
+its plain text, each part's text, tool input, tool output and original block, and the
+envelope — is searched for the built-in secret patterns (``redact.builtin``) and the
+configured ones (``redact.patterns``), and each match becomes ``[REDACTED:<kind>]``.
+Because this happens before the message is written, the secret reaches neither the database,
+nor the search indexes, nor the tool log, nor the model-facing context — nor a summarizer.
 
 The original is dropped, unless ``redact.keep_originals`` is on: then the message as it came
 (before redaction) is kept encrypted (Fernet: AES-128-CBC with HMAC-SHA256, from the
@@ -17,9 +27,11 @@ decrypts it for someone who holds the key. Without the key nothing can read it.
 from __future__ import annotations
 
 import copy
+import hashlib
+import hmac
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +39,7 @@ from .codec import dumps, loads
 from .errors import ConfigError, LosslessError
 from .model import NormalizedMessage
 
-__all__ = ["BUILTIN_PATTERNS", "KEY_VARIABLE", "Redactor", "Sealer", "new_key"]
+__all__ = ["BUILTIN_PATTERNS", "KEY_VARIABLE", "MASK_LABEL", "Redactor", "Sealer", "new_key"]
 
 KEY_VARIABLE = "LOSSLESS_REDACT_KEY"
 
@@ -53,18 +65,53 @@ BUILTIN_PATTERNS: dict[str, str] = {
 }
 #: A pattern with a group named ``secret`` replaces that group only (the label stays).
 
+#: For each built-in pattern, text (lower case) that every match holds: a string holding none
+#: of them is not searched with that pattern, which keeps masking off the ingest's time.
+BUILTIN_HINTS: dict[str, tuple[str, ...]] = {
+    "private_key": ("private key",),
+    "anthropic_key": ("sk-ant-",),
+    "openai_key": ("sk-",),
+    "aws_access_key": ("akia", "asia"),
+    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "gitlab_token": ("glpat-",),
+    "slack_token": ("xox",),
+    "google_api_key": ("aiza",),
+    "stripe_key": ("_live_", "_test_"),
+    "jwt": ("eyj",),
+    "bearer_token": ("bearer",),
+    "assigned_secret": ("passw", "secret", "api_key", "apikey", "_token"),
+}
+
+#: What a masked secret reads as: its kind and its tag.
+MASK_LABEL = re.compile(r"\[secret:(?P<kind>[a-z0-9-]+)#(?P<tag>[0-9a-f]{6})\]")
+
 
 @dataclass(frozen=True)
 class _Rule:
     name: str
     pattern: re.Pattern[str]
+    #: Lower-case text every match holds (empty: no hint, always searched).
+    hints: tuple[str, ...] = ()
 
 
 class Redactor:
     """Finds and replaces secrets in messages (see the module docstring)."""
 
-    def __init__(self, patterns: Sequence[str] = (), *, builtin: bool = True) -> None:
-        rules = [_Rule(n, re.compile(p)) for n, p in BUILTIN_PATTERNS.items()] if builtin else []
+    def __init__(
+        self,
+        patterns: Sequence[str] = (),
+        *,
+        builtin: bool = True,
+        tag: Callable[[str], str] | None = None,
+    ) -> None:
+        """*tag*: masking — a secret becomes ``[secret:<kind>#<tag(value)>]``; without it,
+        removal — ``[REDACTED:<name>]``."""
+        self._tag = tag
+        rules = (
+            [_Rule(n, re.compile(p), BUILTIN_HINTS.get(n, ())) for n, p in BUILTIN_PATTERNS.items()]
+            if builtin
+            else []
+        )
         for n, text in enumerate(patterns, start=1):
             try:
                 rules.append(_Rule(f"custom_{n}", re.compile(text)))
@@ -77,24 +124,50 @@ class Redactor:
                 "redaction is on but has no patterns: keep redact.builtin on or add some"
             )
         self.rules = tuple(rules)
+        #: Whether a rule without hints is there (then every string is searched).
+        self._always = any(not r.hints for r in self.rules)
+        self._hints = tuple({h for r in self.rules for h in r.hints})
+
+    def maybe(self, text: str) -> bool:
+        """Whether *text* may hold a secret (``False``: it holds none, for certain)."""
+        if self._always:
+            return True
+        low = text.lower()
+        return any(h in low for h in self._hints)
+
+    def _marker(self, rule: _Rule, secret: str) -> str:
+        if self._tag is None:
+            return f"[REDACTED:{rule.name}]"
+        return f"[secret:{rule.name.replace('_', '-')}#{self._tag(secret)}]"
 
     def text(self, value: str) -> tuple[str, int]:
-        """*value* with every secret replaced, and how many were."""
-        found = 0
-        for rule in self.rules:
-            marker = f"[REDACTED:{rule.name}]"
-            if "secret" in rule.pattern.groupindex:
-
-                def keep_label(m: re.Match[str], marker: str = marker) -> str:
-                    start, end = m.span("secret")
-                    whole = m.group(0)
-                    return whole[: start - m.start()] + marker + whole[end - m.start() :]
-
-                value, n = rule.pattern.subn(keep_label, value)
-            else:
-                value, n = rule.pattern.subn(marker, value)
-            found += n
-        return value, found
+        """*value* with every secret replaced, and how many were. Every pattern is matched
+        against the text as it came (a label is never read as a secret); where matches
+        overlap, the one starting first wins (the longer, then the earlier pattern, on a tie)."""
+        if not self.maybe(value):
+            return value, 0
+        low = value.lower()
+        found: list[tuple[int, int, int, _Rule]] = []
+        for n, rule in enumerate(self.rules):
+            if rule.hints and not any(h in low for h in rule.hints):
+                continue
+            group = "secret" if "secret" in rule.pattern.groupindex else 0
+            for m in rule.pattern.finditer(value):
+                begin, stop = m.span(group)
+                if stop > begin:
+                    found.append((begin, -stop, n, rule))
+        if not found:
+            return value, 0
+        found.sort(key=lambda f: f[:3])
+        out: list[str] = []
+        at = count = 0
+        for begin, neg_stop, _, rule in found:
+            if begin < at:
+                continue
+            out += [value[at:begin], self._marker(rule, value[begin:-neg_stop])]
+            at, count = -neg_stop, count + 1
+        out.append(value[at:])
+        return "".join(out), count
 
     def value(self, value: Any) -> tuple[Any, int]:
         """A JSON-like value with every string redacted (keys included), and the count."""
@@ -132,6 +205,36 @@ class Redactor:
             norm.envelope, n = self.value(norm.envelope)
             total += n
         return total
+
+    def may_hold(self, norm: NormalizedMessage) -> bool:
+        """Whether anything of *norm* may hold a secret (``False``: nothing does, for
+        certain): its text, parts and envelope checked at once, as one JSON text."""
+        if self._always:
+            return True
+        # (A message nested too deeply to store is refused here, as the store would.)
+        blob = dumps(
+            [
+                norm.content,
+                norm.envelope,
+                [(p.text, p.tool_input, p.tool_output, p.raw) for p in norm.parts],
+            ]
+        )
+        return self.maybe(blob)
+
+
+def tagger(salt: Callable[[], bytes]) -> Callable[[str], str]:
+    """A secret's tag: the first 6 hex digits of its HMAC-SHA256 under the store's key
+    (*salt*, asked for once, when the first secret is found): the same value, the same tag,
+    in every message of the store."""
+    key: list[bytes] = []
+
+    def tag(value: str) -> str:
+        if not key:
+            key.append(salt())
+        digest = hmac.new(key[0], value.encode("utf-8", "surrogatepass"), hashlib.sha256)
+        return digest.hexdigest()[:6]
+
+    return tag
 
 
 def snapshot(norm: NormalizedMessage) -> dict[str, Any]:

@@ -85,6 +85,8 @@ def _message_dict(m: StoredMessage, source: bool) -> dict[str, object]:
         "source_format": m.source_format,
         "content": m.content,
     }
+    if m.forgotten_at:
+        out["forgotten_at"] = m.forgotten_at
     if source:
         out["source"] = m.to_source() if m.source_format != "lossless" else m.to_source().to_dict()
         out["parts"] = [
@@ -138,4 +140,6 @@ def show_command(
             highlight=False,
         )
         text = m.content if len(m.content) <= 2000 else m.content[:2000] + " …"
+        if m.forgotten_at:
+            text = f"(forgotten on {m.forgotten_at[:10]})"
         stdout.print(escape(text), highlight=False)

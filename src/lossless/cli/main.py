@@ -103,6 +103,7 @@ for command in (
     maintenance.rewrite_command,
     maintenance.dissolve_command,
     maintenance.backfill_command,
+    maintenance.forget_command,
     tui.tui_command,
     hook_commands.hook_group,
     hook_commands.hooks_group,

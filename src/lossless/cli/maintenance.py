@@ -1,13 +1,16 @@
-"""``lossless transplant``, ``rewrite``, ``dissolve`` and ``backfill``: work on the DAG."""
+"""``lossless transplant``, ``rewrite``, ``dissolve``, ``backfill`` and ``forget``: work on
+what is stored."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
 from ..errors import NotFoundError
+from ..forget import ForgetReport
 from ..maintenance import RewriteReport
 from ..transplant import render
 from .conversations import resolve
@@ -209,5 +212,119 @@ def backfill_command(
         stdout.print(
             f"transplanted {len(t.context_summaries)} context summaries ({len(t.dag)} in all,"
             f" {len(t.message_ids)} messages) into conversation {t.target.conversation_id}",
+            highlight=False,
+        )
+
+
+def _message_range(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    parts = [p.strip().removeprefix("msg#") for p in text.split("..")]
+    if len(parts) == 1:
+        parts = parts * 2
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise click.UsageError(
+            f"{text!r} is not a message range; write msg#12..msg#40 (or 12..40, or one id)"
+        )
+    return int(parts[0]), int(parts[1])
+
+
+@click.command("forget")
+@click.argument("conversation", required=False)
+@click.option("--family", is_flag=True, help="The conversation's whole family (its session key).")
+@click.option("--messages", "span", metavar="A..B", help="Only these messages: msg#12..msg#40.")
+@click.option(
+    "--matching", metavar="TEXT", help="Only the messages holding TEXT (as typed, any case)."
+)
+@click.option("--dry-run", "dry_run", is_flag=True, help="Say what would go; change nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before forgetting.")
+@click.option(
+    "--allow-reimport",
+    is_flag=True,
+    help="Let a later import of the transcript store it again (default: forgotten stays so).",
+)
+@json_option
+@pass_state
+def forget_command(
+    state: State,
+    conversation: str | None,
+    family: bool,
+    span: str | None,
+    matching: str | None,
+    dry_run: bool,
+    yes: bool,
+    allow_reimport: bool,
+    as_json: bool,
+) -> None:
+    """Forget for good: a CONVERSATION, its --family, its --messages A..B, or the messages
+    --matching a text (in CONVERSATION, or anywhere without it).
+
+    The text goes from the messages, their parts, the search indexes, the summaries that
+    covered them (replaced by a marker saying what was forgotten and when), large files,
+    session summaries, the tool log and kept originals, then from the database file itself
+    (SQLite: merged indexes, VACUUM, emptied log). Each message stays as an empty tombstone
+    so a re-import of its transcript does not bring it back (unless --allow-reimport). Asks
+    first on a terminal; --yes does not; --dry-run only says what would go.
+    """
+    if conversation is None and matching is None:
+        raise click.UsageError("say what to forget: a CONVERSATION, or --matching TEXT")
+    if sum(x is not None for x in (span, matching)) > 1:
+        raise click.UsageError("give --messages or --matching, not both")
+    if family and conversation is None:
+        raise click.UsageError("--family needs a CONVERSATION")
+    engine = state.engine()
+    ref = resolve(engine, conversation).conversation_id if conversation is not None else None
+
+    def run(dry: bool) -> ForgetReport:
+        return engine.forget(
+            ref,
+            family=family,
+            messages=_message_range(span),
+            matching=matching,
+            dry_run=dry,
+            allow_reimport=allow_reimport,
+        )
+
+    plan = run(True)
+    if not dry_run and plan.messages and not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(
+                f"this forgets {plan.messages:,} message(s) for good; add --yes to go ahead"
+                " (or --dry-run to see what would go)"
+            )
+        _print_forget(plan)
+        click.confirm("Forget them for good?", abort=True, err=True)
+    report = plan if dry_run else run(False)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    _print_forget(report)
+
+
+def _print_forget(report: ForgetReport) -> None:
+    if not report.messages:
+        stdout.print("nothing to forget: no message matched", highlight=False)
+        return
+    verb = "would forget" if report.dry_run else "forgot"
+    shown = ", ".join(report.first_ids) + (
+        " ..." if report.messages > len(report.first_ids) else ""
+    )
+    stdout.print(
+        f"{verb} {report.messages:,} message(s) of conversation(s)"
+        f" {', '.join(map(str, report.conversations))} ({report.what}): {shown}",
+        highlight=False,
+    )
+    stdout.print(
+        f"  summaries withdrawn (marker in their place): {report.summaries:,}; large files:"
+        f" {report.files:,}; session summary versions: {report.session_summaries:,}; tool-log"
+        f" rows: {report.tool_executions:,}; kept originals: {report.originals:,}; context"
+        f" items: {report.context_items:,}",
+        highlight=False,
+    )
+    for line in report.purged:
+        stdout.print(f"  {line}", highlight=False)
+    if report.summaries and not report.dry_run:
+        stdout.print(
+            "  `lossless rewrite` summarizes the withdrawn summaries again from what remains",
             highlight=False,
         )

@@ -31,6 +31,11 @@ from .output import (
 @declared_option("lcm_grep", "offset")
 @declared_option("lcm_grep", "since")
 @declared_option("lcm_grep", "before")
+@click.option(
+    "--reveal",
+    is_flag=True,
+    help="Also search the originals of messages whose secrets were masked, and show them.",
+)
 @json_option
 @pass_state
 def grep_command(
@@ -45,6 +50,7 @@ def grep_command(
     offset: int,
     since: str | None,
     before: str | None,
+    reveal: bool,
     as_json: bool,
 ) -> None:
     """Search stored messages, summaries and large files (lcm_grep).
@@ -67,6 +73,7 @@ def grep_command(
         offset=offset,
         since=since,
         before=before,
+        reveal=reveal,
     )
     if as_json:
         emit_json(

@@ -228,12 +228,12 @@ def restore_command(state: State, source: Path, yes: bool, as_json: bool) -> Non
 @click.option("--new-key", is_flag=True, help="Print a fresh key for LOSSLESS_REDACT_KEY.")
 @pass_state
 def reveal_command(state: State, message: str | None, new_key: bool) -> None:
-    """Print the original of a redacted message (msg#N or N), decrypted with the key in
-    LOSSLESS_REDACT_KEY.
+    """Print a message as it came (msg#N or N), its masked secrets shown.
 
-    Only messages stored with redact.keep_originals on have one. --new-key prints a key to
-    put in LOSSLESS_REDACT_KEY before turning keep_originals on; keep it safe: without it the
-    originals cannot be read.
+    A message whose secrets were masked (the default) needs nothing more. One whose secrets
+    were removed (redact.enabled) has an original only if redact.keep_originals was on, read
+    with the key in LOSSLESS_REDACT_KEY; --new-key prints such a key (keep it safe: without it
+    the originals cannot be read).
     """
     if new_key:
         click.echo(make_key())

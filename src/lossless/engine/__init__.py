@@ -22,9 +22,10 @@ from typing import Any
 
 from ..assemble import AssembledContext
 from ..assemble import assemble as assemble_context
+from ..codec import dumps, loads
 from ..compaction import CompactionReport, after_turn_compaction
 from ..compaction import compact as compact_context
-from ..config import Config, load_config
+from ..config import Config, RedactConfig, load_config
 from ..errors import NotFoundError
 from ..ingest.importer import import_path as import_transcripts
 from ..ingest.peers import PeerReport
@@ -32,7 +33,7 @@ from ..ingest.peers import import_store as import_peer_store
 from ..ingest.pipeline import append, prepare
 from ..ingest.reconcile import Progress, ReconcileReport, reconcile_file
 from ..model import Conversation, IngestResult, NormalizedMessage, StoredMessage, StoredPart
-from ..redact import Redactor, Sealer
+from ..redact import Redactor, Sealer, tagger
 from ..services import ConversationLocks, Services
 from ..store import Store, open_store
 from ..summarize import Summarizer
@@ -94,7 +95,7 @@ class Engine(Reads, Recall, Upkeep):
             tokens=token_counter or HeuristicTokenCounter(),
             summarizer=summarizer or build_summarizer(config),
             files_dir=files_dir_for(config, store),
-            redactor=Redactor(redact.patterns, builtin=redact.builtin) if redact.enabled else None,
+            redactor=_redactor(redact, store),
             sealer=Sealer() if redact.enabled and redact.keep_originals else None,
         )
         # Session summaries: one run per conversation at a time (never the ingest lock: a
@@ -195,16 +196,23 @@ class Engine(Reads, Recall, Upkeep):
         )
 
     def reveal(self, message_id: int, *, key: str | None = None) -> Any:
-        """The original of a redacted message, in its source shape, decrypted with *key*
-        (default: ``LOSSLESS_REDACT_KEY``); :class:`NotFoundError` when none was kept."""
+        """The original of a message whose secrets were masked or removed, in its source
+        shape: as it was (masked: no key needed), or decrypted with *key* (removed with
+        ``redact.keep_originals``; default: ``LOSSLESS_REDACT_KEY``). A message with no
+        secrets is its own original. :class:`NotFoundError` when a removed secret's original
+        was not kept."""
         stored = self.get_message(message_id)
-        sealed = self.store.sealed_original(message_id)
-        if sealed is None:
+        kept = self.store.sealed_original(message_id)
+        if kept is None:
+            source = stored.to_source()
+            if "[REDACTED:" not in dumps(source):
+                return source
             raise NotFoundError(
-                f"no original was kept for msg#{message_id}: it had no secrets, or"
-                " redact.keep_originals was off when it was stored"
+                f"no original was kept for msg#{message_id}: its secrets were removed"
+                " (redact.enabled) while redact.keep_originals was off"
             )
-        data = Sealer(key).open(sealed)
+        sealed, plain = kept
+        data = loads(sealed.decode("utf-8")) if plain else Sealer(key).open(sealed)
         parts = tuple(
             StoredPart(
                 part_id=0,
@@ -444,3 +452,13 @@ class Engine(Reads, Recall, Upkeep):
         bytes done and total over all the files.
         """
         return import_transcripts(self.services, path, format=format, progress=progress)
+
+
+def _redactor(redact: RedactConfig, store: Store) -> Redactor | None:
+    """What finds secrets on ingest: removal (``redact.enabled``), masking (``redact.mask``,
+    tagged with the store's own key, made when the first secret is found), or nothing."""
+    if redact.enabled:
+        return Redactor(redact.patterns, builtin=redact.builtin)
+    if redact.mask:
+        return Redactor(redact.patterns, builtin=redact.builtin, tag=tagger(store.mask_salt))
+    return None

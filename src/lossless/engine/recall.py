@@ -42,6 +42,7 @@ class Recall(Facade):
         sort: Sort = "relevance",
         within: Sequence[int] | None = None,
         offset: int = 0,
+        reveal: bool = False,
     ) -> GrepResult:
         """``lcm_grep``: search messages, summaries or large files.
 
@@ -49,6 +50,8 @@ class Recall(Facade):
         session key; only itself with ``family=False``); without, the whole store. *within*
         limits it further to those conversation ids (a scoped server's). *offset* skips that
         many hits: the result's ``next_offset`` is the next page's, while ``more`` says so.
+        *reveal* also searches the originals of messages whose secrets were masked (for the
+        owner: a secret's value is found, and shown, only so).
         """
         return grep_store(
             self.store,
@@ -61,6 +64,7 @@ class Recall(Facade):
             limit=limit,
             sort=sort,
             offset=offset,
+            reveal=reveal,
         )
 
     def describe(

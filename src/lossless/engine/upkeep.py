@@ -13,6 +13,9 @@ from ..backup import backup as backup_store
 from ..compaction import CompactionPlan
 from ..compaction import plan as plan_compaction
 from ..doctor import Problem
+from ..errors import ArgumentError
+from ..forget import ForgetReport
+from ..forget import forget as forget_messages
 from ..maintenance import BackfillReport, RewriteReport
 from ..model import ContextItem, SessionSummary
 from ..services import ConversationLocks
@@ -27,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 
 class Upkeep(Facade):
-    """Work on what is stored: session summaries, transplant, maintenance, backups."""
+    """Work on what is stored: session summaries, transplant, maintenance, backups,
+    forgetting."""
 
     #: Session summaries: one run per conversation at a time (never the ingest lock: a
     #: model call must not hold up ingest).
@@ -168,3 +172,36 @@ class Upkeep(Facade):
     def compaction_plan(self, conversation: ConversationRef) -> CompactionPlan:
         """What compacting the conversation would do now (a dry run: nothing changes)."""
         return plan_compaction(self.services, self.conversation(conversation).conversation_id)
+
+    def forget(
+        self,
+        conversation: ConversationRef | None = None,
+        *,
+        family: bool = False,
+        messages: tuple[int, int] | None = None,
+        matching: str | None = None,
+        dry_run: bool = False,
+        allow_reimport: bool = False,
+    ) -> ForgetReport:
+        """Forget for good (see :mod:`lossless.forget`): *conversation* whole (its *family*
+        too), or its messages in *messages* (message ids, both ends included), or the
+        messages holding the text *matching* (in *conversation* or its family, or anywhere).
+        *dry_run* says what would go and changes nothing."""
+        convs = []
+        if conversation is not None:
+            conv = self.conversation(conversation)
+            convs = (
+                [self.conversation(c) for c in self.store.family_ids(conv)] if family else [conv]
+            )
+        elif messages is not None:
+            raise ArgumentError("a message range needs its conversation")
+        whole = conversation is not None and messages is None and matching is None
+        return forget_messages(
+            self.services,
+            convs,
+            whole=whole,
+            message_range=messages,
+            matching=matching,
+            dry_run=dry_run,
+            allow_reimport=allow_reimport,
+        )

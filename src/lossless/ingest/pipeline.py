@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..codec import dumps
 from ..model import Conversation, IngestResult, NormalizedMessage
 from ..redact import snapshot
 from .files import externalize as externalize_text
@@ -34,8 +35,9 @@ def prepare(
     created_at: datetime | None = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> NormalizedMessage:
-    """One message normalized with the services' token counter, its secrets replaced when
-    ``redact.enabled`` (the original sealed when ``redact.keep_originals``)."""
+    """One message normalized with the services' token counter, its secrets masked (the
+    original kept as it was) or, with ``redact.enabled``, removed (the original sealed when
+    ``redact.keep_originals``)."""
     norm = normalize(
         message,
         format=format,
@@ -44,13 +46,18 @@ def prepare(
         metadata=metadata,
         counter=services.tokens,
     )
-    if services.redactor is not None:
-        original = snapshot(norm) if services.sealer is not None else None
-        norm.redactions = services.redactor.message(norm)
+    redactor = services.redactor
+    if redactor is not None and redactor.may_hold(norm):
+        redact = services.config.redact
+        masking = redact.mask and not redact.enabled
+        original = snapshot(norm) if services.sealer is not None or masking else None
+        norm.redactions = redactor.message(norm)
         if norm.redactions:
             norm.token_count = services.tokens.count(norm.content)
             if services.sealer is not None and original is not None:
                 norm.sealed = services.sealer.seal(original)
+            elif masking and original is not None:
+                norm.sealed, norm.kept_plain = dumps(original).encode("utf-8"), True
     return norm
 
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import regex
 
-from ..codec import clean_text
+from ..codec import clean_text, loads
 from ..errors import LosslessError
 from ..store.search import SearchScope, TextRow, WordOrder
 from ..timestamps import format_ts, parse_ts
@@ -458,9 +458,12 @@ def grep(
     max_rows: int = 200_000,
     max_seconds: float = 2.0,
     offset: int = 0,
+    reveal: bool = False,
 ) -> GrepResult:
     """Search the store; see the module docstring for the modes and their bounds. *offset*
-    skips that many hits (the pages of one search); the result says whether more follow."""
+    skips that many hits (the pages of one search); the result says whether more follow.
+    With *reveal*, the originals of messages whose secrets were masked are searched too
+    (their matches first, snipped from the original): a secret's value is found only so."""
     if offset < 0 or offset + limit > MAX_REACH:
         raise GrepError(
             f"offset must be from 0, and offset + limit at most {MAX_REACH:,}: narrow the"
@@ -480,6 +483,11 @@ def grep(
         max_seconds=max_seconds,
         page=limit,
     )
+    if reveal and scope in ("messages", "both"):
+        bounds = _scope(conversation_ids, time_bound(since, "since"), time_bound(before, "before"))
+        exact = _revealed(store, clean_text(pattern), mode, bounds)
+        ids = {h.id for h in exact}
+        found = dataclasses.replace(found, hits=exact + [h for h in found.hits if h.id not in ids])
     page = found.hits[offset : offset + limit]
     more = len(found.hits) > offset + limit
     return dataclasses.replace(
@@ -582,6 +590,40 @@ def _fair(store: Store, table: str, pattern: str, hits: list[GrepHit]) -> list[G
     return [
         dataclasses.replace(h, score=h.score * scale) if h.score is not None else h for h in hits
     ]
+
+
+def _revealed(store: Store, pattern: str, mode: Mode, within: SearchScope) -> list[GrepHit]:
+    """The messages in *within* whose kept originals (secrets masked) match *pattern*: every
+    word of it (full text, any case) or the regular expression; newest first."""
+    words = [w.lower() for w in pattern.replace('"', " ").split()]
+    compiled = regex.compile(pattern) if mode == "regex" else None
+    matched: dict[int, str] = {}
+    for message_id, original in store.masked_originals():
+        text = str(loads(original.decode("utf-8")).get("content", ""))
+        if compiled is not None:
+            if compiled.search(text):
+                matched[message_id] = text
+        elif all(w in text.lower() for w in words):
+            matched[message_id] = text
+    hits = []
+    for m in store.get_messages_by_id(list(matched)):
+        if within.conversation_ids is not None and m.conversation_id not in within.conversation_ids:
+            continue
+        if (within.since and m.created_at < within.since) or (
+            within.before and m.created_at >= within.before
+        ):
+            continue
+        row = TextRow(
+            f"msg#{m.message_id}",
+            "message",
+            m.conversation_id,
+            m.created_at,
+            m.role,
+            None,
+            matched[m.message_id],
+        )
+        hits.append(_hit(row, pattern, literal=True))
+    return sorted(hits, key=lambda h: h.created_at, reverse=True)
 
 
 def _lead_back(store: Store, hits: list[GrepHit]) -> list[GrepHit]:

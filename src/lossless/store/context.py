@@ -81,28 +81,32 @@ class ContextStore(MessageStore):
         transaction."""
         with self.transaction() as conn:
             self._lock_conversation(conn, conversation_id)
-            ordinals = [
-                int(r[0])
-                for r in conn.execute(
-                    "SELECT ordinal FROM context_items WHERE conversation_id = ? ORDER BY ordinal",
-                    (conversation_id,),
-                ).fetchall()
-            ]
-            if not ordinals:
-                return 0
-            low = ordinals[0]
-            # First below every ordinal in use (no two items ever share one), then 0..n-1.
-            for i, ordinal in enumerate(ordinals):
-                conn.execute(
-                    "UPDATE context_items SET ordinal = ? WHERE conversation_id = ? AND"
-                    " ordinal = ?",
-                    (low - 1 - i, conversation_id, ordinal),
-                )
+            return self._renumber(conn, conversation_id)
+
+    @staticmethod
+    def _renumber(conn: Connection, conversation_id: int) -> int:
+        """:meth:`renumber_context` inside the caller's transaction."""
+        ordinals = [
+            int(r[0])
+            for r in conn.execute(
+                "SELECT ordinal FROM context_items WHERE conversation_id = ? ORDER BY ordinal",
+                (conversation_id,),
+            ).fetchall()
+        ]
+        if not ordinals:
+            return 0
+        low = ordinals[0]
+        # First below every ordinal in use (no two items ever share one), then 0..n-1.
+        for i, ordinal in enumerate(ordinals):
             conn.execute(
-                "UPDATE context_items SET ordinal = ? - ordinal WHERE conversation_id = ?",
-                (low - 1, conversation_id),
+                "UPDATE context_items SET ordinal = ? WHERE conversation_id = ? AND ordinal = ?",
+                (low - 1 - i, conversation_id, ordinal),
             )
-            return len(ordinals)
+        conn.execute(
+            "UPDATE context_items SET ordinal = ? - ordinal WHERE conversation_id = ?",
+            (low - 1, conversation_id),
+        )
+        return len(ordinals)
 
     @staticmethod
     def _shift_ordinals(conn: Connection, conversation_id: int, *, after: int, by: int) -> None:

@@ -78,6 +78,7 @@ TABLES: tuple[Table, ...] = (
             "envelope",
             "metadata",
             "host_meta",
+            "forgotten_at",
         ),
         ("message_id",),
     ),
@@ -245,7 +246,22 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(
         "redacted_originals",
-        ("message_id", "sealed", "secrets"),
+        ("message_id", "sealed", "secrets", "plain"),
         ("message_id",),
+    ),
+    Table("store_settings", ("name", "value"), ("name",), integer_key=False),
+    Table(
+        "forgotten",
+        (
+            "forget_id",
+            "conversation_id",
+            "what",
+            "messages",
+            "first_message_id",
+            "last_message_id",
+            "details",
+            "forgotten_at",
+        ),
+        ("forget_id",),
     ),
 )

@@ -127,6 +127,33 @@ class StoreCore(ABC):
     ) -> None:
         """Make the conversation's word-index entries again, after :meth:`_words_changing`."""
 
+    def _forgetting(  # noqa: B027 - a default: the server may index on its own
+        self,
+        conn: Connection,
+        conversation_ids: Sequence[int],
+        message_ids: Sequence[int],
+        summary_ids: Sequence[str],
+    ) -> None:
+        """These messages' text (and these summaries') is about to be taken out: take their
+        index entries, and those of their conversations' messages (which carry their
+        neighbours' words), out while they are as they were made."""
+
+    def _forgotten(
+        self,
+        conn: Connection,
+        conversation_ids: Sequence[int],
+        message_ids: Sequence[int],
+        summary_ids: Sequence[str],
+    ) -> None:
+        """Make the entries :meth:`_forgetting` took out again, from what is stored now."""
+        for conv in conversation_ids:
+            self._words_changed(conn, conv)
+
+    def purge_freed(self) -> list[str]:
+        """After a forget: make the space the deleted text held unreadable where the back end
+        allows; returns what was done, in words."""
+        return []
+
     def _index_summaries(  # noqa: B027 - a default: the server may index on its own
         self, conn: Connection, summary_ids: Sequence[str]
     ) -> None:

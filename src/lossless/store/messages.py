@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..codec import dumps, loads
@@ -357,13 +358,14 @@ class MessageStore(StoreCore):
                 ctx_rows,
             )
             sealed = [
-                (first_id + i, m.sealed, m.redactions)
+                (first_id + i, m.sealed, m.redactions, int(m.kept_plain))
                 for i, m in enumerate(fresh)
                 if m.sealed is not None
             ]
             if sealed:
                 conn.executemany(
-                    "INSERT INTO redacted_originals (message_id, sealed, secrets) VALUES (?, ?, ?)",
+                    "INSERT INTO redacted_originals (message_id, sealed, secrets, plain)"
+                    " VALUES (?, ?, ?, ?)",
                     sealed,
                 )
             last_id = first_id + len(fresh) - 1
@@ -374,7 +376,7 @@ class MessageStore(StoreCore):
 
     _MSG_COLS = (
         "message_id, conversation_id, seq, role, content, token_count, created_at, external_id,"
-        " source_format, envelope, metadata, host_meta"
+        " source_format, envelope, metadata, host_meta, forgotten_at"
     )
 
     def _messages_with_parts(
@@ -422,6 +424,7 @@ class MessageStore(StoreCore):
                 metadata=_loads(r[10]),
                 parts=tuple(parts.get(r[0], ())),
                 host_meta=r[11],
+                forgotten_at=r[12],
             )
             for r in rows
         ]
@@ -556,9 +559,37 @@ class MessageStore(StoreCore):
             ).fetchone()
         return row is not None
 
-    def sealed_original(self, message_id: int) -> bytes | None:
-        """The encrypted original of a redacted message (``None`` when none was kept)."""
+    def sealed_original(self, message_id: int) -> tuple[bytes, bool] | None:
+        """The kept original of a message whose secrets were masked (as it was: ``True``) or
+        removed (encrypted: ``False``); ``None`` when none was kept."""
         rows = self.fetchall(
-            "SELECT sealed FROM redacted_originals WHERE message_id = ?", (message_id,)
+            "SELECT sealed, plain FROM redacted_originals WHERE message_id = ?", (message_id,)
         )
-        return bytes(rows[0][0]) if rows else None
+        return (bytes(rows[0][0]), bool(rows[0][1])) if rows else None
+
+    def masked_originals(
+        self, message_ids: Sequence[int] | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        """The originals kept as they were (masked messages): all, or those of *message_ids*,
+        by message id."""
+        sql = "SELECT message_id, sealed FROM redacted_originals WHERE plain = 1"
+        if message_ids is None:
+            for row in self.fetchall(sql + " ORDER BY message_id"):
+                yield int(row[0]), bytes(row[1])
+            return
+        for chunk, marks in in_chunks(list(message_ids)):
+            for row in self.fetchall(sql + f" AND message_id IN ({marks})", chunk):
+                yield int(row[0]), bytes(row[1])
+
+    def mask_salt(self) -> bytes:
+        """The key that tags this store's masked secrets, made on first use."""
+        rows = self.fetchall("SELECT value FROM store_settings WHERE name = 'mask_salt'")
+        if not rows:
+            with self.transaction() as conn:
+                conn.execute(
+                    "INSERT INTO store_settings (name, value) VALUES ('mask_salt', ?)"
+                    " ON CONFLICT (name) DO NOTHING",
+                    (secrets.token_hex(32),),
+                )
+            rows = self.fetchall("SELECT value FROM store_settings WHERE name = 'mask_salt'")
+        return bytes.fromhex(str(rows[0][0]))

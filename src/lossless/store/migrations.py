@@ -475,6 +475,46 @@ def m012_own_and_context_word_indexes(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m014_masked_secrets(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- The original of a message whose secrets were masked is kept as it was (plain = 1),
+        -- for `lossless reveal`; a removed secret's original stays encrypted (plain = 0).
+        ALTER TABLE redacted_originals ADD COLUMN plain INTEGER NOT NULL DEFAULT 0;
+        -- The store's own settings: the key that tags masked secrets (mask_salt).
+        CREATE TABLE store_settings (
+          name  TEXT PRIMARY KEY,
+          value TEXT NOT NULL
+        );
+        """,
+    )
+
+
+@migration
+def m015_forget(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- A forgotten message keeps its row (conversation, seq, role, time, entry id) as a
+        -- tombstone: its text, parts and envelope are gone; this says when.
+        ALTER TABLE messages ADD COLUMN forgotten_at TEXT;
+        -- What was forgotten and when (what was asked, never the text asked for).
+        CREATE TABLE forgotten (
+          forget_id        INTEGER PRIMARY KEY,
+          conversation_id  INTEGER NOT NULL REFERENCES conversations(conversation_id),
+          what             TEXT NOT NULL,
+          messages         INTEGER NOT NULL,
+          first_message_id INTEGER,
+          last_message_id  INTEGER,
+          details          TEXT,
+          forgotten_at     TEXT NOT NULL
+        );
+        """,
+    )
+
+
 @dataclass(frozen=True)
 class Step:
     """One migration in both dialects."""

@@ -48,6 +48,7 @@ _SEQUENCES = (
     ("pg_get_serial_sequence('conversations', 'conversation_id')", "conversations",
      "conversation_id"),
     ("pg_get_serial_sequence('summaries', 'rowid')", "summaries", "rowid"),
+    ("pg_get_serial_sequence('forgotten', 'forget_id')", "forgotten", "forget_id"),
 )  # fmt: skip
 
 #: Connections a store keeps at most (threads beyond it wait for one to come back).
@@ -191,8 +192,9 @@ class PostgresStore(PgSearch, Store):
         except (PoolTimeout, psycopg.Error) as exc:
             self._pool.close()
             raise StoreError(
-                f"cannot connect to the PostgreSQL database {self.location}: {exc}; check the"
-                " URL, that the server is running and accepts this user"
+                f"cannot connect to the PostgreSQL database {self.location}:"
+                f" {' '.join(str(exc).split())}; check the URL, that the server is running and"
+                " accepts this user"
             ) from exc
         if not create and not self._table_exists("migrations"):
             self._pool.close()
@@ -464,6 +466,23 @@ class PostgresStore(PgSearch, Store):
             f"UPDATE messages m SET context_tsv = {CONTEXT_TSV} WHERE m.conversation_id = ?",
             (conversation_id,),
         )
+
+    def purge_freed(self) -> list[str]:
+        """VACUUM the tables a forget wrote (the deleted row versions become free space:
+        no read sees them, though their bytes stay on disk until the space is reused)."""
+        tables = (
+            "messages",
+            "message_parts",
+            "summaries",
+            "redacted_originals",
+            "tool_executions",
+            "large_files",
+            "session_summaries",
+        )
+        with self._pool.connection() as raw:  # autocommit: VACUUM runs outside a transaction
+            for table in tables:
+                raw.execute(f"VACUUM {table}")
+        return [f"vacuumed {', '.join(tables)} (plain VACUUM; see docs/security.md)"]
 
     def _index_neighbours(self, conn: Connection) -> None:
         """Every message's neighbours, from the stored text (after a bulk copy, a rebuild)."""

@@ -25,6 +25,15 @@ from .connection import Connection
 from .migrations import MIGRATIONS
 from .sqlite_search import SQLiteSearch
 
+#: The full-text indexes (FTS5 tables) a store keeps.
+FTS_TABLES = (
+    "messages_fts",
+    "messages_ctx_fts",
+    "messages_trigram",
+    "summaries_fts",
+    "summaries_trigram",
+)
+
 #: Context-index entries made from the view the index reads (a WHERE on message_id follows).
 _WORDS = (
     "INSERT INTO messages_ctx_fts (rowid, content, prev, next, far, about)"
@@ -110,7 +119,14 @@ class SQLiteStore(SQLiteSearch, Store):
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise StoreError(f"cannot start a write on {self.path}: {exc}") from exc
+                hint = (
+                    ": another process held the write lock past the busy timeout; try again"
+                    " when it is done (a long import or compaction), or stop the process"
+                    " holding it"
+                    if "locked" in str(exc)
+                    else ""
+                )
+                raise StoreError(f"cannot start a write on {self.path}: {exc}{hint}") from exc
         else:
             conn.execute(f"SAVEPOINT sp{depth}")
         self._local.depth = depth + 1
@@ -280,6 +296,81 @@ class SQLiteStore(SQLiteSearch, Store):
             " AND NOT EXISTS (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = message_id)",
             (conversation_id,),
         )
+
+    def _forgetting(
+        self,
+        conn: Connection,
+        conversation_ids: Sequence[int],
+        message_ids: Sequence[int],
+        summary_ids: Sequence[str],
+    ) -> None:
+        # Secure delete: the pages the old text leaves are zeroed, not just freed.
+        conn.execute("PRAGMA secure_delete = ON")
+        for conv in conversation_ids:
+            self._words_changing(conn, conv)
+        for chunk, marks in in_chunks(list(message_ids)):
+            conn.execute(
+                "INSERT INTO messages_fts (messages_fts, rowid, content) SELECT 'delete',"
+                f" message_id, content FROM messages WHERE message_id IN ({marks})",
+                chunk,
+            )
+            conn.execute(
+                "INSERT INTO messages_trigram (messages_trigram, rowid, content)"
+                " SELECT 'delete', m.message_id, m.content FROM messages m"
+                f" WHERE m.message_id IN ({marks}) AND EXISTS"
+                " (SELECT 1 FROM messages_trigram_docsize d WHERE d.id = m.message_id)",
+                chunk,
+            )
+        for names, marks in in_chunks(list(summary_ids)):
+            for table in ("summaries_fts", "summaries_trigram"):
+                conn.execute(
+                    f"INSERT INTO {table} ({table}, rowid, content) SELECT 'delete', rowid,"
+                    f" content FROM summaries WHERE summary_id IN ({marks})",
+                    names,
+                )
+
+    def _forgotten(
+        self,
+        conn: Connection,
+        conversation_ids: Sequence[int],
+        message_ids: Sequence[int],
+        summary_ids: Sequence[str],
+    ) -> None:
+        super()._forgotten(conn, conversation_ids, message_ids, summary_ids)
+        (upto,) = conn.execute(
+            "SELECT upto FROM index_state WHERE name = 'messages_trigram'"
+        ).fetchone()
+        for chunk, marks in in_chunks(list(message_ids)):
+            conn.execute(
+                "INSERT INTO messages_fts (rowid, content) SELECT message_id, content"
+                f" FROM messages WHERE message_id IN ({marks})",
+                chunk,
+            )
+            conn.execute(
+                "INSERT INTO messages_trigram (rowid, content) SELECT m.message_id, m.content"
+                f" FROM messages m WHERE m.message_id IN ({marks}) AND m.message_id <= ?"
+                " AND NOT EXISTS (SELECT 1 FROM messages_trigram_docsize d"
+                " WHERE d.id = m.message_id)",
+                [*chunk, upto],
+            )
+        self._index_summaries(conn, summary_ids)
+
+    def purge_freed(self) -> list[str]:
+        """Merge each full-text index into one segment (an index keeps a deleted entry's
+        words in its older segments until a merge), then rewrite the file (VACUUM: no free
+        page keeps old text) and empty the write-ahead log (it holds old page images)."""
+        conn = self._conn()
+        for table in FTS_TABLES:
+            with self.transaction() as tx:
+                tx.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return [
+            f"merged the full-text indexes ({', '.join(FTS_TABLES)})",
+            f"rewrote {self.path} (VACUUM) with secure delete on",
+            "emptied the write-ahead log (checkpoint, TRUNCATE)",
+        ]
 
     def pending_index_rows(self) -> int:
         """Messages not yet in the trigram index (left there by large batches)."""

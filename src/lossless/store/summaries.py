@@ -191,19 +191,19 @@ class SummaryStore(ContextStore):
     def degraded_summaries(
         self, conversation_id: int | None, marker: str
     ) -> list[tuple[Summary, str]]:
-        """Live summaries written by the deterministic fallback, or ending in *marker* (cut
-        to size), with the reason, shallowest first."""
+        """Live summaries written by the deterministic fallback, withdrawn by a forget, or
+        ending in *marker* (cut to size), with the reason, shallowest first."""
         where = " AND conversation_id = ?" if conversation_id is not None else ""
         rows = self.fetchall(
             f"SELECT {self._SUM_READ} FROM summaries WHERE retired_at IS NULL"
-            " AND (model = 'fallback' OR substr(content, -length(?)) = ?)"
+            " AND (model IN ('fallback', 'forgotten') OR substr(content, -length(?)) = ?)"
             f"{where} ORDER BY depth, created_at, rowid",
             [marker, marker, *([conversation_id] if conversation_id is not None else [])],
         )
         found = []
         for r in rows:
             summary = self._summary(r)
-            why = "fallback" if summary.model == "fallback" else "truncated"
+            why = summary.model if summary.model in ("fallback", "forgotten") else "truncated"
             found.append((summary, why))
         return found
 

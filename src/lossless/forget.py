@@ -1,0 +1,176 @@
+"""``lossless forget``: the owner takes text out of the store for good.
+
+What can be forgotten: a conversation, its family (the conversations sharing its session
+key), a range of its messages (``msg#A..msg#B``), or every message holding a text (as typed,
+any case; the originals of masked secrets are searched too, so a secret's value finds the
+messages that held it). A dry run says what would go, changing nothing.
+
+The store does the forgetting in one transaction (:mod:`lossless.store.forget`): each
+message becomes a tombstone, and its text leaves the messages, parts, both word indexes and
+the substring index, the summaries that covered it (replaced by a marker that says what was
+forgotten and when; ``lossless rewrite`` summarizes them again from what remains), large
+files, session summaries, the tool log and kept originals. Then the back end is asked to make
+the freed space unreadable (:meth:`~lossless.store.Store.purge_freed`: on SQLite, merged
+indexes, VACUUM with secure delete, an emptied write-ahead log) and the large files are
+deleted from disk.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import ArgumentError, NotFoundError
+from .model import Conversation
+from .retrieval.grep import grep as grep_store
+from .retrieval.tools import MAX_LIMIT, MAX_REACH
+from .timestamps import format_ts, now
+
+if TYPE_CHECKING:
+    from .services import Services
+
+__all__ = ["ForgetReport", "forget"]
+
+
+@dataclass
+class ForgetReport:
+    """What a forget took out (or, in a dry run, would)."""
+
+    what: str
+    conversations: list[int]
+    messages: int
+    first_ids: list[str]
+    summaries: int
+    files: int
+    session_summaries: int
+    tool_executions: int
+    originals: int
+    context_items: int
+    dry_run: bool
+    forgotten_at: str | None = None
+    purged: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def forget(
+    services: Services,
+    conversations: list[Conversation],
+    *,
+    whole: bool,
+    message_range: tuple[int, int] | None = None,
+    matching: str | None = None,
+    dry_run: bool = False,
+    allow_reimport: bool = False,
+) -> ForgetReport:
+    """Forget messages of *conversations* (see the module doc): all of them (*whole*), those
+    in *message_range* (message ids, both ends included), or those holding *matching*."""
+    store = services.store
+    conv_ids = [c.conversation_id for c in conversations]
+    if whole:
+        what = "conversation" if len(conversations) == 1 else "family"
+        ids = store.message_ids_of(conv_ids)
+    elif message_range is not None:
+        first, last = message_range
+        if first > last:
+            raise ArgumentError(f"the range msg#{first}..msg#{last} is empty: give the lower first")
+        ids = [m for m in store.message_ids_of(conv_ids) if first <= m <= last]
+        if not ids:
+            raise NotFoundError(
+                f"no message of {_names(conversations)} lies in msg#{first}..msg#{last}:"
+                " `lossless show` lists a conversation's messages with their ids"
+            )
+        what = f"messages msg#{first}..msg#{last}"
+    elif matching is not None:
+        ids = _matching(services, matching, conv_ids if conversations else None)
+        what = "messages matching a search"
+    else:
+        raise ArgumentError("say what to forget: a conversation, a message range or a search")
+    ids = [m for m in ids if store.is_forgotten(m) is None] if not whole else ids
+    stamp = format_ts(now())
+    day = stamp[:10]
+
+    def marker(summary_id: str) -> tuple[str, int]:
+        text = (
+            f"[forgotten on {day}: messages below this summary were forgotten at the owner's"
+            f" request, and its text with them. What remains below it: lcm_describe"
+            f" {summary_id}; `lossless rewrite` summarizes it again.]"
+        )
+        return text, services.tokens.count(text)
+
+    touched = sorted(set(store.conversations_of(ids))) if ids else []
+    with services.lock(*touched):
+        counts = store.forget_messages(
+            touched,
+            ids,
+            marker=marker,
+            whole=conv_ids if whole else (),
+            how=what,
+            dry_run=dry_run,
+            allow_reimport=allow_reimport,
+        )
+    report = ForgetReport(
+        what=what,
+        conversations=touched,
+        messages=counts.messages,
+        first_ids=[f"msg#{m}" for m in ids[:10]],
+        summaries=len(counts.summaries),
+        files=len(counts.files),
+        session_summaries=counts.session_summaries,
+        tool_executions=counts.tool_executions,
+        originals=counts.originals,
+        context_items=counts.context_items,
+        dry_run=dry_run,
+    )
+    if dry_run or not ids:
+        return report
+    report.forgotten_at = stamp
+    for relative in counts.file_paths:
+        (services.files_dir / relative).unlink(missing_ok=True)
+    report.purged = store.purge_freed()
+    return report
+
+
+def _matching(services: Services, text: str, conversation_ids: list[int] | None) -> list[int]:
+    """The messages holding *text* (any case), their masked originals included; at most
+    :data:`MAX_REACH` of them (more is refused: a forget that large is a conversation's)."""
+    if not text.strip():
+        raise ArgumentError("the text to forget is empty")
+    pattern = "(?i)" + re.escape(text)
+    found: list[int] = []
+    offset = 0
+    while True:
+        page = grep_store(
+            services.store,
+            pattern,
+            conversation_ids=conversation_ids,
+            mode="regex",
+            scope="messages",
+            sort="recency",
+            limit=MAX_LIMIT,
+            offset=offset,
+            reveal=True,
+            max_rows=10_000_000,
+            max_seconds=120.0,
+        )
+        if page.truncated:
+            raise ArgumentError(
+                "the search for that text stopped at its time bound before reading every"
+                " message: narrow it to a conversation (--conversation), or forget by range"
+            )
+        found += [int(h.id.removeprefix("msg#")) for h in page.hits]
+        if not page.more:
+            return sorted(set(found))
+        offset += MAX_LIMIT
+        if offset + MAX_LIMIT > MAX_REACH:
+            raise ArgumentError(
+                f"more than {MAX_REACH - MAX_LIMIT:,} messages hold that text: forget their"
+                " conversations, or narrow it to one (--conversation)"
+            )
+
+
+def _names(conversations: list[Conversation]) -> str:
+    return ", ".join(f"conversation {c.conversation_id} ({c.session_id})" for c in conversations)

@@ -1,0 +1,319 @@
+"""Forgetting: the text of chosen messages taken out of everything that holds it.
+
+A forgotten message stays as a **tombstone**: its row keeps its place (conversation, seq, role,
+time, the host's entry id) so the DAG's edges, the context's order and a transcript's
+reconciliation stay whole — re-importing the same file finds the entry stored and does not
+bring it back — while its text, parts, envelope and metadata are gone. In the same
+transaction go its search-index entries (and the context entries of its neighbours, which
+carried its start), its parts, its kept original, its tool-log rows and large-file records,
+its place in the active context, the session-summary versions made from it, and the text of
+every summary whose sources reach it (each replaced by a marker that says what was forgotten
+and when). What a back end can do about freed space afterwards is :meth:`purge_freed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..codec import dumps
+from ..timestamps import format_ts, now
+from .connection import Connection
+from .core import in_chunks
+from .summaries import SummaryStore
+
+__all__ = ["ForgetCounts", "ForgetStore"]
+
+
+@dataclass
+class ForgetCounts:
+    """What one forget changed (or, planned, would change)."""
+
+    messages: int = 0
+    summaries: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    session_summaries: int = 0
+    tool_executions: int = 0
+    originals: int = 0
+    context_items: int = 0
+    #: Large files' paths (relative to the files directory) to delete once committed.
+    file_paths: list[str] = field(default_factory=list)
+
+
+class ForgetStore(SummaryStore):
+    """Forgetting messages (see the module doc)."""
+
+    def summaries_reaching(self, message_ids: Sequence[int]) -> list[str]:
+        """Every summary (live or retired) whose sources reach one of *message_ids*: the
+        leaves made from them, and every summary made from those, up the DAG."""
+        with self.read() as conn:
+            return self._reaching(conn, message_ids)
+
+    @staticmethod
+    def _reaching(conn: Connection, message_ids: Sequence[int]) -> list[str]:
+        found: set[str] = set()
+        frontier: list[str] = []
+        for chunk, marks in in_chunks(list(message_ids)):
+            frontier += [
+                str(r[0])
+                for r in conn.execute(
+                    "SELECT DISTINCT summary_id FROM summary_messages"
+                    f" WHERE message_id IN ({marks})",
+                    chunk,
+                ).fetchall()
+            ]
+        while frontier:
+            fresh = [s for s in dict.fromkeys(frontier) if s not in found]
+            found.update(fresh)
+            frontier = []
+            for names, marks in in_chunks(fresh):
+                frontier += [
+                    str(r[0])
+                    for r in conn.execute(
+                        "SELECT DISTINCT summary_id FROM summary_parents"
+                        f" WHERE parent_summary_id IN ({marks})",
+                        names,
+                    ).fetchall()
+                ]
+        return sorted(found)
+
+    def forget_messages(
+        self,
+        conversation_ids: Sequence[int],
+        message_ids: Sequence[int],
+        *,
+        marker: Callable[[str], tuple[str, int]],
+        whole: Sequence[int] = (),
+        how: str,
+        dry_run: bool = False,
+        allow_reimport: bool = False,
+    ) -> ForgetCounts:
+        """Forget *message_ids* (of *conversation_ids*) in one transaction; every summary
+        reaching them gets ``marker(summary_id)`` as its text and token count. The
+        conversations in *whole* are forgotten entirely: their title, metadata and session
+        summary go too. *how* (what was asked, never the text asked for) goes in the log of
+        what was forgotten. With *dry_run*, the counts only, nothing changed. With
+        *allow_reimport*, the tombstones keep no transcript entry id and the conversations'
+        transcript checkpoints go, so importing the transcript again stores what follows the
+        last entry still held (all of it, for a conversation forgotten whole)."""
+        ids = sorted(set(message_ids))
+        stamp = format_ts(now())
+        counts = ForgetCounts(messages=len(ids))
+        with self.transaction() as conn:
+            for conv in sorted(set(conversation_ids)):
+                self._lock_conversation(conn, conv)
+            counts.summaries = self._reaching(conn, ids)
+            for chunk, marks in in_chunks(ids):
+                counts.files += [
+                    str(r[0])
+                    for r in conn.execute(
+                        f"SELECT file_id FROM large_files WHERE message_id IN ({marks})", chunk
+                    ).fetchall()
+                ]
+                counts.file_paths += [
+                    str(r[0])
+                    for r in conn.execute(
+                        f"SELECT storage_path FROM large_files WHERE message_id IN ({marks})",
+                        chunk,
+                    ).fetchall()
+                ]
+                counts.tool_executions += int(
+                    conn.execute(
+                        "SELECT count(*) FROM tool_executions WHERE"
+                        f" call_message_id IN ({marks}) OR result_message_id IN ({marks})",
+                        [*chunk, *chunk],
+                    ).fetchone()[0]
+                )
+                counts.originals += int(
+                    conn.execute(
+                        f"SELECT count(*) FROM redacted_originals WHERE message_id IN ({marks})",
+                        chunk,
+                    ).fetchone()[0]
+                )
+                counts.context_items += int(
+                    conn.execute(
+                        "SELECT count(*) FROM context_items WHERE item_type = 'message'"
+                        f" AND message_id IN ({marks})",
+                        chunk,
+                    ).fetchone()[0]
+                )
+            firsts = self._first_forgotten(conn, ids)
+            for conv, first in firsts.items():
+                counts.session_summaries += int(
+                    conn.execute(
+                        "SELECT count(*) FROM session_summaries WHERE conversation_id = ?"
+                        " AND (last_message_id IS NULL OR last_message_id >= ?)",
+                        (conv, first),
+                    ).fetchone()[0]
+                )
+            if dry_run:
+                return counts
+            touched = sorted(firsts)
+            self._forgetting(conn, touched, ids, counts.summaries)
+            for chunk, marks in in_chunks(ids):
+                conn.execute(
+                    "UPDATE messages SET content = '', token_count = 0, envelope = NULL,"
+                    f" metadata = NULL, forgotten_at = ? WHERE message_id IN ({marks})",
+                    [stamp, *chunk],
+                )
+                conn.execute(f"DELETE FROM message_parts WHERE message_id IN ({marks})", chunk)
+                conn.execute(f"DELETE FROM redacted_originals WHERE message_id IN ({marks})", chunk)
+                conn.execute(
+                    "DELETE FROM tool_executions WHERE"
+                    f" call_message_id IN ({marks}) OR result_message_id IN ({marks})",
+                    [*chunk, *chunk],
+                )
+                conn.execute(f"DELETE FROM large_files WHERE message_id IN ({marks})", chunk)
+                placed = conn.execute(
+                    "SELECT conversation_id, message_id FROM context_items"
+                    f" WHERE item_type = 'message' AND message_id IN ({marks})",
+                    chunk,
+                ).fetchall()
+                conn.execute(
+                    "DELETE FROM context_items WHERE item_type = 'message'"
+                    f" AND message_id IN ({marks})",
+                    chunk,
+                )
+                if placed:
+                    conn.executemany(
+                        "INSERT INTO context_removals (message_id, conversation_id, removed_at)"
+                        " VALUES (?, ?, ?) ON CONFLICT (message_id) DO UPDATE SET"
+                        " removed_at = excluded.removed_at",
+                        [(int(m), int(c), stamp) for c, m in placed],
+                    )
+            for sid in counts.summaries:
+                text, tokens = marker(sid)
+                conn.execute(
+                    "UPDATE summaries SET content = ?, token_count = ?, model = 'forgotten',"
+                    " file_ids = '[]' WHERE summary_id = ?",
+                    (text, tokens, sid),
+                )
+            for conv, first in firsts.items():
+                conn.execute(
+                    "DELETE FROM session_summaries WHERE conversation_id = ?"
+                    " AND (last_message_id IS NULL OR last_message_id >= ?)",
+                    (conv, first),
+                )
+                # The conversation's copy of its latest session summary: the latest left.
+                conn.execute(
+                    "UPDATE conversations SET summary = (SELECT v.summary FROM session_summaries v"
+                    " WHERE v.conversation_id = ? ORDER BY v.version DESC LIMIT 1),"
+                    " summary_version = (SELECT max(v.version) FROM session_summaries v"
+                    " WHERE v.conversation_id = ?) WHERE conversation_id = ?",
+                    (conv, conv, conv),
+                )
+                self._renumber(conn, conv)
+            if allow_reimport:
+                for chunk, marks in in_chunks(ids):
+                    conn.execute(
+                        f"UPDATE messages SET external_id = NULL WHERE message_id IN ({marks})",
+                        chunk,
+                    )
+                for conv in touched:
+                    conn.execute(
+                        "DELETE FROM transcript_checkpoints WHERE conversation_id = ?", (conv,)
+                    )
+            for conv in whole:
+                conn.execute(
+                    "UPDATE conversations SET title = NULL, metadata = NULL, summary = NULL,"
+                    " summary_version = NULL, updated_at = ? WHERE conversation_id = ?",
+                    (stamp, conv),
+                )
+            self._forgotten(conn, touched, ids, counts.summaries)
+            for conv in touched:
+                mine = [m for m in ids if m in self._ids_of(conn, conv, ids)]
+                conn.execute(
+                    "INSERT INTO forgotten (conversation_id, what, messages, first_message_id,"
+                    " last_message_id, details, forgotten_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        conv,
+                        how,
+                        len(mine),
+                        min(mine),
+                        max(mine),
+                        dumps({"summaries": len(counts.summaries), "files": len(counts.files)}),
+                        stamp,
+                    ),
+                )
+        return counts
+
+    @staticmethod
+    def _first_forgotten(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
+        """Each touched conversation's smallest forgotten message id."""
+        firsts: dict[int, int] = {}
+        for chunk, marks in in_chunks(list(ids)):
+            for conv, first in conn.execute(
+                "SELECT conversation_id, min(message_id) FROM messages"
+                f" WHERE message_id IN ({marks}) GROUP BY conversation_id",
+                chunk,
+            ).fetchall():
+                firsts[int(conv)] = min(int(first), firsts.get(int(conv), int(first)))
+        return firsts
+
+    @staticmethod
+    def _ids_of(conn: Connection, conversation_id: int, ids: Sequence[int]) -> set[int]:
+        mine: set[int] = set()
+        for chunk, marks in in_chunks(list(ids)):
+            mine.update(
+                int(r[0])
+                for r in conn.execute(
+                    "SELECT message_id FROM messages WHERE conversation_id = ?"
+                    f" AND message_id IN ({marks})",
+                    [conversation_id, *chunk],
+                ).fetchall()
+            )
+        return mine
+
+    def message_ids_of(self, conversation_ids: Sequence[int]) -> list[int]:
+        """Every message id of these conversations, in order."""
+        ids: list[int] = []
+        for chunk, marks in in_chunks(list(conversation_ids)):
+            ids += [
+                int(r[0])
+                for r in self.fetchall(
+                    f"SELECT message_id FROM messages WHERE conversation_id IN ({marks})"
+                    " ORDER BY message_id",
+                    chunk,
+                )
+            ]
+        return sorted(ids)
+
+    def conversations_of(self, message_ids: Sequence[int]) -> list[int]:
+        """The conversations these messages belong to."""
+        convs: set[int] = set()
+        for chunk, marks in in_chunks(list(message_ids)):
+            convs.update(
+                int(r[0])
+                for r in self.fetchall(
+                    f"SELECT DISTINCT conversation_id FROM messages WHERE message_id IN ({marks})",
+                    chunk,
+                )
+            )
+        return sorted(convs)
+
+    def forgotten_log(self, conversation_id: int | None = None) -> list[dict[str, object]]:
+        """What was forgotten and when (never the text): newest first."""
+        where = " WHERE conversation_id = ?" if conversation_id is not None else ""
+        rows = self.fetchall(
+            "SELECT conversation_id, what, messages, first_message_id, last_message_id,"
+            f" forgotten_at FROM forgotten{where} ORDER BY forget_id DESC",
+            [conversation_id] if conversation_id is not None else [],
+        )
+        return [
+            {
+                "conversation_id": int(r[0]),
+                "what": str(r[1]),
+                "messages": int(r[2]),
+                "first": f"msg#{r[3]}",
+                "last": f"msg#{r[4]}",
+                "forgotten_at": str(r[5]),
+            }
+            for r in rows
+        ]
+
+    def is_forgotten(self, message_id: int) -> str | None:
+        """When the message was forgotten, or ``None``."""
+        rows = self.fetchall(
+            "SELECT forgotten_at FROM messages WHERE message_id = ?", (message_id,)
+        )
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
