@@ -126,14 +126,15 @@ class Redactor:
         self.rules = tuple(rules)
         #: Whether a rule without hints is there (then every string is searched).
         self._always = any(not r.hints for r in self.rules)
-        self._hints = tuple({h for r in self.rules for h in r.hints})
+        # One pass over the lower-cased text for every hint at once.
+        hints = sorted({h for r in self.rules for h in r.hints}, key=len, reverse=True)
+        self._hinted = re.compile("|".join(map(re.escape, hints))) if hints else None
 
     def maybe(self, text: str) -> bool:
         """Whether *text* may hold a secret (``False``: it holds none, for certain)."""
-        if self._always:
+        if self._always or self._hinted is None:
             return True
-        low = text.lower()
-        return any(h in low for h in self._hints)
+        return self._hinted.search(text.lower()) is not None
 
     def _marker(self, rule: _Rule, secret: str) -> str:
         if self._tag is None:
