@@ -139,3 +139,20 @@ def test_a_config_nested_too_deeply_is_a_config_error_not_a_crash(
     path.write_text(nesting + "\n")
     with pytest.raises(ConfigError, match="nests tables or arrays too deeply"):
         load_config(path)
+
+
+def test_engine_open_uses_the_configuration_it_is_given_never_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lossless import Engine
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    monkeypatch.setenv("LOSSLESS_FRESH_TAIL_COUNT", "3")
+    default_config_path().parent.mkdir(parents=True, exist_ok=True)
+    default_config_path().write_text("leaf_chunk_tokens = 500\n")
+    assert load_config().fresh_tail_count == 3 and load_config().leaf_chunk_tokens == 500
+    with Engine.open(tmp_path / "e.db") as engine:
+        assert engine.config == Config()  # the user's file and variables are not read
+    with Engine.open(tmp_path / "e.db", config=load_config()) as engine:
+        assert engine.config.fresh_tail_count == 3  # a host asks for them

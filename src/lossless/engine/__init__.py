@@ -25,7 +25,7 @@ from ..assemble import assemble as assemble_context
 from ..codec import dumps, loads
 from ..compaction import CompactionReport, after_turn_compaction
 from ..compaction import compact as compact_context
-from ..config import Config, RedactConfig, load_config
+from ..config import Config, RedactConfig
 from ..errors import NotFoundError
 from ..ingest.importer import import_path as import_transcripts
 from ..ingest.peers import PeerReport
@@ -120,8 +120,13 @@ class Engine(Reads, Recall, Upkeep):
         user data directory. The database is created (owner-only) and migrated as needed;
         with *create* false, a store that does not exist is a :class:`~lossless.errors.NoStore`
         error and nothing is made (what a tool that only reads wants).
+
+        *config* is the configuration used, and nothing else: without one, the defaults
+        (``Config()``), never the user's file or ``LOSSLESS_*`` variables — so a program (a
+        test, a benchmark) behaves the same whoever runs it. A host that should follow the
+        user's settings passes ``config=load_config()``, as the CLI and the hooks do.
         """
-        cfg = config or load_config()
+        cfg = config if config is not None else Config()
         store = open_store(database_target(target, cfg), create=create)
         return cls(store, cfg, token_counter=token_counter, summarizer=summarizer)
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import load_config
 from ..engine import Engine
 from ..model import Conversation
 from ..timestamps import format_ts, now
@@ -26,7 +27,7 @@ def engine_for(store_or_engine: Engine | str | os.PathLike[str] | None) -> tuple
     the store's path or URL (``None``: the default store; ``True``: the adapter closes it)."""
     if isinstance(store_or_engine, Engine):
         return store_or_engine, False
-    return Engine.open(store_or_engine), True
+    return Engine.open(store_or_engine, config=load_config()), True
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from typing import Any
 
 from ..assemble import UNTRUSTED_NOTE
 from ..codec import SUMMARY_MESSAGE_LEAD, chat_fingerprint
+from ..config import load_config
 from ..engine import Engine
 from ..errors import NotFoundError
 from ..resume import HEADER as RESUME_HEADER
@@ -85,7 +86,7 @@ def shared_engine() -> Engine:
     with _opening:
         engine = _engines.get("default")
         if engine is None:
-            engine = _engines["default"] = Engine.open()
+            engine = _engines["default"] = Engine.open(config=load_config())
             atexit.register(engine.close)
         return engine
 
