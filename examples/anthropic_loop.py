@@ -15,7 +15,7 @@ import sys
 
 from anthropic import Anthropic
 
-from lossless import Engine
+from lossless import Engine, load_config
 
 BUDGET = 100_000
 SYSTEM = "You are a helpful agent. Your older history is summarized; recall it with the tools."
@@ -44,7 +44,7 @@ def main() -> None:
     session = sys.argv[1] if len(sys.argv) > 1 else "anthropic-loop"
     client, model = Anthropic(), os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5")
     ask = {"model": model, "max_tokens": 2048, "system": SYSTEM, "tools": TOOLS}
-    with Engine.open() as engine:
+    with Engine.open(config=load_config()) as engine:  # the user's store and settings
         for line in sys.stdin:
             engine.ingest(session, {"role": "user", "content": line.strip()})
             while True:

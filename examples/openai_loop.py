@@ -15,7 +15,7 @@ import sys
 
 from openai import OpenAI
 
-from lossless import Engine
+from lossless import Engine, load_config
 
 BUDGET = 100_000
 SYSTEM = "You are a helpful agent. Your older history is summarized; recall it with the tools."
@@ -46,7 +46,7 @@ def run_tool(engine: Engine, session: str, name: str, args: dict) -> str:
 def main() -> None:
     session = sys.argv[1] if len(sys.argv) > 1 else "openai-loop"
     client, model = OpenAI(), os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
-    with Engine.open() as engine:
+    with Engine.open(config=load_config()) as engine:  # the user's store and settings
         for line in sys.stdin:
             engine.ingest(session, {"role": "user", "content": line.strip()})
             while True:

@@ -161,8 +161,8 @@ class Ticker:
 HOLD_STEPS = {
     "import": ("_index_messages", SQLiteStore),
     "ingest": ("_index_messages", SQLiteStore),
-    "leaf": ("_shift_ordinals", SQLiteStore),
-    "condensed": ("_shift_ordinals", SQLiteStore),
+    "leaf": ("_place_summary", SQLiteStore),
+    "condensed": ("_place_summary", SQLiteStore),
     "transplant": ("_index_messages", SQLiteStore),
     "migrate": ("record_tool_executions", migrations_module),
 }

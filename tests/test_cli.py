@@ -90,6 +90,7 @@ def test_doctor_exit_codes_follow_the_findings(run_cli, tmp_path: Path) -> None:
     assert ok.code == 0 and "no problems" in ok.out
     with sqlite3.connect(db) as conn:
         conn.execute("DELETE FROM context_items WHERE ordinal = 1")
+        conn.execute("UPDATE context_items SET ordinal = -1 WHERE ordinal = 0")
     bad = run_cli("--db", str(db), "doctor", "--json")
     assert bad.code == 1
     report = json.loads(bad.out)

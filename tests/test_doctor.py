@@ -41,12 +41,16 @@ def test_a_fresh_store_has_no_problems(engine: Engine) -> None:
     assert doctor.check(engine.store) == []
 
 
-def test_a_gap_in_context_ordinals_and_the_orphaned_message_are_reported(engine: Engine) -> None:
+def test_a_lost_context_item_orphans_its_message_and_ordinals_below_0_are_reported(
+    engine: Engine,
+) -> None:
     ids = _seed(engine)
     with _raw(engine) as conn:
         conn.execute("DELETE FROM context_items WHERE ordinal = 2")
+        conn.execute("UPDATE context_items SET ordinal = -5 WHERE ordinal = 0")
     problems = doctor.check(engine.store)
     checks = {p.check for p in problems}
+    # A gap is no fault (ordinals are sparse); an ordinal below 0 is.
     assert "context ordinals" in checks
     unreachable = [p for p in problems if p.check == "reachability"]
     assert [p.ids for p in unreachable] == [f"msg#{ids[2]}"]
@@ -147,7 +151,7 @@ def test_doctor_repair_fixes_what_needs_no_backup_and_says_how_to_fix_the_rest(
         stray = engine.files_dir / "1" / "file_00000000deadbeef.txt"
         stray.write_text("left by an interrupted ingest")
         with _raw(engine) as conn:
-            conn.execute("UPDATE context_items SET ordinal = ordinal + 100 WHERE ordinal >= 3")
+            conn.execute("UPDATE context_items SET ordinal = ordinal - 100")  # order kept
             if engine.store.backend == "postgresql":
                 conn.execute("DROP INDEX messages_trigram")
             else:

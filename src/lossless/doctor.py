@@ -51,7 +51,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
             Problem(
                 "context ordinals",
                 f"conversation {conv}",
-                f"{count} items with ordinals {low}..{high}, expected 0..{count - 1}",
+                f"{count} items with ordinals {low}..{high}, expected none below 0",
                 "`lossless doctor --repair` renumbers them, in their order",
             )
         )

@@ -91,7 +91,7 @@ def doctor_command(
     indexes match their text; and lists the summaries the deterministic fallback wrote or
     that were cut to size. --apply re-summarizes those, shallowest first, in one transaction
     (the old ones are kept, retired). --repair fixes what needs neither a model nor a backup:
-    it rebuilds indexes that do not match their text, renumbers context ordinals with gaps and
+    it rebuilds indexes that do not match their text, renumbers context ordinals below 0 and
     deletes large files nothing names; what remains says how to fix it (most often: restore
     the latest backup with lossless restore). Exit code 1 when anything is wrong.
     """

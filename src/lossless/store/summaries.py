@@ -13,6 +13,7 @@ from ..model import (
     Summary,
 )
 from ..timestamps import format_ts, now
+from .connection import Connection
 from .context import ContextStore
 from .core import (
     _MESSAGE_INSERT,
@@ -177,16 +178,23 @@ class SummaryStore(ContextStore):
                     [(summary.summary_id, i.summary_id, n) for n, i in enumerate(sources)],
                 )
             self._index_summaries(conn, [summary.summary_id])
-            conn.execute(
-                "DELETE FROM context_items WHERE conversation_id = ? AND ordinal BETWEEN ? AND ?",
-                (conv, first, last),
-            )
-            conn.execute(
-                "INSERT INTO context_items (conversation_id, ordinal, item_type, summary_id,"
-                " created_at) VALUES (?, ?, 'summary', ?, ?)",
-                (conv, first, summary.summary_id, summary.created_at),
-            )
-            self._shift_ordinals(conn, conv, after=last, by=-(last - first))
+            self._place_summary(conn, summary, first, last)
+
+    @staticmethod
+    def _place_summary(conn: Connection, summary: Summary, first: int, last: int) -> None:
+        """Put *summary* where the items at ordinals *first*..*last* were. The items after
+        keep their ordinals (ordinals are sparse: only their order counts), so a summary
+        rewrites two rows of the context however long it is."""
+        conv = summary.conversation_id
+        conn.execute(
+            "DELETE FROM context_items WHERE conversation_id = ? AND ordinal BETWEEN ? AND ?",
+            (conv, first, last),
+        )
+        conn.execute(
+            "INSERT INTO context_items (conversation_id, ordinal, item_type, summary_id,"
+            " created_at) VALUES (?, ?, 'summary', ?, ?)",
+            (conv, first, summary.summary_id, summary.created_at),
+        )
 
     def degraded_summaries(
         self, conversation_id: int | None, marker: str
@@ -316,7 +324,13 @@ class SummaryStore(ContextStore):
                 "DELETE FROM context_items WHERE conversation_id = ? AND ordinal = ?",
                 (conv, ordinal),
             )
-            self._shift_ordinals(conn, conv, after=ordinal, by=len(sources) - 1)
+            # The items after move up only by what the gap after it cannot hold.
+            (following,) = conn.execute(
+                "SELECT min(ordinal) FROM context_items WHERE conversation_id = ? AND ordinal > ?",
+                (conv, ordinal),
+            ).fetchone()
+            room = len(sources) if following is None else int(following) - ordinal
+            self._shift_ordinals(conn, conv, after=ordinal, by=max(0, len(sources) - room))
             conn.executemany(
                 "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
                 " summary_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -331,7 +345,7 @@ class SummaryStore(ContextStore):
                 (stamp, summary_id),
             )
         items = self.context(int(conv))
-        return items[ordinal : ordinal + len(sources)]
+        return [i for i in items if ordinal <= i.ordinal < ordinal + len(sources)]
 
     def context_summaries(self, conversation_id: int) -> list[Summary]:
         """The summaries in a conversation's context, in ordinal order."""

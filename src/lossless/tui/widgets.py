@@ -234,12 +234,12 @@ class ContextPane(Vertical):
         table = self.query_one("#context-table", DataTable)
         table.clear()
         total = max(view.tokens, 1)
-        for row in view.rows:
+        for position, row in enumerate(view.rows):
             item = row.item
             share = item.tokens / total
             style = "magenta" if item.summary_id else ""
             table.add_row(
-                str(item.ordinal),
+                str(position),  # its place in the context (ordinals are sparse)
                 Text(row.kind, style=style),
                 "" if item.depth is None else f"d{item.depth}",
                 Text(f"{item.tokens:,}", justify="right"),

@@ -1,0 +1,218 @@
+"""A host's turn at scale, on both back ends, and a full compaction of a backlog.
+
+    python benchmarks/turn.py                          # 10k and 100k stored, SQLite + PostgreSQL
+    python benchmarks/turn.py --sizes 10000 --backends sqlite --backlogs 10000,40000
+
+*Turn*: a conversation already holding N messages (compacted, as a host's would be) takes
+``--turns`` turns of ``after_turn`` with two new messages and a 32k-token budget, compacting
+when the budget says so, with an instant summarizer (the time is lossless's own). Reported:
+p50 / p95 / p99 per turn, p99/p50, and the *floor*: two rows inserted into a bare SQLite
+table with an FTS5 index, one transaction, timed the same way in the same run. On PostgreSQL,
+``context_items``' dead row versions after the turns (the server's statistics) say what
+renumbering would have left behind.
+
+*Backlog*: one ``compact()`` over an uncompacted history of M messages; the time for 4×
+the work should be at most about 6× (linear, not quadratic).
+
+The configuration is the defaults (``Engine.open`` reads no user settings); PostgreSQL runs
+with the server's own settings (this machine's: autovacuum off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from lossless import Config, Engine
+from lossless.summarize import ScriptedSummarizer, SummaryRequest
+
+from common import (
+    PG_URL,
+    create_pg_schema,
+    drop_pg_schema,
+    machine,
+    percentiles,
+    pg_admin,
+    save,
+    text_messages,
+)
+
+BUDGET = 32_000
+
+
+def sized(request: SummaryRequest) -> str:
+    """An instant answer of about the target size (4 characters per token)."""
+    return ("summary " * (request.target_tokens // 2))[: request.target_tokens * 4]
+
+
+def fill(engine: Engine, conversation: str, size: int) -> None:
+    """*size* messages in *conversation*, compacted as a host's would be by then."""
+    filler = text_messages(min(size, 20_000), seed=11)
+    done = 0
+    while done < size:
+        chunk = filler[: min(len(filler), size - done)]
+        engine.ingest_batch(conversation, chunk)
+        done += len(chunk)
+        engine.compact(conversation, until=BUDGET)
+    engine.store.catch_up_indexes()
+
+
+def turns(engine: Engine, conversation: str, count: int) -> list[float]:
+    messages = text_messages(count * 2, seed=12)
+    samples = []
+    for t in range(count):
+        started = time.perf_counter()
+        engine.after_turn(conversation, messages[2 * t : 2 * t + 2], token_budget=BUDGET)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def floor(work: Path, count: int) -> dict[str, float]:
+    """Two rows into a bare SQLite table with an FTS5 index, one transaction per turn."""
+    conn = sqlite3.connect(work / "floor.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, role TEXT, content TEXT)")
+    conn.execute("CREATE VIRTUAL TABLE f USING fts5(content, content='m', content_rowid='id')")
+    messages = text_messages(count * 2, seed=12)
+    samples = []
+    for t in range(count):
+        started = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        for m in messages[2 * t : 2 * t + 2]:
+            row = conn.execute(
+                "INSERT INTO m (role, content) VALUES (?, ?)", (m["role"], m["content"])
+            ).lastrowid
+            conn.execute("INSERT INTO f (rowid, content) VALUES (?, ?)", (row, m["content"]))
+        conn.execute("COMMIT")
+        samples.append((time.perf_counter() - started) * 1000)
+    conn.close()
+    return percentiles(samples)
+
+
+def postgres_reachable() -> bool:
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    try:
+        pg_admin().close()
+    except psycopg.Error:
+        return False
+    return True
+
+
+def dead_context_rows(engine: Engine) -> int | None:
+    if engine.store.backend != "postgresql":
+        return None
+    rows = engine.store.fetchall(
+        "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'context_items'"
+        " AND schemaname = current_schema()"
+    )
+    return int(rows[0][0]) if rows else None
+
+
+def turn_run(work: Path, backend: str, size: int, count: int) -> dict[str, Any]:
+    schema = None
+    if backend == "postgresql":
+        schema = f"bench_turn_{uuid.uuid4().hex[:8]}"
+        target: str = create_pg_schema(schema)
+    else:
+        target = str(work / f"turn-{size}.db")
+    try:
+        summarizer = ScriptedSummarizer(default=sized)
+        with Engine.open(target, config=Config(), summarizer=summarizer) as engine:
+            started = time.perf_counter()
+            fill(engine, "host", size)
+            filled = time.perf_counter() - started
+            samples = turns(engine, "host", count)
+            dead = dead_context_rows(engine)
+        stats = percentiles(samples)
+        return {
+            "backend": backend,
+            "stored": size,
+            "turns": count,
+            "fill_s": round(filled, 1),
+            **stats,
+            "p99_over_p50": round(stats["p99_ms"] / stats["p50_ms"], 1),
+            "context_items_dead_rows": dead,
+        }
+    finally:
+        if schema:
+            drop_pg_schema(schema)
+
+
+def backlog_run(work: Path, size: int) -> dict[str, Any]:
+    summarizer = ScriptedSummarizer(default=sized)
+    with Engine.open(work / f"backlog-{size}.db", config=Config(), summarizer=summarizer) as e:
+        messages = text_messages(size, seed=13)
+        for i in range(0, size, 5_000):
+            e.ingest_batch("backlog", messages[i : i + 5_000])
+        started = time.perf_counter()
+        report = e.compact("backlog")
+        seconds = time.perf_counter() - started
+    return {
+        "backlog": size,
+        "seconds": round(seconds, 2),
+        "summarizer_calls": summarizer.calls,
+        "passes": len(report.passes),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10000,100000", help="messages stored before the turns")
+    parser.add_argument("--turns", type=int, default=500, help="turns timed per size")
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--backlogs", default="10000,40000", help="uncompacted histories")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lossless-turn-"))
+    results: dict[str, Any] = {"machine": machine(), "turn": [], "backlog": []}
+    try:
+        results["floor"] = floor(work, args.turns)
+        f = results["floor"]
+        print(f"floor (2 rows + FTS5, one transaction): p50 {f['p50_ms']:.3f} ms")
+        for backend in args.backends.split(","):
+            if backend == "postgresql" and not postgres_reachable():
+                print(f"postgresql: skipped, no server at {PG_URL} (set LOSSLESS_BENCH_PG)")
+                continue
+            for size in (int(s) for s in args.sizes.split(",")):
+                row = turn_run(work, backend, size, args.turns)
+                results["turn"].append(row)
+                print(
+                    f"{backend:>10} {size:>9,} stored: after_turn p50 {row['p50_ms']:.2f} ms"
+                    f" p95 {row['p95_ms']:.2f} p99 {row['p99_ms']:.2f}"
+                    f" (p99/p50 {row['p99_over_p50']}, p50/floor"
+                    f" {row['p50_ms'] / f['p50_ms']:.1f}); fill {row['fill_s']} s"
+                    + (
+                        f"; context_items dead rows {row['context_items_dead_rows']:,}"
+                        if row["context_items_dead_rows"] is not None
+                        else ""
+                    ),
+                    flush=True,
+                )
+        for size in (int(s) for s in args.backlogs.split(",")):
+            row = backlog_run(work, size)
+            results["backlog"].append(row)
+            print(
+                f"compact() over a {size:,}-message backlog: {row['seconds']} s,"
+                f" {row['summarizer_calls']} summarizer calls",
+                flush=True,
+            )
+        if len(results["backlog"]) >= 2:
+            a, b = results["backlog"][0], results["backlog"][-1]
+            ratio = b["seconds"] / a["seconds"]
+            print(f"  {b['backlog'] / a['backlog']:.0f}x the backlog took {ratio:.1f}x the time")
+        print(f"results: {save('turn', results)}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
