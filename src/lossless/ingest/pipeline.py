@@ -49,15 +49,19 @@ def prepare(
     redactor = services.redactor
     if redactor is not None and redactor.may_hold(norm):
         redact = services.config.redact
-        masking = redact.mask and not redact.enabled
-        original = snapshot(norm) if services.sealer is not None or masking else None
-        norm.redactions = redactor.message(norm)
+        if redact.mask and not redact.enabled:
+            # Masking keeps the original as it came, written out before the secrets go.
+            kept = dumps(snapshot(norm, copied=False)).encode("utf-8")
+            norm.redactions = redactor.message(norm)
+            if norm.redactions:
+                norm.sealed, norm.kept_plain = kept, True
+        else:
+            original = snapshot(norm) if services.sealer is not None else None
+            norm.redactions = redactor.message(norm)
+            if norm.redactions and services.sealer is not None and original is not None:
+                norm.sealed = services.sealer.seal(original)
         if norm.redactions:
             norm.token_count = services.tokens.count(norm.content)
-            if services.sealer is not None and original is not None:
-                norm.sealed = services.sealer.seal(original)
-            elif masking and original is not None:
-                norm.sealed, norm.kept_plain = dumps(original).encode("utf-8"), True
     return norm
 
 
