@@ -19,9 +19,10 @@ per chunk of new material (never for history already summarized).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -57,6 +58,9 @@ __all__ = [
 
 #: Times a pass is tried when another process changes the context under it.
 CONFLICT_RETRIES = 5
+#: Context items after a leaf chunk whose tool links a pass reads first (widened, doubling,
+#: while a call in the chunk is still unanswered at the window's edge).
+PAIR_WINDOW = 64
 
 #: A pass aims for at most this share of its input (the configured target caps it too).
 CHUNK_TARGET_SHARE = 0.75
@@ -248,6 +252,56 @@ class Compactor:
         if budget is not None:
             caps.append(max(1, int(budget * self.config.fresh_tail_budget_share)))
         self.tail_max_tokens: int | None = min(caps) if caps else None
+        # Within a run, each conversation's context as read once and then patched after each
+        # pass (a summary takes its first source's ordinal and the items after keep theirs,
+        # so the patched list is what a read would give): passes read what they summarize,
+        # not the whole context again. Dropped when a write finds the context changed.
+        self._contexts: dict[int, list[ContextItem]] = {}
+
+    def _context(self, conversation_id: int) -> list[ContextItem]:
+        items = self._contexts.get(conversation_id)
+        if items is None:
+            items = self.store.context(conversation_id)
+            if self._running:
+                self._contexts[conversation_id] = items
+        return items
+
+    @contextlib.contextmanager
+    def _run(self) -> Iterator[None]:
+        """One run (a sweep, an incremental step): the context is read once for it."""
+        outer = self._running
+        self._running = True
+        try:
+            yield
+        finally:
+            self._running = outer
+            if not outer:
+                self._contexts.clear()
+
+    _running = False
+
+    def _placed(self, conversation_id: int, chunk: Sequence[ContextItem], summary: Summary) -> None:
+        """The cached context with *summary* in place of *chunk* (as the store now has it)."""
+        items = self._contexts.get(conversation_id)
+        if items is None:
+            return
+        start = next((i for i, it in enumerate(items) if it.ordinal == chunk[0].ordinal), None)
+        if start is None or items[start : start + len(chunk)] != list(chunk):
+            self._contexts.pop(conversation_id, None)  # not what was written over: read again
+            return
+        items[start : start + len(chunk)] = [
+            ContextItem(
+                ordinal=chunk[0].ordinal,
+                item_type="summary",
+                message_id=None,
+                summary_id=summary.summary_id,
+                tokens=summary.token_count,
+                role=None,
+                depth=summary.depth,
+                earliest_at=summary.earliest_at or summary.created_at,
+                latest_at=summary.latest_at or summary.created_at,
+            )
+        ]
 
     # --- planning --------------------------------------------------------------------------
 
@@ -284,17 +338,32 @@ class Compactor:
         cannot be split from one and does not hold the chunk back. When the oldest message is
         a call whose result is only in the fresh tail (a user message came in between), the
         chunk is empty: the call waits until its result can go with it.
+
+        The links are read for a window after the chunk, widened only while a call in the
+        chunk is still unanswered at its edge: a pass reads what it needs, not the rest of the
+        context (a full compaction of a long backlog stays linear).
         """
-        # The tail too: a result there must keep its call out of the chunk.
+        horizon = min(len(items), end + PAIR_WINDOW)
+        while True:
+            found, complete = self._pair_within(items, first, end, run_end, horizon)
+            if complete or horizon >= len(items):
+                return found
+            horizon = min(len(items), first + 2 * (horizon - first))
+
+    def _pair_within(
+        self, items: Sequence[ContextItem], first: int, end: int, run_end: int, horizon: int
+    ) -> tuple[int, bool]:
+        """:meth:`_pair_tools` over ``items[first:horizon]``: the end, and whether the window
+        was wide enough (no call before that end unanswered at its edge)."""
         ids = [
             it.message_id
-            for it in items[first:]
+            for it in items[first:horizon]
             if it.item_type == "message" and it.message_id is not None
         ]
         links = self.store.tool_links(ids)
         pairs: list[tuple[int, int]] = []  # (index of the call, index of its result)
         open_calls: dict[str, int] = {}
-        for i in range(first, len(items)):
+        for i in range(first, horizon):
             calls, results = links.get(items[i].message_id or -1, (set(), set()))
             for r in results:
                 call_at = open_calls.pop(r, None)
@@ -307,7 +376,7 @@ class Compactor:
             return [(c, r) for c, r in pairs if c < stop <= r]
 
         cut = split(end)
-        while cut and end < run_end:
+        while cut and end < min(run_end, horizon):
             # Take the results that follow, if they are in this run.
             calls, results = links.get(items[end].message_id or -1, (set(), set()))
             if not results and not calls and items[end].role != "tool":
@@ -319,7 +388,8 @@ class Compactor:
             # when that call is the oldest message).
             end = min(c for c, _ in cut)
             cut = split(end)
-        return end
+        complete = end < horizon and not any(at < end for at in open_calls.values())
+        return end, complete
 
     def condensed_chunk(
         self,
@@ -403,12 +473,13 @@ class Compactor:
             try:
                 return run()
             except ConflictError:
+                self._contexts.clear()  # the context changed under the run: read it again
                 if attempt == CONFLICT_RETRIES - 1:
                     raise
         return None  # pragma: no cover - the loop returns or raises
 
     def _leaf_pass(self, conversation_id: int) -> PassResult | None:
-        items = self.store.context(conversation_id)
+        items = self._context(conversation_id)
         chunk = self.leaf_chunk(items)
         if not chunk:
             return None
@@ -440,7 +511,7 @@ class Compactor:
     def _condensed_pass(
         self, conversation_id: int, *, max_depth: int | None, hard: bool
     ) -> PassResult | None:
-        items = self.store.context(conversation_id)
+        items = self._context(conversation_id)
         chunk = self.condensed_chunk(items, max_depth=max_depth, hard=hard)
         if not chunk:
             return None
@@ -494,6 +565,7 @@ class Compactor:
         if outcome.tokens >= input_tokens:
             return None
         self.store.write_summary(summary, chunk)
+        self._placed(conversation_id, chunk, summary)
         return PassResult(
             kind=kind,
             summary_id=summary.summary_id,
@@ -587,22 +659,23 @@ class Compactor:
     # --- modes -----------------------------------------------------------------------------
 
     def _tokens(self, conversation_id: int) -> int:
-        return sum(it.tokens for it in self.store.context(conversation_id))
+        return sum(it.tokens for it in self._context(conversation_id))
 
     def incremental(self, conversation_id: int) -> CompactionReport:
         """After a turn: a leaf pass if enough raw material built up, then condensation."""
-        items = self.store.context(conversation_id)
-        report = CompactionReport(conversation_id, "incremental", sum(i.tokens for i in items))
-        if self.raw_tokens_outside_tail(items) > self.config.leaf_chunk_tokens:
-            result = self.leaf_pass(conversation_id)
-            if result is not None:
-                report.passes.append(result)
-                max_depth = self.config.incremental_max_depth
-                while max_depth != 0:
-                    condensed = self.condensed_pass(conversation_id, max_depth=max_depth)
-                    if condensed is None:
-                        break
-                    report.passes.append(condensed)
+        with self._run():
+            items = self._context(conversation_id)
+            report = CompactionReport(conversation_id, "incremental", sum(i.tokens for i in items))
+            if self.raw_tokens_outside_tail(items) > self.config.leaf_chunk_tokens:
+                result = self.leaf_pass(conversation_id)
+                if result is not None:
+                    report.passes.append(result)
+                    max_depth = self.config.incremental_max_depth
+                    while max_depth != 0:
+                        condensed = self.condensed_pass(conversation_id, max_depth=max_depth)
+                        if condensed is None:
+                            break
+                        report.passes.append(condensed)
         # Nothing written: the context read above is still the context (this is every turn).
         report.tokens_after = (
             self._tokens(conversation_id) if report.passes else report.tokens_before
@@ -611,8 +684,9 @@ class Compactor:
 
     def full_sweep(self, conversation_id: int, *, hard: bool = False) -> CompactionReport:
         """Leaf passes until none is eligible, then condensation from the shallowest depth."""
-        report = CompactionReport(conversation_id, "full", self._tokens(conversation_id))
-        self._sweep(conversation_id, report, hard=hard)
+        with self._run():
+            report = CompactionReport(conversation_id, "full", self._tokens(conversation_id))
+            self._sweep(conversation_id, report, hard=hard)
         report.tokens_after = self._tokens(conversation_id)
         return report
 
@@ -645,22 +719,23 @@ class Compactor:
         are merged when no same-depth run is long enough: reaching the target every time keeps
         the room for new turns, and so the compaction rate, constant.
         """
-        report = CompactionReport(
-            conversation_id, "until", self._tokens(conversation_id), target=target
-        )
-        hard = False
-        for _ in range(self.config.max_rounds):
-            if self._tokens(conversation_id) <= target:
-                break
-            report.rounds += 1
-            if self._sweep(conversation_id, report, hard=hard):
-                continue
-            if hard:
-                break  # nothing more can be compacted
-            # Under pressure: condense with the hard fanout floor, in this same round.
-            hard = True
-            if not self._sweep(conversation_id, report, hard=True):
-                break
+        with self._run():
+            report = CompactionReport(
+                conversation_id, "until", self._tokens(conversation_id), target=target
+            )
+            hard = False
+            for _ in range(self.config.max_rounds):
+                if self._tokens(conversation_id) <= target:
+                    break
+                report.rounds += 1
+                if self._sweep(conversation_id, report, hard=hard):
+                    continue
+                if hard:
+                    break  # nothing more can be compacted
+                # Under pressure: condense with the hard fanout floor, in this same round.
+                hard = True
+                if not self._sweep(conversation_id, report, hard=True):
+                    break
         report.tokens_after = self._tokens(conversation_id)
         return report
 
