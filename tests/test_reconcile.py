@@ -148,7 +148,7 @@ def test_appended_lines_are_read_as_a_tail_and_imported_exactly_once(
     assert_consistent(engine)
 
 
-def test_a_tail_read_does_not_report_a_bad_line_before_the_checkpoint_again(
+def test_a_tail_read_reports_a_bad_line_before_the_checkpoint_again_without_reading_it(
     engine: Engine, tmp_path: Path
 ) -> None:
     path = tmp_path / "s.jsonl"
@@ -161,15 +161,21 @@ def test_a_tail_read_does_not_report_a_bad_line_before_the_checkpoint_again(
     )
     [first] = engine.bootstrap(path)
     assert [p.line for p in first.problems] == [5]
+    old_size = path.stat().st_size
 
     append_lines(path, chain("a", 2, parent="a0000005", start=6))
     with path.open("a") as handle:
         handle.write("not json either\n")  # line 10
     append_lines(path, chain("a", 1, parent="a0000007", start=8))
-    [second] = engine.bootstrap(path)
+    read_upto: list[int] = []
+    [second] = engine.bootstrap(path, progress=lambda done, _total: read_upto.append(done))
 
     assert second.mode == "tail"
-    assert [p.line for p in second.problems] == [10]
+    assert min(read_upto) > old_size  # line 5 was not read again, and is still named
+    assert [(p.line, p.kind, p.known) for p in second.problems] == [
+        (5, "malformed", True),
+        (10, "malformed", False),
+    ]
     assert second.imported == 3
     assert stored_ids(engine) == [f"a{i:07d}" for i in range(1, 9)]
     assert_consistent(engine)

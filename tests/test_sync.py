@@ -140,6 +140,25 @@ def test_sync_of_one_host_says_where_it_looked_when_nothing_is_there(
     assert bad.code == 2 and "emacs" in bad.err
 
 
+def test_sync_names_a_bad_line_on_every_pass_and_skip_bad_accepts_it(
+    run_cli: Any, hosts: dict[str, Path], db_path: Path
+) -> None:
+    transcript = claude_transcript(hosts)
+    write_lines(transcript, [cc_line("u1", None, "Start the migration")])
+    with transcript.open("a", encoding="utf-8") as handle:
+        handle.write("{cut short\n")
+    write_lines(transcript, [cc_line("a1", "u1", "Migrated 3 tables.", "assistant")], "a")
+
+    first = run_cli("--db", str(db_path), "sync", "--host", "claude-code")
+    again = run_cli("--db", str(db_path), "sync", "--host", "claude-code")
+    accepted = run_cli("--db", str(db_path), "sync", "--host", "claude-code", "--skip-bad")
+
+    assert (first.code, again.code, accepted.code) == (3, 3, 0)
+    for res in (first, again, accepted):
+        assert f"not imported {transcript}:2: not valid JSON" in res.err
+    assert "2 message(s) imported" in first.out and "0 message(s) imported" in again.out
+
+
 class Follower:
     """``lossless sync --watch --json`` as a child process; its report lines in a queue."""
 

@@ -1723,7 +1723,8 @@ def test_an_openclaw_trajectory_is_named_and_passed_over_never_filed_under_a_ses
     assert "trajectory" in by_name[f"{SESSION}.trajectory.jsonl"].problems[0].reason
     assert by_name["junk.jsonl"].mode == "failed"
     assert by_name["empty-session.jsonl"].mode == "empty"
-    assert f"{SESSION}.checkpoint.0f0e.jsonl" not in by_name  # a host's copy of the session
+    copy = by_name[f"{SESSION}.checkpoint.0f0e.jsonl"]  # a host's copy of the session
+    assert copy.mode == "passed_over" and "same entries" in copy.problems[0].reason
     assert [m.content for m in stored(engine, SESSION)] == ["one"]
     # Nothing was created for the files that held no conversation.
     assert [c.conversation.session_id for c in engine.conversations()] == [SESSION]

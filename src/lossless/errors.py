@@ -7,6 +7,7 @@ turns them into exit codes at its boundary; library callers catch :class:`Lossle
 from __future__ import annotations
 
 __all__ = [
+    "PROBLEM_KINDS",
     "ArgumentError",
     "ConfigError",
     "ConflictError",
@@ -68,17 +69,51 @@ class ConflictError(LosslessError):
 
 
 class ImportProblem(LosslessError):
-    """One line of a transcript could not be imported (the rest still is)."""
+    """A line of a transcript that could not be imported (the rest still is), or a file that
+    could not be read as a transcript at all.
+
+    ``kind`` says which, in a word a program can act on (:data:`PROBLEM_KINDS`); ``reason``
+    says it for a person. ``known`` marks a bad line an earlier import found in lines this
+    run did not read again (the file's unchanged part): still not imported, reported again.
+    """
 
     exit_code = 3
 
-    def __init__(self, path: str, line: int, reason: str) -> None:
+    def __init__(
+        self,
+        path: str,
+        line: int,
+        reason: str,
+        kind: str = "unreadable",
+        *,
+        known: bool = False,
+    ) -> None:
         self.path = path
         self.line = line
         self.reason = reason
+        self.kind = kind
+        self.known = known
         super().__init__(f"{path}:{line}: {reason}")
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form: where (``line``: 0 for the file as a whole), what and why."""
+        return {"line": self.line, "kind": self.kind, "reason": self.reason, "known": self.known}
+
+
+#: What :attr:`ImportProblem.kind` may be, and what it means.
+PROBLEM_KINDS = {
+    "malformed": "not JSON, or not UTF-8 text",
+    "unknown_shape": "JSON of no message or entry shape lossless knows",
+    "other_format": "a message of another transcript format than the file's",
+    "unreadable": "a record its format could not read (a field of the wrong type, ...)",
+    "empty": "the file holds nothing",
+    "not_a_transcript": "a file a host keeps beside its transcripts (passed over, no error)",
+}
 
 
 class NotATranscript(ImportProblem):
     """A file a host writes beside its transcripts (a trace, an index): recognised, and not
     imported; a folder import passes it over and says so."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        super().__init__(path, line, reason, "not_a_transcript")

@@ -498,3 +498,6 @@ class Checkpoint:
     last_line_start: int
     last_line_hash: str
     last_entry_id: str | None
+    #: The lines up to ``line_no`` that could not be imported, as ``(line, kind, reason)``:
+    #: an import that does not read them again still reports them.
+    problems: tuple[tuple[int, str, str], ...] = ()

@@ -122,7 +122,7 @@ class SyncReport:
     @property
     def problems(self) -> int:
         """Lines or files that could not be imported."""
-        return sum(len(r.problems) for r in self.reports if r.mode != "passed_over")
+        return sum(len(r.not_imported) for r in self.reports)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

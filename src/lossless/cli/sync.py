@@ -21,7 +21,7 @@ from .output import (
     stderr,
     stdout,
 )
-from .transcripts import print_reports, report_problems
+from .transcripts import print_reports, report_problems, skip_bad_option
 
 
 @click.command("sync")
@@ -33,9 +33,12 @@ from .transcripts import print_reports, report_problems
     help="Only this host's transcripts (repeat for several; default: every host).",
 )
 @click.option("--watch", "follow", is_flag=True, help="Go on: import each change as it lands.")
+@skip_bad_option
 @json_option
 @pass_state
-def sync_command(state: State, hosts: tuple[str, ...], follow: bool, as_json: bool) -> None:
+def sync_command(
+    state: State, hosts: tuple[str, ...], follow: bool, skip_bad: bool, as_json: bool
+) -> None:
     """Import the transcripts of the agent hosts installed here: Claude Code
     (~/.claude/projects), Codex CLI (~/.codex/sessions) and OpenClaw
     (~/.openclaw/agents/*/sessions), each where its own settings put it.
@@ -43,7 +46,8 @@ def sync_command(state: State, hosts: tuple[str, ...], follow: bool, as_json: bo
     Only what a file gained since the last import is read, so running it again is cheap.
     --watch then follows the folders (file-system events; pip install 'lossless[watch]') and
     imports each transcript once it has been quiet a moment; a line the host is still
-    writing waits for its end. Stop it with Ctrl-C.
+    writing waits for its end. Stop it with Ctrl-C. Lines that could not be imported are
+    named as `import` names them (exit code 3 unless --skip-bad); --watch names each once.
     """
     engine = state.engine(create=True)
     folders = host_folders(hosts)
@@ -63,7 +67,7 @@ def sync_command(state: State, hosts: tuple[str, ...], follow: bool, as_json: bo
             f"{report.imported} message(s) imported; {unchanged} file(s) unchanged",
             highlight=False,
         )
-    problems = report_problems(report.reports)
+    problems = report_problems(report.reports, accept=skip_bad)
     if not follow:
         if problems:
             sys.exit(EXIT_PARTIAL)
@@ -83,7 +87,7 @@ def sync_command(state: State, hosts: tuple[str, ...], follow: bool, as_json: bo
                     click.echo(json_text(r.to_dict()))
         else:
             print_reports(reports, quiet_unchanged=True)
-        report_problems(reports)
+        report_problems(reports, accept=skip_bad, only_new=True)
         sys.stdout.flush()
 
     def ready() -> None:

@@ -23,6 +23,12 @@ from .output import (
     stdout,
 )
 
+skip_bad_option = click.option(
+    "--skip-bad",
+    is_flag=True,
+    help="Accept the lines and files that could not be imported: still named, exit code 0.",
+)
+
 
 @click.command("import")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
@@ -32,16 +38,21 @@ from .output import (
     type=click.Choice(sorted(n for n, f in FORMATS.items() if f.not_a_transcript is None)),
     help="Transcript format (default: detected from the first line).",
 )
+@skip_bad_option
 @json_option
 @pass_state
-def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_json: bool) -> None:
+def import_command(
+    state: State, paths: tuple[Path, ...], fmt: str | None, skip_bad: bool, as_json: bool
+) -> None:
     """Import transcripts (files, or directories of .jsonl/.json files).
 
     Understands OpenClaw session files, Claude Code transcripts, Codex CLI rollouts and
     OpenAI-style message lists, each told from its content. Re-importing, or importing a file
-    that grew, stores only what is new. Malformed lines are reported with their line number
-    and skipped; the exit code is then 3. A file that holds nothing to import creates
-    nothing; one that is not a transcript (a trace, an index) is named and passed over.
+    that grew, stores only what is new. Every line that could not be imported (not JSON, of
+    no known shape) is named with its line number, and every file skipped, with why, on each
+    import, the file changed or not; the exit code is then 3 unless --skip-bad accepts them.
+    A file that holds nothing to import creates nothing; one a host keeps beside its
+    transcripts (a trace, an index) is named and passed over.
     """
     engine = state.engine(create=True)
     total = sum(file_size(p) for p in paths)
@@ -65,7 +76,7 @@ def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_js
     if not reports:
         stderr.print("no transcript files found (.jsonl or .json)", highlight=False)
         sys.exit(EXIT_PARTIAL)
-    if report_problems(reports):
+    if report_problems(reports, accept=skip_bad):
         sys.exit(EXIT_PARTIAL)
 
 
@@ -113,19 +124,43 @@ def print_reports(reports: list[ReconcileReport], *, quiet_unchanged: bool = Fal
             )
 
 
-def report_problems(reports: list[ReconcileReport]) -> bool:
-    """Say on stderr which lines could not be imported; whether there were any."""
-    problems = [p for r in reports if r.mode != "passed_over" for p in r.problems]
-    for p in problems:
-        stderr.print(f"skipped {escape(str(p))}", highlight=False)
-    if problems:
-        stored = sum(r.imported + r.off_branch_stored for r in reports)
+def report_problems(
+    reports: list[ReconcileReport], *, accept: bool = False, only_new: bool = False
+) -> bool:
+    """Say on stderr which lines were not imported, and which files were skipped; whether
+    there were any that *accept* (``--skip-bad``) does not accept. *only_new* leaves out the
+    bad lines an earlier import already named (``sync --watch``: said once per change)."""
+    lines = 0
+    files = 0
+    for r in reports:
+        for p in r.not_imported:
+            if only_new and p.known:
+                continue
+            if r.mode == "failed":
+                files += 1
+                where = f"{p.path}:{p.line}" if p.line > 1 else p.path
+                stderr.print(f"skipped file {escape(where)}: {escape(p.reason)}", highlight=False)
+            else:
+                lines += 1
+                stderr.print(f"not imported {escape(str(p))}", highlight=False)
+    if not (lines or files):
+        return False
+    parts = [f"{lines} line(s)"] if lines else []
+    parts += [f"{files} file(s)"] if files else []
+    said = " and ".join(parts)
+    stored = sum(r.imported + r.off_branch_stored for r in reports)
+    if accept:
         stderr.print(
-            f"{len(problems)} line(s) could not be imported; {stored} message(s) were. "
-            "Fix or remove those lines and import again: nothing is stored twice.",
+            f"{said} not imported (accepted: --skip-bad); {stored} message(s) were.",
             highlight=False,
         )
-    return bool(problems)
+        return False
+    stderr.print(
+        f"{said} not imported; {stored} message(s) were. Fix or remove them and import again"
+        " (nothing is stored twice), or accept them with --skip-bad.",
+        highlight=False,
+    )
+    return True
 
 
 @click.command("import-store")

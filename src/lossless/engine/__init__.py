@@ -449,12 +449,17 @@ class Engine(Reads, Recall, Upkeep):
         """Import a transcript file, a host's database (OpenClaw's ``openclaw-agent.sqlite``,
         Hermes Agent's ``state.db``), or every transcript and host database below a directory.
 
-        In a directory, ``.jsonl`` files and ``.json`` files that look like transcripts are
-        imported; other ``.json`` files (Claude Code's ``sessions-index.json``, sub-agent
-        ``.meta.json`` sidecars, ...) are passed over. A file that cannot be read as a
-        transcript does not stop the others: it gets a report with ``mode="failed"`` (or
-        ``passed_over``: a file that is not a transcript) and the problem. *progress* receives
-        bytes done and total over all the files.
+        In a directory, ``.jsonl`` and ``.json`` files are read. A file that cannot be read as
+        a transcript does not stop the others: it gets a report with ``mode="failed"`` and the
+        problem; a file a host keeps beside its transcripts (Claude Code's
+        ``sessions-index.json``, a trace, a copy) one with ``mode="passed_over"`` and why.
+
+        What was not imported is in each report's
+        :attr:`~lossless.ingest.reconcile.ReconcileReport.not_imported`: an
+        :class:`~lossless.errors.ImportProblem` per bad line (``path``, ``line``, ``kind``,
+        ``reason``), or for the file a ``failed`` report names. An unchanged file is not read
+        again, and its bad lines are still there (``known``). *progress* receives bytes done
+        and total over all the files.
         """
         return import_transcripts(self.services, path, format=format, progress=progress)
 

@@ -22,12 +22,11 @@ The spec's algorithm, made incremental and safe to repeat:
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +50,7 @@ from .transcripts import (
     head_hash,
     head_values,
     iter_json_array,
+    no_known_shape,
     parse_json,
     read_lines,
 )
@@ -59,8 +59,6 @@ if TYPE_CHECKING:
     from ..services import Services
 
 __all__ = ["Progress", "ReconcileReport", "import_path", "reconcile_file", "transcript_files"]
-
-logger = logging.getLogger(__name__)
 
 #: ``progress(bytes_done, bytes_total)`` — called while a file is read.
 Progress = Callable[[int, int], None]
@@ -91,7 +89,16 @@ class ReconcileReport:
     branch_conversation_id: int | None = None
     missing_before_anchor: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
+    #: The lines that were not imported (mode ``failed``: why the file was not read;
+    #: ``passed_over``: why it needed no reading).
     problems: list[ImportProblem] = field(default_factory=list)
+
+    @property
+    def not_imported(self) -> list[ImportProblem]:
+        """What this file holds that is not in the store: its bad lines, or the file itself
+        when it could not be read (empty when all of it was imported; a file passed over,
+        not being a transcript, has nothing to import)."""
+        return [] if self.mode == "passed_over" else self.problems
 
     @classmethod
     def failed(cls, path: Path, problem: ImportProblem) -> ReconcileReport:
@@ -115,7 +122,7 @@ class ReconcileReport:
             "branch_conversation_id": self.branch_conversation_id,
             "missing_before_anchor": self.missing_before_anchor,
             "skipped": dict(self.skipped),
-            "problems": [{"line": p.line, "reason": p.reason} for p in self.problems],
+            "problems": [p.to_dict() for p in self.problems],
         }
 
 
@@ -173,20 +180,63 @@ def reconcile_file(
         # The format was given: read on, and report the broken first line like any other.
         head, is_array = [], False
     if is_array and fmt.name != "messages":
-        raise ImportProblem(str(file), 1, f"a JSON array is not a {fmt.name} transcript")
+        raise ImportProblem(
+            str(file), 1, f"a JSON array is not a {fmt.name} transcript", "unreadable"
+        )
     identity = fmt.identify(file, head)
     if session_id:
         identity.session_id = session_id
     lane = "sidechain" if identity.lane_sessions == {} and fmt.name == "claude_code" else "main"
     main = _reconcile_lane(services, file, fmt, identity, lane, is_array, progress)
     reports = [main[0]]
-    if main[1] and "sidechain" in identity.lane_sessions:
+    if "sidechain" in identity.lane_sessions:
         side_id, side_key = identity.lane_sessions["sidechain"]
-        side = FileIdentity(fmt.name, side_id, None, session_key=side_key)
-        reports.append(
-            _reconcile_lane(services, file, fmt, side, "sidechain", is_array, progress)[0]
-        )
+        # An unchanged file is not read: its sidechain is looked at when it has a
+        # conversation (whose checkpoint says so, and keeps what it could not import).
+        if main[1] or (main[0].mode == "unchanged" and services.store.find_conversation(side_id)):
+            side = FileIdentity(fmt.name, side_id, None, session_key=side_key)
+            report = _reconcile_lane(services, file, fmt, side, "sidechain", is_array, progress)[0]
+            # A line that is not JSON belongs to no lane: the main report names it.
+            said = {(p.line, p.reason) for p in reports[0].problems}
+            report.problems = [p for p in report.problems if (p.line, p.reason) not in said]
+            reports.append(report)
     return reports
+
+
+class _Target:
+    """The conversation a lane feeds, held under its lock. One that does not exist yet is
+    created in the transaction of the first batch stored into it, so a file none of whose
+    messages can be stored creates nothing."""
+
+    def __init__(
+        self,
+        services: Services,
+        session_id: str,
+        session_key: str | None,
+        conv: Conversation | None,
+    ) -> None:
+        self.services = services
+        self.session_id = session_id
+        self.session_key = session_key
+        self.conv = conv
+        self._held = ExitStack()
+        if conv is not None:
+            self._held.enter_context(services.lock(conv.conversation_id))
+
+    def get(self) -> Conversation:
+        """The conversation, created now if need be (call inside the batch's transaction)."""
+        if self.conv is None:
+            self.conv = self.services.store.get_or_create_conversation(
+                self.session_id, session_key=self.session_key
+            )
+            self._held.enter_context(self.services.lock(self.conv.conversation_id))
+        return self.conv
+
+    def __enter__(self) -> _Target:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._held.close()
 
 
 def _reconcile_lane(
@@ -201,10 +251,8 @@ def _reconcile_lane(
     force_full: bool = False,
 ) -> tuple[ReconcileReport, int]:
     store = services.store
-    # A file that holds nothing to store creates nothing: the conversation is made only
-    # once there is a message for it.
     conv = store.find_conversation(identity.session_id)
-    with services.lock(conv.conversation_id) if conv is not None else nullcontext():
+    with _Target(services, identity.session_id, identity.session_key, conv) as target:
         resolved = safe_id(str(file.resolve()))  # a file name need not be UTF-8
         size = file.stat().st_size
         hh = head_hash(file)
@@ -213,6 +261,7 @@ def _reconcile_lane(
             resolved, fmt.name, identity.session_id, conv.conversation_id if conv else 0
         )
         start, line_no = 0, 0
+        known: list[ImportProblem] = []
         if (
             not force_full
             and not is_array
@@ -225,77 +274,89 @@ def _reconcile_lane(
             and _last_line_unchanged(file, cp)
         ):
             start, line_no = cp.offset, cp.line_no
+            # The lines before the tail are not read again; what they held that could not be
+            # imported is still not imported, and is said again.
+            known = [
+                ImportProblem(str(file), n, reason, kind, known=True)
+                for n, kind, reason in cp.problems
+                if n <= cp.line_no
+            ]
             report.mode = "tail"
             if size == cp.offset:
                 report.mode = "unchanged"
+                report.problems = known
                 return report, 0
         tree = fmt.tree and lane == "main"
         scan = _scan(file, fmt, lane, start, line_no, is_array, size, progress)
         report.skipped = scan.skipped
-        report.problems = scan.problems
+        report.problems = known + scan.problems
         broken = [p.line for p in scan.problems]
         branch = _active_path(scan.entries, tree, broken)
         report.off_branch = len(branch.off)
         messages = [e for e in branch.path if e.is_message]
-        if conv is None:
-            if not messages and not branch.off:
-                report.mode = "empty"  # nothing created, nothing recorded as imported
-                return report, sum(scan.other_lanes.values())
-            conv = store.get_or_create_conversation(
-                identity.session_id, session_key=identity.session_key
+        if conv is None and not messages and not branch.off:
+            report.mode = "empty"  # nothing created, nothing recorded as imported
+            return report, sum(scan.other_lanes.values())
+        ids = [e.entry_id for e in messages if e.entry_id is not None]
+        existing = store.existing_external_ids(conv.conversation_id, ids) if conv else set()
+        if report.mode == "tail" and conv is not None:
+            unknown_junction = (
+                branch.junction is not None
+                and not (cp is not None and branch.junction == cp.last_entry_id)
+                and not store.existing_external_ids(conv.conversation_id, [branch.junction])
             )
-            report.conversation_id = conv.conversation_id
-        with services.lock(conv.conversation_id):
-            ids = [e.entry_id for e in messages if e.entry_id is not None]
-            existing = store.existing_external_ids(conv.conversation_id, ids)
-            if report.mode == "tail":
-                unknown_junction = (
-                    branch.junction is not None
-                    and not (cp is not None and branch.junction == cp.last_entry_id)
-                    and not store.existing_external_ids(conv.conversation_id, [branch.junction])
+            if branch.detached or unknown_junction:
+                # The new entries continue (or branch off) entries before the tail that we
+                # never imported, or that only the whole tree can place: read it all.
+                return _reconcile_lane(
+                    services, file, fmt, identity, lane, is_array, progress, force_full=True
                 )
-                if branch.detached or unknown_junction:
-                    # The new entries continue (or branch off) entries before the tail that
-                    # we never imported, or that only the whole tree can place: read it all.
-                    return _reconcile_lane(
-                        services, file, fmt, identity, lane, is_array, progress, force_full=True
-                    )
-            selected = messages
-            if report.mode == "full" and messages:
-                anchor, missing = _anchor(services, conv, file, fmt, messages, existing, report)
-                if anchor >= 0:
-                    report.missing_before_anchor = missing
-                    selected = messages[anchor + 1 :]
-            todo = [e for e in selected if e.entry_id not in existing]
-            report.already_stored = len(selected) - len(todo) + (len(messages) - len(selected))
-            report.imported = _import(services, conv, file, fmt, todo, report, progress, size)
-            if branch.off:
-                _store_off_branch(services, conv, identity, file, fmt, branch.off, existing, report)
-            final = Checkpoint(
-                conversation_id=conv.conversation_id,
-                path=resolved,
-                format=fmt.name,
-                header_id=identity.header_id,
-                head_hash=hh,
-                size=max(size, scan.end_offset),
-                offset=0 if is_array else scan.end_offset,
-                line_no=0 if is_array else scan.end_line,
-                last_line_start=scan.last_line_start,
-                last_line_hash=scan.last_line_hash,
-                last_entry_id=scan.last_entry_id or (cp.last_entry_id if cp and start else None),
-            )
-            with store.transaction():
-                store.put_checkpoint(final)
-                _record_host_facts(services, conv, scan)
-        if report.imported or report.off_branch_stored:
-            # Large batches leave the trigram index behind; an import finishes it.
-            store.catch_up_indexes()
-        return report, sum(scan.other_lanes.values())
+        selected = messages
+        if report.mode == "full" and messages and conv is not None:
+            anchor, missing = _anchor(services, conv, file, fmt, messages, existing, report)
+            if anchor >= 0:
+                report.missing_before_anchor = missing
+                selected = messages[anchor + 1 :]
+        todo = [e for e in selected if e.entry_id not in existing]
+        report.already_stored = len(selected) - len(todo) + (len(messages) - len(selected))
+        report.imported = _import(services, target, file, fmt, todo, report, progress, size)
+        if branch.off:
+            _store_off_branch(services, target, identity, file, fmt, branch.off, existing, report)
+        report.problems.sort(key=lambda p: p.line)  # (found by the scan, then by the import)
+        if target.conv is None and not report.off_branch_stored:
+            # Not one message could be stored: nothing created, nothing recorded, and the
+            # next import reads the file again (and says again what it could not store).
+            report.mode = "empty"
+            return report, sum(scan.other_lanes.values())
+        with store.transaction():  # (only its abandoned branches were: the family's head)
+            conv = target.get()
+        report.conversation_id = conv.conversation_id
+        final = Checkpoint(
+            conversation_id=conv.conversation_id,
+            path=resolved,
+            format=fmt.name,
+            header_id=identity.header_id,
+            head_hash=hh,
+            size=max(size, scan.end_offset),
+            offset=0 if is_array else scan.end_offset,
+            line_no=0 if is_array else scan.end_line,
+            last_line_start=scan.last_line_start,
+            last_line_hash=scan.last_line_hash,
+            last_entry_id=scan.last_entry_id or (cp.last_entry_id if cp and start else None),
+            problems=tuple((p.line, p.kind, p.reason) for p in report.problems),
+        )
+        with store.transaction():
+            store.put_checkpoint(final)
+            _record_host_facts(services, conv, scan)
+    if report.imported or report.off_branch_stored:
+        # Large batches leave the trigram index behind; an import finishes it.
+        store.catch_up_indexes()
+    return report, sum(scan.other_lanes.values())
 
 
 def _store_off_branch(
     services: Services,
-    conv: Conversation,
+    target: _Target,
     identity: FileIdentity,
     file: Path,
     fmt: TranscriptFormat,
@@ -307,20 +368,25 @@ def _store_off_branch(
     session's ``<session>:branches`` conversation, a member of its family: stored, searchable,
     never in the main context. Ids already stored in either conversation are skipped."""
     store = services.store
-    branches = store.get_or_create_conversation(
-        f"{identity.session_id}:branches",
-        session_key=identity.session_key or conv.session_key or identity.session_id,
-    )
-    report.branch_conversation_id = branches.conversation_id
+    session_id = f"{identity.session_id}:branches"
+    main = target.conv
+    key = identity.session_key or (main.session_key if main else None) or identity.session_id
     ids = [e.entry_id for e in off if e.entry_id is not None]
-    seen = on_main | store.existing_external_ids(conv.conversation_id, ids)
-    seen |= store.existing_external_ids(branches.conversation_id, ids)
+    seen = set(on_main)
+    if main is not None:
+        seen |= store.existing_external_ids(main.conversation_id, ids)
+    found = store.find_conversation(session_id)
+    if found is not None:
+        report.branch_conversation_id = found.conversation_id
+        seen |= store.existing_external_ids(found.conversation_id, ids)
     todo = [e for e in off if e.entry_id not in seen]
     if todo:
-        with services.lock(branches.conversation_id):
+        with _Target(services, session_id, key, found) as branches:
             report.off_branch_stored = _import(
                 services, branches, file, fmt, todo, report, None, file.stat().st_size
             )
+            if branches.conv is not None:
+                report.branch_conversation_id = branches.conv.conversation_id
 
 
 def _last_line_unchanged(file: Path, cp: Checkpoint) -> bool:
@@ -347,29 +413,21 @@ def _scan(
         lines = iter_json_array(handle) if is_array else read_lines(handle, start, line_no)
         for line in lines:
             if line.error is not None:
-                scan.problems.append(ImportProblem(str(file), line.line_no, line.error))
+                scan.problems.append(
+                    ImportProblem(str(file), line.line_no, line.error, "malformed")
+                )
             else:
                 try:
                     entry = fmt.entry(line)
                 except ValueError as exc:
-                    scan.problems.append(ImportProblem(str(file), line.line_no, str(exc)))
-                else:
-                    foreign = (
-                        None
-                        if entry.is_message or fmt.owns(line.value)
-                        else _foreign_format(fmt, line.value)
+                    scan.problems.append(
+                        ImportProblem(str(file), line.line_no, str(exc), "unreadable")
                     )
-                    if foreign is not None:
-                        scan.problems.append(
-                            ImportProblem(
-                                str(file),
-                                line.line_no,
-                                f"a {foreign} line inside a {fmt.name} transcript, not"
-                                " imported: a file is read in one format (move the line to a"
-                                f" file of its own, or, if the whole file is {foreign}, import"
-                                f" it with --format {foreign})",
-                            )
-                        )
+                else:
+                    stray = _stray(fmt, entry, line.value)
+                    if stray is not None:
+                        kind, reason = stray
+                        scan.problems.append(ImportProblem(str(file), line.line_no, reason, kind))
                     else:
                         _note(scan, entry, lane)
             if line.raw:
@@ -383,6 +441,23 @@ def _scan(
             if progress is not None:
                 progress(line.end, size)
     return scan
+
+
+def _stray(fmt: TranscriptFormat, entry: Entry, value: Any) -> tuple[str, str] | None:
+    """Why a line *fmt* skips is not one of its own to skip, when it is not: a message of
+    another format, or an object of no shape any format knows (kind, reason)."""
+    if entry.is_message or fmt.owns(value):
+        return None
+    foreign = _foreign_format(fmt, value)
+    if foreign is not None:
+        return "other_format", (
+            f"a {foreign} line inside a {fmt.name} transcript, not imported: a file is read in"
+            f" one format (move the line to a file of its own, or, if the whole file is"
+            f" {foreign}, import it with --format {foreign})"
+        )
+    if isinstance(value, Mapping) and not isinstance(value.get("type"), str):
+        return "unknown_shape", f"{no_known_shape(value)} (the file is read as {fmt.name})"
+    return None
 
 
 def _foreign_format(fmt: TranscriptFormat, value: Any) -> str | None:
@@ -516,7 +591,8 @@ def _anchor(
     before it are missing from the store."""
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].entry_id in existing:
-            return i, sum(1 for e in messages[:i] if e.entry_id not in existing)
+            missing = [e for e in messages[:i] if e.entry_id not in existing]
+            return i, _missing(services, file, fmt, missing, report)
     store = services.store
     stored_count = store.message_count(conv.conversation_id)
     if not stored_count:
@@ -534,7 +610,7 @@ def _anchor(
             try:
                 norm = _load(services, file, fmt, skel, handle)
             except (LosslessError, ValueError) as exc:
-                failed.append((i, ImportProblem(str(file), skel.line_no, str(exc))))
+                failed.append((i, _unstored(file, skel, exc)))
                 continue
             if norm is not None:
                 seen.append((i, _content_key(norm.role, norm.content)))
@@ -556,6 +632,28 @@ def _anchor(
     anchor = seen[best][0]
     report.problems.extend(problem for i, problem in failed if i < anchor)
     return anchor, max(0, best + 1 - stored_count)
+
+
+def _missing(
+    services: Services,
+    file: Path,
+    fmt: TranscriptFormat,
+    missing: list[_Skeleton],
+    report: ReconcileReport,
+) -> int:
+    """How many of the entries before the anchor that the store lacks are messages it could
+    have stored; those that cannot be read as one (an earlier import left them out for it)
+    are reported as the bad lines they are."""
+    count = 0
+    with file.open("rb") as handle:
+        for skel in missing:
+            try:
+                _load(services, file, fmt, skel, handle)
+            except (LosslessError, ValueError) as exc:
+                report.problems.append(_unstored(file, skel, exc))
+            else:
+                count += 1
+    return count
 
 
 def _content_key(role: str, content: str) -> bytes:
@@ -612,7 +710,7 @@ def _normalize_entry(
 
 def _import(
     services: Services,
-    conv: Conversation,
+    target: _Target,
     file: Path,
     fmt: TranscriptFormat,
     todo: list[_Skeleton],
@@ -629,6 +727,7 @@ def _import(
         nonlocal imported, batch, batch_bytes
         if batch:
             with files_taken_back() as created, store.transaction():
+                conv = target.get()
                 for norm in batch:
                     externalize(services, conv.conversation_id, norm, created)
                 ids, _ = store.append_messages(conv, batch)
@@ -641,7 +740,7 @@ def _import(
             try:
                 norm = _load(services, file, fmt, skel, handle)
             except (LosslessError, ValueError) as exc:
-                report.problems.append(ImportProblem(str(file), skel.line_no, str(exc)))
+                report.problems.append(_unstored(file, skel, exc))
                 continue
             if norm is None:
                 continue
@@ -653,6 +752,12 @@ def _import(
                 progress(skel.end, size)
     flush()
     return imported
+
+
+def _unstored(file: Path, skel: _Skeleton, exc: Exception) -> ImportProblem:
+    """The problem of an entry that could not be made a message."""
+    kind = "unknown_shape" if isinstance(exc, UnknownShapeError) else "unreadable"
+    return ImportProblem(str(file), skel.line_no, str(exc), kind)
 
 
 def _record_host_facts(services: Services, conv: Conversation, scan: _Scan) -> None:
@@ -677,12 +782,12 @@ def import_path(
 ) -> list[ReconcileReport]:
     """Import a transcript file, or every transcript below a directory.
 
-    In a directory, ``.jsonl`` files and ``.json`` files that look like transcripts are
-    imported; other ``.json`` files (Claude Code's ``sessions-index.json``, sub-agent
-    ``.meta.json`` sidecars, ...) are passed over. A file that cannot be read as a
-    transcript does not stop the others: it gets a report with ``mode="failed"`` (or
-    ``passed_over``, a file that is not a transcript) and the problem. *progress* receives
-    bytes done and total over all the files.
+    In a directory, ``.jsonl`` and ``.json`` files are read. A file that cannot be read as a
+    transcript does not stop the others: it gets a report with ``mode="failed"`` and the
+    problem. A file a host keeps beside its transcripts (Claude Code's
+    ``sessions-index.json`` and sub-agent ``.meta.json`` sidecars, OpenClaw's
+    ``sessions.json``, traces and copies of a session) gets one with ``mode="passed_over"``
+    and why. *progress* receives bytes done and total over all the files.
     """
     root = Path(path).expanduser()
     files = transcript_files(root)
@@ -695,20 +800,35 @@ def import_path(
             if progress is not None:
                 progress(offset + done, total)
 
+        copy = _host_copy(file) if root.is_dir() else None
+        if copy is not None:
+            reports.append(ReconcileReport.failed(file, NotATranscript(str(file), 0, copy)))
+            base += file.stat().st_size
+            continue
         try:
             reports.extend(reconcile_file(services, file, format=format, progress=advance))
         except ImportProblem as problem:
-            if (
-                root.is_dir()
-                and file.suffix == ".json"
-                and format is None
-                and not isinstance(problem, NotATranscript)
-            ):
-                logger.info("passing over %s: %s", file, problem.reason)
-            else:
-                reports.append(ReconcileReport.failed(file, problem))
+            sidecar = _sidecar(file) if format is None else None
+            if sidecar is not None and not isinstance(problem, NotATranscript):
+                problem = NotATranscript(str(file), 0, sidecar)
+            reports.append(ReconcileReport.failed(file, problem))
         base += file.stat().st_size
     return reports
+
+
+#: Files hosts keep beside their transcripts, by name: JSON, and never a transcript.
+_SIDECARS = {
+    "sessions-index.json": "Claude Code's index of the sessions of a project",
+    "sessions.json": "OpenClaw's index of an agent's sessions",
+}
+
+
+def _sidecar(file: Path) -> str | None:
+    """What a host's own file beside its transcripts is (None: not one lossless knows)."""
+    if file.name.endswith(".meta.json"):
+        return "Claude Code's sidecar of a sub-agent (its type and model), not a transcript"
+    known = _SIDECARS.get(file.name)
+    return f"{known}, not a transcript" if known else None
 
 
 #: Copies a host keeps of a transcript beside it (OpenClaw's pre-compaction checkpoints and
@@ -717,17 +837,28 @@ def import_path(
 _HOST_COPIES = re.compile(r"\.checkpoint\.[^/]*\.jsonl$|\.jsonl\.corrupt-[^/]*\.jsonl$")
 
 
+def _host_copy(file: Path) -> str | None:
+    """Why a folder import leaves *file* out when it is a host's copy of a session."""
+    if not _HOST_COPIES.search(file.name):
+        return None
+    if ".checkpoint." in file.name:
+        what = "a copy OpenClaw kept before a compaction"
+    else:
+        what = "a copy OpenClaw kept of a file it found corrupt"
+    return (
+        f"{what}: the session's own file holds the same entries (import the copy by name to"
+        " read it)"
+    )
+
+
 def transcript_files(root: Path) -> list[Path]:
     """The transcript files a path names: itself, or the ``.jsonl``/``.json`` files below it
-    (hosts' own copies of a transcript left out)."""
+    (hosts' own copies of a transcript among them: :func:`import_path` names and passes them
+    over)."""
     if root.is_file():
         return [root]
     if root.is_dir():
-        return sorted(
-            p
-            for p in root.rglob("*")
-            if p.is_file() and p.suffix in (".jsonl", ".json") and not _HOST_COPIES.search(p.name)
-        )
+        return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json"))
     if root.exists():
         raise LosslessError(
             f"{root} is not a regular file or a directory (a pipe, a device, a socket): a"

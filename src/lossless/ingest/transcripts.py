@@ -22,7 +22,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -84,11 +84,31 @@ _WIDE_BOMS = {
 }
 
 
+#: The first bytes of compressed and archive files, which no JSON text starts with.
+_PACKED = {
+    b"\x1f\x8b": "gzip-compressed",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed",
+    b"BZh": "bzip2-compressed",
+    b"\xfd7zXZ\x00": "xz-compressed",
+    b"PK\x03\x04": "a zip archive",
+}
+
+
 def check_encoding(path: Path) -> None:
     """Refuse a file written in UTF-16 or UTF-32 (a Windows shell's redirect writes UTF-16):
-    its lines cannot be split on newline bytes, so it would be misread line by line."""
+    its lines cannot be split on newline bytes, so it would be misread line by line. Refuse a
+    compressed file or an archive for what it is, rather than as text that is not UTF-8."""
     with path.open("rb") as handle:
         head = handle.read(8)
+    for magic, packed in _PACKED.items():
+        if head.startswith(magic):
+            what = packed if packed.startswith("a ") else f"{packed} data"
+            raise ImportProblem(
+                str(path),
+                1,
+                f"{what}, not JSON text: unpack it and import what it holds",
+                "malformed",
+            )
     name = None
     for bom, wide in _WIDE_BOMS.items():
         # A byte order mark, then a character with the zero bytes of that width (JSON starts
@@ -114,6 +134,7 @@ def check_encoding(path: Path) -> None:
             1,
             f"the file is {name} text; lossless reads UTF-8 JSON: convert it first, e.g."
             f" iconv -f {name} -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix}",
+            "malformed",
         )
 
 
@@ -184,17 +205,18 @@ def get_format(name: str) -> TranscriptFormat:
         ) from None
 
 
-def first_value(path: Path) -> tuple[Any, bool]:
-    """The first JSON line of *path* and whether the file is a JSON array."""
-    head, is_array = head_values(path, 1)
-    return (head[0] if head else None), is_array
-
-
 def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
     """The first *lines* JSON lines of *path* (within the first MiB; lines that do not parse
     are left out: the import reports them) and whether the file is a JSON array. A file none
     of whose first lines is JSON is not a transcript (:class:`ImportProblem`)."""
+    values, is_array, _ = _head(path, lines)
+    return values, is_array
+
+
+def _head(path: Path, lines: int) -> tuple[list[Any], bool, int]:
+    """:func:`head_values`, and the line number of the first value."""
     values: list[Any] = []
+    first_line = 0
     read = 0
     first_bad: int | None = None
     undecodable: UnicodeDecodeError | None = None
@@ -207,11 +229,12 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
             if line_no == 1:  # a byte order mark opens a JSON array as well as JSONL
                 text = text.removeprefix(b"\xef\xbb\xbf").strip()
             if text and not seen_text and text.startswith(b"["):
-                return [], True
+                return [], True, line_no
             if text:
                 seen_text = True
                 try:
                     values.append(parse_json(text))
+                    first_line = first_line or line_no
                 except (ValueError, RecursionError) as exc:
                     if first_bad is None:
                         first_bad, first_error = line_no, exc
@@ -220,7 +243,7 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
             if len(values) >= lines or read >= HEAD_SCAN_BYTES:
                 break
     if not values and undecodable is not None:
-        raise ImportProblem(str(path), first_bad or 1, _undecodable(undecodable))
+        raise ImportProblem(str(path), first_bad or 1, _undecodable(undecodable), "malformed")
     if not values and first_bad is not None:
         why = "nested too deeply" if isinstance(first_error, RecursionError) else first_error
         said = str(why) if "is not JSON" in str(why) else f"not JSON ({why})"
@@ -229,25 +252,52 @@ def head_values(path: Path, lines: int = HEAD_LINES) -> tuple[list[Any], bool]:
             first_bad,
             f"{said}; no line after it is JSON either: is this a transcript? (if it is, name"
             f" its format: --format {'|'.join(sorted(FORMATS))})",
+            "malformed",
         )
-    return values, False
+    return values, False, first_line
+
+
+def no_known_shape(value: Mapping[str, Any]) -> str:
+    """How an object that is no message and no entry of any format is named (by its keys)."""
+    keys = sorted(map(str, value))
+    shown = ", ".join(keys[:8]) + (f", ... ({len(keys)} keys)" if len(keys) > 8 else "")
+    return f"an object of no shape lossless knows (keys: {shown or 'none'})"
+
+
+#: What a first line that is JSON but no object is, in JSON's words.
+_JSON_TYPES: dict[type, str] = {
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
 
 
 def detect_transcript_format(path: Path) -> TranscriptFormat:
     """Detect the format of *path* from its first line."""
-    first, is_array = first_value(path)
+    head, is_array, line_no = _head(path, 1)
     if is_array:
         return FORMATS["messages"]
-    if first is None:
-        raise ImportProblem(str(path), 0, "the file is empty")
+    if not head:
+        raise ImportProblem(str(path), 0, "the file is empty", "empty")
+    first = head[0]
     for fmt in FORMATS.values():
         if fmt.sniff(first):
             return fmt
+    what = (
+        no_known_shape(first)
+        if isinstance(first, dict)
+        else f"a JSON {_JSON_TYPES.get(type(first), 'value')}, not a message or an entry"
+    )
     raise ImportProblem(
         str(path),
-        1,
-        "cannot tell the transcript format from the first line; pass --format "
+        line_no,
+        f"{what}: cannot tell the transcript format from it; if the file is a"
+        " transcript, pass --format "
         + "|".join(name for name, fmt in FORMATS.items() if fmt.not_a_transcript is None),
+        "unknown_shape",
     )
 
 

@@ -253,7 +253,9 @@ def _import(engine: Engine, path: Path, host: Host, outcome: HookOutcome) -> int
     outcome.import_mode = main.mode
     outcome.imported += sum(r.imported + r.off_branch_stored for r in reports)
     outcome.already_stored += sum(r.already_stored for r in reports)
-    outcome.problems += [str(p) for r in reports for p in r.problems]
+    # Each turn reads what the host appended: a bad line is said once, by the turn that
+    # read it, not by every turn after.
+    outcome.problems += [str(p) for r in reports for p in r.problems if not p.known]
     if not main.conversation_id:  # nothing in it yet: nothing created
         found = engine.find_conversation(main.session_id)
         if found is None:

@@ -176,6 +176,7 @@ TABLES: tuple[Table, ...] = (
             "last_line_start",
             "last_line_hash",
             "last_entry_id",
+            "problems",
             "updated_at",
         ),
         ("conversation_id",),

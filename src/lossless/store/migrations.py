@@ -515,6 +515,17 @@ def m015_forget(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m016_checkpoint_problems(conn: sqlite3.Connection) -> None:
+    # The lines of a transcript an import could not store (not JSON, of no known shape, ...),
+    # as a JSON list of [line, kind, reason], kept with the checkpoint that passed them: a
+    # later import that reads only the appended tail, or nothing (the file is unchanged),
+    # still reports them. '[]' for the checkpoints written before.
+    conn.execute(
+        "ALTER TABLE transcript_checkpoints ADD COLUMN problems TEXT NOT NULL DEFAULT '[]'"
+    )
+
+
 @dataclass(frozen=True)
 class Step:
     """One migration in both dialects."""

@@ -387,4 +387,13 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "m016_checkpoint_problems",
+        """
+        -- The lines of a transcript an import could not store, as a JSON list of
+        -- [line, kind, reason], kept with the checkpoint that passed them: a later import
+        -- that reads only the appended tail, or nothing, still reports them.
+        ALTER TABLE transcript_checkpoints ADD COLUMN problems TEXT NOT NULL DEFAULT '[]';
+        """,
+    ),
 ]

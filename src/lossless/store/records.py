@@ -165,11 +165,27 @@ class RecordStore(StoreCore):
         """The reconciliation checkpoint of a conversation, if it has one."""
         rows = self.fetchall(
             'SELECT conversation_id, path, format, header_id, head_hash, size, "offset", line_no,'
-            " last_line_start, last_line_hash, last_entry_id FROM transcript_checkpoints"
+            " last_line_start, last_line_hash, last_entry_id, problems FROM transcript_checkpoints"
             " WHERE conversation_id = ?",
             (conversation_id,),
         )
-        return Checkpoint(*rows[0]) if rows else None
+        if not rows:
+            return None
+        (cid, path, fmt, header, head, size, offset, line_no, start, digest, last, bad) = rows[0]
+        return Checkpoint(
+            cid,
+            path,
+            fmt,
+            header,
+            head,
+            size,
+            offset,
+            line_no,
+            start,
+            digest,
+            last,
+            tuple((int(n), str(k), str(r)) for n, k, r in loads(bad or "[]")),
+        )
 
     def put_checkpoint(self, cp: Checkpoint) -> None:
         """Record a checkpoint (call inside the transaction that stored what it covers)."""
@@ -177,14 +193,16 @@ class RecordStore(StoreCore):
             conn.execute(
                 "INSERT INTO transcript_checkpoints (conversation_id, path, format, header_id,"
                 ' head_hash, size, "offset", line_no, last_line_start, last_line_hash,'
-                " last_entry_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " last_entry_id, problems, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (conversation_id) DO UPDATE SET path = excluded.path,"
                 " format = excluded.format, header_id = excluded.header_id,"
                 " head_hash = excluded.head_hash, size = excluded.size,"
                 ' "offset" = excluded."offset",'
                 " line_no = excluded.line_no, last_line_start = excluded.last_line_start,"
                 " last_line_hash = excluded.last_line_hash,"
-                " last_entry_id = excluded.last_entry_id, updated_at = excluded.updated_at",
+                " last_entry_id = excluded.last_entry_id, problems = excluded.problems,"
+                " updated_at = excluded.updated_at",
                 (
                     cp.conversation_id,
                     cp.path,
@@ -197,6 +215,7 @@ class RecordStore(StoreCore):
                     cp.last_line_start,
                     cp.last_line_hash,
                     cp.last_entry_id,
+                    dumps([list(p) for p in cp.problems]),
                     format_ts(now()),
                 ),
             )
