@@ -135,18 +135,27 @@ class _Skeleton:
 
 @dataclass
 class _Scan:
+    """What one pass over a file found for one lane (the file's end, for every lane)."""
+
     entries: list[_Skeleton] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     problems: list[ImportProblem] = field(default_factory=list)
-    other_lanes: Counter[str] = field(default_factory=Counter)
+    #: Messages of the file in other lanes than this one.
+    elsewhere: int = 0
     end_offset: int = 0
     end_line: int = 0
     last_line_start: int = 0
     last_line_hash: str = hashlib.sha256(b"").hexdigest()
     last_entry_id: str | None = None
     title: str | None = None
+    status: str | None = None
     host_compactions: list[dict[str, Any]] = field(default_factory=list)
     cache: bool = True
+
+
+#: The passes already made over a file in one import, by where they started (byte offset,
+#: line number): each lane's findings. A file of many lanes is read once, not once a lane.
+_Scans = dict[tuple[int, int], dict[str, _Scan]]
 
 
 def reconcile_file(
@@ -177,15 +186,19 @@ def reconcile_file(
     identity = fmt.identify(file, head)
     if session_id:
         identity.session_id = session_id
-    lane = "sidechain" if identity.lane_sessions == {} and fmt.name == "claude_code" else "main"
-    main = _reconcile_lane(services, file, fmt, identity, lane, is_array, progress)
+    if identity.lane_sessions == {} and fmt.name == "claude_code":
+        identity.lane = "sidechain"
+    lanes = [identity.lane, *(n for n in identity.lane_sessions if n != identity.lane)]
+    scans: _Scans = {}
+    main = _reconcile_lane(services, file, fmt, identity, lanes, scans, is_array, progress)
     reports = [main[0]]
-    if main[1] and "sidechain" in identity.lane_sessions:
-        side_id, side_key = identity.lane_sessions["sidechain"]
-        side = FileIdentity(fmt.name, side_id, None, session_key=side_key)
-        reports.append(
-            _reconcile_lane(services, file, fmt, side, "sidechain", is_array, progress)[0]
-        )
+    if main[1]:
+        for name in lanes[1:]:
+            side_id, side_key = identity.lane_sessions[name]
+            side = FileIdentity(fmt.name, side_id, None, session_key=side_key, lane=name)
+            reports.append(
+                _reconcile_lane(services, file, fmt, side, lanes, scans, is_array, progress)[0]
+            )
     return reports
 
 
@@ -194,13 +207,17 @@ def _reconcile_lane(
     file: Path,
     fmt: TranscriptFormat,
     identity: FileIdentity,
-    lane: str,
+    lanes: list[str],
+    scans: _Scans,
     is_array: bool,
     progress: Progress | None,
     *,
     force_full: bool = False,
 ) -> tuple[ReconcileReport, int]:
+    """Reconcile the lane of *identity* (one of the file's *lanes*); returns its report and
+    how many messages the file holds in other lanes."""
     store = services.store
+    lane = identity.lane
     # A file that holds nothing to store creates nothing: the conversation is made only
     # once there is a message for it.
     conv = store.find_conversation(identity.session_id)
@@ -230,7 +247,13 @@ def _reconcile_lane(
                 report.mode = "unchanged"
                 return report, 0
         tree = fmt.tree and lane == "main"
-        scan = _scan(file, fmt, lane, start, line_no, is_array, size, progress)
+        if lane not in scans.get((start, line_no), {}):
+            # This lane first: the lines no lane can claim are reported with it.
+            order = [lane, *(other for other in lanes if other != lane)]
+            scans[start, line_no] = _scan(
+                file, fmt, order, start, line_no, is_array, size, progress
+            )
+        scan = scans[start, line_no][lane]
         report.skipped = scan.skipped
         report.problems = scan.problems
         broken = [p.line for p in scan.problems]
@@ -240,7 +263,7 @@ def _reconcile_lane(
         if conv is None:
             if not messages and not branch.off:
                 report.mode = "empty"  # nothing created, nothing recorded as imported
-                return report, sum(scan.other_lanes.values())
+                return report, scan.elsewhere
             conv = store.get_or_create_conversation(
                 identity.session_id, session_key=identity.session_key
             )
@@ -258,7 +281,15 @@ def _reconcile_lane(
                     # The new entries continue (or branch off) entries before the tail that
                     # we never imported, or that only the whole tree can place: read it all.
                     return _reconcile_lane(
-                        services, file, fmt, identity, lane, is_array, progress, force_full=True
+                        services,
+                        file,
+                        fmt,
+                        identity,
+                        lanes,
+                        scans,
+                        is_array,
+                        progress,
+                        force_full=True,
                     )
             selected = messages
             if report.mode == "full" and messages:
@@ -290,7 +321,7 @@ def _reconcile_lane(
         if report.imported or report.off_branch_stored:
             # Large batches leave the trigram index behind; an import finishes it.
             store.catch_up_indexes()
-        return report, sum(scan.other_lanes.values())
+        return report, scan.elsewhere
 
 
 def _store_off_branch(
@@ -335,14 +366,19 @@ def _last_line_unchanged(file: Path, cp: Checkpoint) -> bool:
 def _scan(
     file: Path,
     fmt: TranscriptFormat,
-    lane: str,
+    lanes: list[str],
     start: int,
     line_no: int,
     is_array: bool,
     size: int,
     progress: Progress | None,
-) -> _Scan:
-    scan = _Scan(end_offset=start, end_line=line_no, cache=size - start <= CACHE_BYTES)
+) -> dict[str, _Scan]:
+    """One pass over *file* from *start*: what each of *lanes* holds. The lines that cannot
+    be read belong to no lane: they are the first lane's problems (reported once)."""
+    cache = size - start <= CACHE_BYTES
+    found = {lane: _Scan(end_offset=start, end_line=line_no, cache=cache) for lane in lanes}
+    scan = found[lanes[0]]  # the file's own findings: problems, where it ends
+    messages: Counter[str] = Counter()
     with file.open("rb") as handle:
         lines = iter_json_array(handle) if is_array else read_lines(handle, start, line_no)
         for line in lines:
@@ -371,7 +407,20 @@ def _scan(
                             )
                         )
                     else:
-                        _note(scan, entry, lane)
+                        if entry.is_message:
+                            messages[entry.lane] += 1
+                        if entry.lane in found:
+                            _note(found[entry.lane], entry)
+                        elif entry.is_message and fmt.names_lanes:
+                            scan.problems.append(
+                                ImportProblem(
+                                    str(file),
+                                    line.line_no,
+                                    f"a message of {entry.lane}, which the file's header does"
+                                    " not name: not imported (name it in the header, or move"
+                                    " the line to a file of its own)",
+                                )
+                            )
             if line.raw:
                 scan.last_line_start = line.start
                 scan.last_line_hash = hashlib.sha256(line.raw).hexdigest()
@@ -382,7 +431,12 @@ def _scan(
             scan.end_line = line.line_no if complete else line.line_no - 1
             if progress is not None:
                 progress(line.end, size)
-    return scan
+    total = sum(messages.values())
+    for lane, each in found.items():
+        each.elsewhere = total - messages[lane]
+        each.end_offset, each.end_line = scan.end_offset, scan.end_line
+        each.last_line_start, each.last_line_hash = scan.last_line_start, scan.last_line_hash
+    return found
 
 
 def _foreign_format(fmt: TranscriptFormat, value: Any) -> str | None:
@@ -393,13 +447,11 @@ def _foreign_format(fmt: TranscriptFormat, value: Any) -> str | None:
     return None
 
 
-def _note(scan: _Scan, entry: Entry, lane: str) -> None:
-    if entry.lane != lane:
-        if entry.is_message:
-            scan.other_lanes[entry.lane] += 1
-        return
+def _note(scan: _Scan, entry: Entry) -> None:
     if entry.title:
         scan.title = entry.title
+    if entry.status:
+        scan.status = entry.status
     if entry.host_compaction is not None:
         scan.host_compactions.append(entry.host_compaction)
     if entry.skip is not None:
@@ -662,9 +714,10 @@ def _record_host_facts(services: Services, conv: Conversation, scan: _Scan) -> N
         seen = {c.get("summary_uuid") for c in known}
         known += [c for c in scan.host_compactions if c.get("summary_uuid") not in seen]
         updates["host_compactions"] = known
-    if updates or (scan.title and scan.title != conv.title):
+    status = scan.status if scan.status != conv.status else None
+    if updates or status or (scan.title and scan.title != conv.title):
         services.store.update_conversation(
-            conv.conversation_id, title=scan.title, metadata=updates or None
+            conv.conversation_id, title=scan.title, metadata=updates or None, status=status
         )
 
 
