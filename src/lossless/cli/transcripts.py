@@ -37,11 +37,12 @@ from .output import (
 def import_command(state: State, paths: tuple[Path, ...], fmt: str | None, as_json: bool) -> None:
     """Import transcripts (files, or directories of .jsonl/.json files).
 
-    Understands OpenClaw session files, Claude Code transcripts, Codex CLI rollouts and
-    OpenAI-style message lists, each told from its content. Re-importing, or importing a file
-    that grew, stores only what is new. Malformed lines are reported with their line number
-    and skipped; the exit code is then 3. A file that holds nothing to import creates
-    nothing; one that is not a transcript (a trace, an index) is named and passed over.
+    Understands OpenClaw session files, Claude Code transcripts, Codex CLI rollouts,
+    OpenAI-style message lists and `lossless export` files, each told from its content.
+    Re-importing, or importing a file that grew, stores only what is new. Malformed lines are
+    reported with their line number and skipped; the exit code is then 3. A file that holds
+    nothing to import creates nothing; one that is not a transcript (a trace, an index) is
+    named and passed over.
     """
     engine = state.engine(create=True)
     total = sum(file_size(p) for p in paths)
