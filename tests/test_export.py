@@ -1,12 +1,15 @@
 """``lossless export`` and ``Engine.export``: the JSONL that imports back exactly (a property
 over generated conversations, on each back end), Markdown for people, the providers' arrays,
-and files written whole or not at all."""
+files written whole or not at all, and ``show`` through a pager on a terminal."""
 
 from __future__ import annotations
 
 import json
 import os
+import pty
 import stat
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -17,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import lossless
 from lossless import Config, Engine, Message, NotFoundError, Part
 from lossless.errors import ArgumentError
 from lossless.export import FORMATS, export, write_atomically
@@ -568,3 +572,61 @@ def test_export_says_what_is_wrong(run_cli: Any, source: Engine, db: str, tmp_pa
     assert not (tmp_path / "nothing.db").exists()
     nowhere = run_cli("--db", db, "export", "main", "-o", str(tmp_path / "no" / "x.jsonl"))
     assert nowhere.code == 1 and "cannot write" in nowhere.err
+
+
+# --- show through a pager ------------------------------------------------------------------
+
+
+def run_on_a_terminal(db: str, tmp_path: Path, *args: str) -> tuple[str, str]:
+    """``lossless show`` with a terminal for stdin and stdout, and a $PAGER that keeps what
+    it is given: (what the terminal showed, what the pager got)."""
+    paged = tmp_path / "paged.txt"
+    paged.unlink(missing_ok=True)
+    pager = tmp_path / "pager.py"
+    pager.write_text(f"import sys\nopen({str(paged)!r}, 'w').write(sys.stdin.read())\n")
+    env = {
+        **os.environ,
+        "PAGER": f"{sys.executable} {pager}",
+        "PYTHONPATH": str(Path(lossless.__file__).parents[1]),
+    }
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lossless", "--db", db, "show", "s", *args],
+        stdin=child,
+        stdout=child,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    os.close(child)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(main)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    return shown.decode(), paged.read_text() if paged.exists() else ""
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_show_pages_through_the_pager_on_a_terminal_unless_told_not_to(
+    db: str, tmp_path: Path
+) -> None:
+    with Engine.open(db, config=Config(), create=True) as engine:
+        engine.ingest("s", {"role": "user", "content": "paged words"})
+    shown, paged = run_on_a_terminal(db, tmp_path)
+    assert "paged words" in paged and "paged words" not in shown
+    shown, paged = run_on_a_terminal(db, tmp_path, "--no-pager")
+    assert "paged words" in shown and paged == ""
+    shown, paged = run_on_a_terminal(db, tmp_path, "--json")
+    assert '"paged words"' in shown and paged == ""
+
+
+def test_show_writes_straight_through_when_piped(run_cli: Any, engine: Engine, db: str) -> None:
+    engine.ingest("s", {"role": "user", "content": "piped words"})
+    res = run_cli("--db", db, "show", "s")
+    assert res.code == 0 and "piped words" in res.out
