@@ -282,6 +282,14 @@ def _good_line(fmt: str, session: str, i: int, previous: str | None) -> dict[str
         return {"timestamp": "2026-11-25T08:00:00Z", "type": "response_item", "payload": item}
     if fmt == "hermes":
         return {"row": i, "timestamp": 1.0, "message": {"role": "user", "content": text}}
+    if fmt == "lossless":
+        message = {"role": "user", "content": text}
+        return {
+            "conversation_id": 1,
+            "external_id": f"x{i}",
+            "format": "openai_chat",
+            "message": message,
+        }
     return {"role": "user", "content": text}
 
 
@@ -303,6 +311,10 @@ def _header(fmt: str, session: str) -> bytes | None:
         return json.dumps({"type": "session_meta", "payload": {"id": session}}).encode()
     if fmt == "hermes":
         return json.dumps({"type": "hermes_session", "id": session}).encode()
+    if fmt == "lossless":
+        conversation = {"conversation_id": 1, "session_id": session, "session_key": None}
+        header = {"type": "lossless_export", "version": 1, "conversations": [conversation]}
+        return json.dumps(header).encode()
     return None
 
 

@@ -51,6 +51,8 @@ __all__ = [
     "FORMATS",
     "AssembledContext",
     "assemble",
+    "blocks",
+    "render",
     "render_summary",
     "summary_text",
 ]
@@ -156,7 +158,8 @@ class _Shown:
 
 @dataclass
 class _Block:
-    """A format-neutral piece of a turn."""
+    """A format-neutral piece of a turn: what every renderer (and the Markdown export) is
+    made from."""
 
     kind: str  # text | call | result | native | envelope (a native message without content)
     text: str = ""
@@ -191,9 +194,11 @@ def _referenced(message: StoredMessage, text: str | None = None) -> list[_Block]
     return [_Block("text", text=text), *calls]
 
 
-def _blocks(message: StoredMessage, fmt: str) -> list[_Block]:
-    """A stored message (any source shape) as neutral blocks for the *fmt* output."""
-    if REFERENCE.search(message.content):
+def _blocks(message: StoredMessage, fmt: str, *, whole: bool = False) -> list[_Block]:
+    """A stored message (any source shape) as neutral blocks for the *fmt* output. A text
+    block's ``name`` is the type of the part it came from (``text``, ``reasoning``, ...).
+    *whole*: large files as the message holds them, not as references to the files."""
+    if REFERENCE.search(message.content) and not whole:
         return _referenced(message)
     if fmt == "responses":
         native = _responses_native(message)
@@ -241,7 +246,7 @@ def _blocks(message: StoredMessage, fmt: str) -> list[_Block]:
                 )
             )
         elif part.text and part.type != "redacted_reasoning":
-            blocks.append(_Block("text", text=part.text))
+            blocks.append(_Block("text", text=part.text, name=part.type))
     if not blocks and message.content:
         blocks.append(_Block("text", text=message.content))
     return blocks
@@ -988,6 +993,22 @@ _RENDER = {
     "pydantic_ai": _pydantic_ai,
     "llama_index": _llama_index,
 }
+
+
+def blocks(message: StoredMessage) -> list[_Block]:
+    """A stored message as format-neutral blocks, whole (large files as ingested): its text
+    (each block's ``name`` the type of its part: ``text``, ``reasoning``, ...), its tool
+    calls and its tool results, in order."""
+    return _blocks(message, "", whole=True)
+
+
+def render(messages: Sequence[StoredMessage], format: str) -> list[dict[str, Any]]:
+    """*messages* (every one, whole: large files as they were ingested, no tool call or
+    result left out) in the *format* a host or provider reads, by the renderers the
+    assembled context uses (an export of what was said, not a context to send)."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown context format {format!r}; use one of: {', '.join(FORMATS)}")
+    return _RENDER[format]([(m.role, _blocks(m, format, whole=True)) for m in messages])
 
 
 def assemble(

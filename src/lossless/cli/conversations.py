@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+
 import click
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ..engine import Engine
 from ..model import Conversation, StoredMessage
-from .output import State, emit_json, json_option, pass_state, stdout
+from .output import State, emit_json, json_option, page, pass_state, stdout
 
 
 def resolve(engine: Engine, ref: str) -> Conversation:
@@ -108,10 +112,22 @@ def _message_dict(m: StoredMessage, source: bool) -> dict[str, object]:
 @click.option(
     "--source", is_flag=True, help="With --json: include each message exactly as ingested."
 )
+@click.option(
+    "--pager/--no-pager",
+    default=True,
+    show_default=True,
+    help="On a terminal, page through $PAGER (less by default).",
+)
 @json_option
 @pass_state
 def show_command(
-    state: State, conversation: str, after_seq: int, limit: int | None, source: bool, as_json: bool
+    state: State,
+    conversation: str,
+    after_seq: int,
+    limit: int | None,
+    source: bool,
+    pager: bool,
+    as_json: bool,
 ) -> None:
     """Show the messages of CONVERSATION (its id or its session id)."""
     engine = state.engine()
@@ -127,14 +143,26 @@ def show_command(
             }
         )
         return
+    if pager and sys.stdout.isatty():
+        page(lambda console: _print_messages(console, conv, messages))
+    else:
+        for _ in _print_messages(stdout, conv, messages):
+            pass
+
+
+def _print_messages(
+    console: Console, conv: Conversation, messages: list[StoredMessage]
+) -> Iterator[None]:
+    """Print the conversation's heading, then each message (a step each, for a pager)."""
     title = f" — {conv.title}" if conv.title else ""
-    stdout.print(
+    console.print(
         f"conversation {conv.conversation_id} ({escape(conv.session_id)}){escape(title)}",
         style="bold",
         highlight=False,
     )
+    yield
     for m in messages:
-        stdout.print(
+        console.print(
             f"[dim]#{m.seq} msg#{m.message_id} {m.created_at[:19]} {m.token_count} tok[/] "
             f"[bold]{m.role}[/]",
             highlight=False,
@@ -142,4 +170,5 @@ def show_command(
         text = m.content if len(m.content) <= 2000 else m.content[:2000] + " …"
         if m.forgotten_at:
             text = f"(forgotten on {m.forgotten_at[:10]})"
-        stdout.print(escape(text), highlight=False)
+        console.print(escape(text), highlight=False)
+        yield

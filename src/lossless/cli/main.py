@@ -24,6 +24,7 @@ from . import (
     transcripts,
     tui,
 )
+from . import export as export_commands
 from . import hooks as hook_commands
 from . import mcp as mcp_commands
 from . import serve as serve_commands
@@ -77,6 +78,7 @@ for command in (
     sync_commands.sync_command,
     conversations.conversations_command,
     conversations.show_command,
+    export_commands.export_command,
     sessions.sessions_command,
     sessions.summarize_command,
     store.stats_command,

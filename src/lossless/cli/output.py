@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,29 @@ def progress_bar(
             bar.update(task, completed=done, total=total)
 
         yield update
+
+
+def page(write: Callable[[Console], Iterable[object]]) -> None:
+    """Page what *write* prints through ``$PAGER`` (``less`` by default), in the terminal's
+    colours and width; the pager starts at once and is fed as *write* goes, one step (each
+    item it yields) at a time."""
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        force_terminal=True,
+        color_system="auto",
+        width=stdout.width,
+        soft_wrap=True,
+    )
+
+    def pieces() -> Iterator[str]:
+        for _ in write(console):
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+        yield buffer.getvalue()
+
+    click.echo_via_pager(pieces())
 
 
 def file_size(path: Path) -> int:

@@ -46,13 +46,14 @@ def import_command(
 ) -> None:
     """Import transcripts (files, or directories of .jsonl/.json files).
 
-    Understands OpenClaw session files, Claude Code transcripts, Codex CLI rollouts and
-    OpenAI-style message lists, each told from its content. Re-importing, or importing a file
-    that grew, stores only what is new. Every line that could not be imported (not JSON, of
-    no known shape) is named with its line number, and every file skipped, with why, on each
-    import, the file changed or not; the exit code is then 3 unless --skip-bad accepts them.
-    A file that holds nothing to import creates nothing; one a host keeps beside its
-    transcripts (a trace, an index) is named and passed over.
+    Understands OpenClaw session files, Claude Code transcripts, Codex CLI rollouts,
+    OpenAI-style message lists and `lossless export` files, each told from its content.
+    Re-importing, or importing a file that grew, stores only what is new. Every line that
+    could not be imported (not JSON, of no known shape) is named with its line number, and
+    every file skipped, with why, on each import, the file changed or not; the exit code is
+    then 3 unless --skip-bad accepts them. A file that holds nothing to import creates
+    nothing; one a host keeps beside its transcripts (a trace, an index) is named and passed
+    over.
     """
     engine = state.engine(create=True)
     total = sum(file_size(p) for p in paths)

@@ -1,11 +1,12 @@
 """The engine's reads: conversations, messages, summaries, the context, large files,
-session summaries, the resume summary and the store's totals."""
+session summaries, the resume summary, exports and the store's totals."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..export import export as export_conversations
 from ..ingest.files import read_file
 from ..model import (
     ContextItem,
@@ -40,6 +41,22 @@ class Reads(Facade):
         """Stored messages of a conversation in order."""
         conv = self.conversation(conversation)
         return self.store.get_messages(conv.conversation_id, after_seq=after_seq, limit=limit)
+
+    def export(
+        self,
+        conversation: ConversationRef | None = None,
+        *,
+        family: bool = False,
+        format: str = "jsonl",
+    ) -> Iterator[str]:
+        """A conversation, its family (with *family*: every conversation sharing its session
+        key) or, without one, every conversation, written out in *format*: ``jsonl``
+        (lossless's own, which ``import_path`` reads back exactly), ``markdown``, ``openai`` or
+        ``anthropic`` (see :mod:`lossless.export`). Yields pieces of text each ending with a
+        newline, read from the store as they are taken; the conversation and the format are
+        checked before the first."""
+        conv = None if conversation is None else self.conversation(conversation)
+        return export_conversations(self.services, conv, format, family=family)
 
     def get_message(self, message_id: int) -> StoredMessage:
         """One stored message by id (``msg#<id>``)."""

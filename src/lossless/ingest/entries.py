@@ -48,6 +48,8 @@ class Entry:
     skip: str | None = None
     lane: str = "main"
     title: str | None = None
+    #: The conversation's status the file states (``active`` / ``archived``: an export's).
+    status: str | None = None
     host_compaction: dict[str, Any] | None = None
     #: Tool call ids this entry answers, when it holds nothing but tool results.
     answers: tuple[str, ...] = ()
@@ -73,6 +75,9 @@ class FileIdentity:
     session_id: str
     header_id: str | None
     session_key: str | None = None
+    #: The lane (see :attr:`Entry.lane`) of this session's entries; the other lanes' sessions
+    #: (and their family keys) are in :attr:`lane_sessions`.
+    lane: str = "main"
     lane_sessions: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
@@ -85,6 +90,9 @@ class TranscriptFormat(ABC):
     #: A file this format recognises but that holds no conversation to import (a trace, an
     #: index): detection names it, and importing it says why nothing is taken.
     not_a_transcript: str | None = None
+    #: Its files name every lane they hold (:attr:`FileIdentity.lane_sessions`): a message in
+    #: a lane the file does not name is a problem, not a lane to pass over.
+    names_lanes: bool = False
 
     @abstractmethod
     def sniff(self, first: Any) -> bool:

@@ -145,15 +145,22 @@ class _Scan:
     entries: list[_Skeleton] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     problems: list[ImportProblem] = field(default_factory=list)
-    other_lanes: Counter[str] = field(default_factory=Counter)
+    #: Messages of the file in other lanes than this one.
+    elsewhere: int = 0
     end_offset: int = 0
     end_line: int = 0
     last_line_start: int = 0
     last_line_hash: str = hashlib.sha256(b"").hexdigest()
     last_entry_id: str | None = None
     title: str | None = None
+    status: str | None = None
     host_compactions: list[dict[str, Any]] = field(default_factory=list)
     cache: bool = True
+
+
+#: The passes already made over a file in one import, by where they started (byte offset,
+#: line number): each lane's findings. A file of many lanes is read once, not once a lane.
+_Scans = dict[tuple[int, int], dict[str, _Scan]]
 
 
 def reconcile_file(
@@ -186,16 +193,19 @@ def reconcile_file(
     identity = fmt.identify(file, head)
     if session_id:
         identity.session_id = session_id
-    lane = "sidechain" if identity.lane_sessions == {} and fmt.name == "claude_code" else "main"
-    main = _reconcile_lane(services, file, fmt, identity, lane, is_array, progress)
+    if identity.lane_sessions == {} and fmt.name == "claude_code":
+        identity.lane = "sidechain"
+    lanes = [identity.lane, *(n for n in identity.lane_sessions if n != identity.lane)]
+    scans: _Scans = {}
+    main = _reconcile_lane(services, file, fmt, identity, lanes, scans, is_array, progress)
     reports = [main[0]]
-    if "sidechain" in identity.lane_sessions:
-        side_id, side_key = identity.lane_sessions["sidechain"]
-        # An unchanged file is not read: its sidechain is looked at when it has a
+    for name in lanes[1:]:
+        side_id, side_key = identity.lane_sessions[name]
+        # An unchanged file is not read: another lane is looked at when it has a
         # conversation (whose checkpoint says so, and keeps what it could not import).
         if main[1] or (main[0].mode == "unchanged" and services.store.find_conversation(side_id)):
-            side = FileIdentity(fmt.name, side_id, None, session_key=side_key)
-            report = _reconcile_lane(services, file, fmt, side, "sidechain", is_array, progress)[0]
+            side = FileIdentity(fmt.name, side_id, None, session_key=side_key, lane=name)
+            report = _reconcile_lane(services, file, fmt, side, lanes, scans, is_array, progress)[0]
             # A line that is not JSON belongs to no lane: the main report names it.
             said = {(p.line, p.reason) for p in reports[0].problems}
             report.problems = [p for p in report.problems if (p.line, p.reason) not in said]
@@ -244,12 +254,16 @@ def _reconcile_lane(
     file: Path,
     fmt: TranscriptFormat,
     identity: FileIdentity,
-    lane: str,
+    lanes: list[str],
+    scans: _Scans,
     is_array: bool,
     progress: Progress | None,
     *,
     force_full: bool = False,
 ) -> tuple[ReconcileReport, int]:
+    """Reconcile the lane of *identity* (one of the file's *lanes*); returns its report and
+    how many messages the file holds in other lanes."""
+    lane = identity.lane
     store = services.store
     conv = store.find_conversation(identity.session_id)
     with _Target(services, identity.session_id, identity.session_key, conv) as target:
@@ -287,7 +301,13 @@ def _reconcile_lane(
                 report.problems = known
                 return report, 0
         tree = fmt.tree and lane == "main"
-        scan = _scan(file, fmt, lane, start, line_no, is_array, size, progress)
+        if lane not in scans.get((start, line_no), {}):
+            # This lane first: the lines no lane can claim are reported with it.
+            order = [lane, *(other for other in lanes if other != lane)]
+            scans[start, line_no] = _scan(
+                file, fmt, order, start, line_no, is_array, size, progress
+            )
+        scan = scans[start, line_no][lane]
         report.skipped = scan.skipped
         report.problems = known + scan.problems
         broken = [p.line for p in scan.problems]
@@ -296,7 +316,7 @@ def _reconcile_lane(
         messages = [e for e in branch.path if e.is_message]
         if conv is None and not messages and not branch.off:
             report.mode = "empty"  # nothing created, nothing recorded as imported
-            return report, sum(scan.other_lanes.values())
+            return report, scan.elsewhere
         ids = [e.entry_id for e in messages if e.entry_id is not None]
         existing = store.existing_external_ids(conv.conversation_id, ids) if conv else set()
         if report.mode == "tail" and conv is not None:
@@ -309,7 +329,15 @@ def _reconcile_lane(
                 # The new entries continue (or branch off) entries before the tail that we
                 # never imported, or that only the whole tree can place: read it all.
                 return _reconcile_lane(
-                    services, file, fmt, identity, lane, is_array, progress, force_full=True
+                    services,
+                    file,
+                    fmt,
+                    identity,
+                    lanes,
+                    scans,
+                    is_array,
+                    progress,
+                    force_full=True,
                 )
         selected = messages
         if report.mode == "full" and messages and conv is not None:
@@ -327,7 +355,7 @@ def _reconcile_lane(
             # Not one message could be stored: nothing created, nothing recorded, and the
             # next import reads the file again (and says again what it could not store).
             report.mode = "empty"
-            return report, sum(scan.other_lanes.values())
+            return report, scan.elsewhere
         with store.transaction():  # (only its abandoned branches were: the family's head)
             conv = target.get()
         report.conversation_id = conv.conversation_id
@@ -351,7 +379,7 @@ def _reconcile_lane(
     if report.imported or report.off_branch_stored:
         # Large batches leave the trigram index behind; an import finishes it.
         store.catch_up_indexes()
-    return report, sum(scan.other_lanes.values())
+    return report, scan.elsewhere
 
 
 def _store_off_branch(
@@ -401,14 +429,19 @@ def _last_line_unchanged(file: Path, cp: Checkpoint) -> bool:
 def _scan(
     file: Path,
     fmt: TranscriptFormat,
-    lane: str,
+    lanes: list[str],
     start: int,
     line_no: int,
     is_array: bool,
     size: int,
     progress: Progress | None,
-) -> _Scan:
-    scan = _Scan(end_offset=start, end_line=line_no, cache=size - start <= CACHE_BYTES)
+) -> dict[str, _Scan]:
+    """One pass over *file* from *start*: what each of *lanes* holds. The lines that cannot
+    be read belong to no lane: they are the first lane's problems (reported once)."""
+    cache = size - start <= CACHE_BYTES
+    found = {lane: _Scan(end_offset=start, end_line=line_no, cache=cache) for lane in lanes}
+    scan = found[lanes[0]]  # the file's own findings: problems, where it ends
+    messages: Counter[str] = Counter()
     with file.open("rb") as handle:
         lines = iter_json_array(handle) if is_array else read_lines(handle, start, line_no)
         for line in lines:
@@ -429,7 +462,21 @@ def _scan(
                         kind, reason = stray
                         scan.problems.append(ImportProblem(str(file), line.line_no, reason, kind))
                     else:
-                        _note(scan, entry, lane)
+                        if entry.is_message:
+                            messages[entry.lane] += 1
+                        if entry.lane in found:
+                            _note(found[entry.lane], entry)
+                        elif entry.is_message and fmt.names_lanes:
+                            scan.problems.append(
+                                ImportProblem(
+                                    str(file),
+                                    line.line_no,
+                                    f"a message of {entry.lane}, which the file's header does"
+                                    " not name: not imported (name it in the header, or move"
+                                    " the line to a file of its own)",
+                                    "unreadable",
+                                )
+                            )
             if line.raw:
                 scan.last_line_start = line.start
                 scan.last_line_hash = hashlib.sha256(line.raw).hexdigest()
@@ -440,7 +487,12 @@ def _scan(
             scan.end_line = line.line_no if complete else line.line_no - 1
             if progress is not None:
                 progress(line.end, size)
-    return scan
+    total = sum(messages.values())
+    for lane, each in found.items():
+        each.elsewhere = total - messages[lane]
+        each.end_offset, each.end_line = scan.end_offset, scan.end_line
+        each.last_line_start, each.last_line_hash = scan.last_line_start, scan.last_line_hash
+    return found
 
 
 def _stray(fmt: TranscriptFormat, entry: Entry, value: Any) -> tuple[str, str] | None:
@@ -468,13 +520,11 @@ def _foreign_format(fmt: TranscriptFormat, value: Any) -> str | None:
     return None
 
 
-def _note(scan: _Scan, entry: Entry, lane: str) -> None:
-    if entry.lane != lane:
-        if entry.is_message:
-            scan.other_lanes[entry.lane] += 1
-        return
+def _note(scan: _Scan, entry: Entry) -> None:
     if entry.title:
         scan.title = entry.title
+    if entry.status:
+        scan.status = entry.status
     if entry.host_compaction is not None:
         scan.host_compactions.append(entry.host_compaction)
     if entry.skip is not None:
@@ -767,9 +817,10 @@ def _record_host_facts(services: Services, conv: Conversation, scan: _Scan) -> N
         seen = {c.get("summary_uuid") for c in known}
         known += [c for c in scan.host_compactions if c.get("summary_uuid") not in seen]
         updates["host_compactions"] = known
-    if updates or (scan.title and scan.title != conv.title):
+    status = scan.status if scan.status != conv.status else None
+    if updates or status or (scan.title and scan.title != conv.title):
         services.store.update_conversation(
-            conv.conversation_id, title=scan.title, metadata=updates or None
+            conv.conversation_id, title=scan.title, metadata=updates or None, status=status
         )
 
 

@@ -7,6 +7,8 @@ The formats, one module each under :mod:`lossless.ingest.formats`:
   host's own records kept and marked, and compactions joined into one branch.
 * ``codex`` — Codex CLI rollouts: ``session_meta``, then ``response_item`` lines (Responses
   items) with the rest of Codex's bookkeeping skipped.
+* ``lossless`` — lossless's own export (``lossless export``): a header naming the
+  conversations, then each conversation's messages exactly as they were ingested.
 * ``messages`` — a JSON array or JSONL of messages in any shape :mod:`.shapes` accepts
   (OpenAI chat, Responses items, Anthropic). Entries are keyed by their position.
 
@@ -31,6 +33,7 @@ from .entries import Entry, FileIdentity, Line, TranscriptFormat
 from .formats.claude_code import ClaudeCodeFormat
 from .formats.codex import CodexFormat
 from .formats.hermes import HermesFormat
+from .formats.lossless import LosslessFormat
 from .formats.messages import MessagesFormat
 from .formats.openclaw import OpenClawFormat, OpenClawTrajectoryFormat
 
@@ -190,6 +193,7 @@ FORMATS: dict[str, TranscriptFormat] = {
         ClaudeCodeFormat(),
         CodexFormat(),
         HermesFormat(),
+        LosslessFormat(),
         MessagesFormat(),
     )
 }
