@@ -630,3 +630,27 @@ def test_show_writes_straight_through_when_piped(run_cli: Any, engine: Engine, d
     engine.ingest("s", {"role": "user", "content": "piped words"})
     res = run_cli("--db", db, "show", "s")
     assert res.code == 0 and "piped words" in res.out
+
+
+def test_masked_secrets_stay_masked_unless_reveal(tmp_path: Path, run_cli: Any) -> None:
+    key = "sk-proj-" + "Rt5" * 10
+    db = str(tmp_path / "s.db")
+    with Engine.open(db) as engine:
+        engine.ingest("k", {"role": "user", "content": f"deploy with {key}"})
+        masked = "".join(engine.export("k"))
+        shown = "".join(engine.export("k", reveal=True))
+    assert key not in masked and "[secret:openai-key#" in masked
+    assert key in shown
+    # The revealed file imports back as it came: the secret masked again on the way in, and
+    # its original kept.
+    path = tmp_path / "k.jsonl"
+    path.write_text(shown)
+    with Engine.open(tmp_path / "t.db") as other:
+        other.import_path(path)
+        (m,) = other.messages("k")
+        assert (
+            key not in m.content and other.reveal(m.message_id)["content"] == f"deploy with {key}"
+        )
+    cli = run_cli("--db", db, "export", "k", "--format", "markdown")
+    assert cli.code == 0 and key not in cli.out
+    assert key in run_cli("--db", db, "export", "k", "--format", "markdown", "--reveal").out

@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .assemble import blocks, render
-from .codec import has_lone_surrogates
+from .codec import has_lone_surrogates, loads
 from .errors import ArgumentError, LosslessError
 from .ingest.formats.lossless import CONVERSATION, HEADER, VERSION
 from .model import Conversation, Message, StoredMessage
+from .redact import restore
 
 if TYPE_CHECKING:
     from .services import Services
@@ -56,6 +57,19 @@ View = Callable[[StoredMessage], StoredMessage]
 def as_stored(message: StoredMessage) -> StoredMessage:
     """The default view: every message as it is stored."""
     return message
+
+
+def revealing(services: Services) -> View:
+    """The view that shows masked secrets: each message whose secrets were masked as it came
+    (its kept original); the others as stored."""
+    store = services.store
+
+    def view(message: StoredMessage) -> StoredMessage:
+        for _, original in store.masked_originals([message.message_id]):
+            return restore(message, loads(original.decode("utf-8")))
+        return message
+
+    return view
 
 
 def export(

@@ -27,6 +27,7 @@ decrypts it for someone who holds the key. Without the key nothing can read it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -37,9 +38,17 @@ from typing import Any
 
 from .codec import dumps, loads
 from .errors import ConfigError, LosslessError
-from .model import NormalizedMessage
+from .model import NormalizedMessage, StoredMessage, StoredPart
 
-__all__ = ["BUILTIN_PATTERNS", "KEY_VARIABLE", "MASK_LABEL", "Redactor", "Sealer", "new_key"]
+__all__ = [
+    "BUILTIN_PATTERNS",
+    "KEY_VARIABLE",
+    "MASK_LABEL",
+    "Redactor",
+    "Sealer",
+    "new_key",
+    "restore",
+]
 
 KEY_VARIABLE = "LOSSLESS_REDACT_KEY"
 
@@ -281,6 +290,31 @@ def snapshot(norm: NormalizedMessage, *, copied: bool = True) -> dict[str, Any]:
             for p in norm.parts
         ],
     }
+
+
+def restore(stored: StoredMessage, original: Mapping[str, Any]) -> StoredMessage:
+    """*stored* as it was before its secrets were masked or removed, from its kept
+    *original* (a :func:`snapshot`)."""
+    parts = tuple(
+        StoredPart(
+            part_id=0,
+            message_id=stored.message_id,
+            ordinal=n,
+            slot=p["slot"],
+            type=p["type"],
+            text=p["text"],
+            tool_call_id=p["tool_call_id"],
+            tool_name=p["tool_name"],
+            tool_input=p["tool_input"],
+            tool_output=p["tool_output"],
+            is_error=bool(p["is_error"]),
+            raw=p["text"] if p["raw_is_text"] else p["raw"],
+        )
+        for n, p in enumerate(original["parts"])
+    )
+    return dataclasses.replace(
+        stored, content=original["content"], envelope=original["envelope"], parts=parts
+    )
 
 
 def new_key() -> str:

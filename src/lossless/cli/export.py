@@ -36,6 +36,11 @@ from .output import State, pass_state, stderr
     type=click.Path(dir_okay=False, writable=True, allow_dash=True),
     help="Write to FILE (in full, or not at all) instead of stdout.",
 )
+@click.option(
+    "--reveal",
+    is_flag=True,
+    help="Write masked secrets as they came (default: masked, as everywhere else).",
+)
 @pass_state
 def export_command(
     state: State,
@@ -44,12 +49,14 @@ def export_command(
     everything: bool,
     fmt: str,
     output: str | None,
+    reveal: bool,
 ) -> None:
     """Write out CONVERSATION (its id or session id), its family, or --all of them.
 
     The default format, jsonl, keeps every message exactly as it was ingested: `lossless
     import` of the file, into this store or another, stores the same messages again (and
     nothing twice). Summaries are not exported: they are lossless's reading of what was said.
+    Secrets masked on ingest stay masked unless --reveal.
     """
     if conversation is None and not everything:
         raise click.UsageError("name a CONVERSATION, or pass --all for every conversation")
@@ -59,7 +66,7 @@ def export_command(
         raise click.UsageError("--family goes with a CONVERSATION, not with --all")
     engine = state.engine()
     conv = engine.lookup(conversation) if conversation is not None else None
-    pieces = engine.export(conv, family=family, format=fmt)
+    pieces = engine.export(conv, family=family, format=fmt, reveal=reveal)
     if output is None or output == "-":
         # UTF-8 whatever the terminal's locale: the bytes are the same as in a file.
         binary = getattr(sys.stdout, "buffer", None)

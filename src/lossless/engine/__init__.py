@@ -10,7 +10,6 @@ on each other's locks.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,8 +31,8 @@ from ..ingest.peers import PeerReport
 from ..ingest.peers import import_store as import_peer_store
 from ..ingest.pipeline import append, prepare
 from ..ingest.reconcile import Progress, ReconcileReport, reconcile_file
-from ..model import Conversation, IngestResult, NormalizedMessage, StoredMessage, StoredPart
-from ..redact import Redactor, Sealer, tagger
+from ..model import Conversation, IngestResult, NormalizedMessage, StoredMessage
+from ..redact import Redactor, Sealer, restore, tagger
 from ..services import ConversationLocks, Services
 from ..store import Store, open_store
 from ..summarize import Summarizer
@@ -218,26 +217,7 @@ class Engine(Reads, Recall, Upkeep):
             )
         sealed, plain = kept
         data = loads(sealed.decode("utf-8")) if plain else Sealer(key).open(sealed)
-        parts = tuple(
-            StoredPart(
-                part_id=0,
-                message_id=message_id,
-                ordinal=n,
-                slot=p["slot"],
-                type=p["type"],
-                text=p["text"],
-                tool_call_id=p["tool_call_id"],
-                tool_name=p["tool_name"],
-                tool_input=p["tool_input"],
-                tool_output=p["tool_output"],
-                is_error=bool(p["is_error"]),
-                raw=p["text"] if p["raw_is_text"] else p["raw"],
-            )
-            for n, p in enumerate(data["parts"])
-        )
-        original = dataclasses.replace(
-            stored, content=data["content"], envelope=data["envelope"], parts=parts
-        )
+        original = restore(stored, data)
         return original.to_source()
 
     def ingest(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..export import as_stored, revealing
 from ..export import export as export_conversations
 from ..ingest.files import read_file
 from ..model import (
@@ -48,15 +49,17 @@ class Reads(Facade):
         *,
         family: bool = False,
         format: str = "jsonl",
+        reveal: bool = False,
     ) -> Iterator[str]:
         """A conversation, its family (with *family*: every conversation sharing its session
         key) or, without one, every conversation, written out in *format*: ``jsonl``
         (lossless's own, which ``import_path`` reads back exactly), ``markdown``, ``openai`` or
         ``anthropic`` (see :mod:`lossless.export`). Yields pieces of text each ending with a
         newline, read from the store as they are taken; the conversation and the format are
-        checked before the first."""
+        checked before the first. Masked secrets stay masked unless *reveal*."""
         conv = None if conversation is None else self.conversation(conversation)
-        return export_conversations(self.services, conv, format, family=family)
+        view = revealing(self.services) if reveal else as_stored
+        return export_conversations(self.services, conv, format, family=family, view=view)
 
     def get_message(self, message_id: int) -> StoredMessage:
         """One stored message by id (``msg#<id>``)."""
