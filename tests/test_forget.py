@@ -207,3 +207,12 @@ def test_the_cli_asks_first_and_says_what_went(run_cli: Any, tmp_path: Path) -> 
     assert run_cli("--db", db, "doctor").code == 0
     bad = run_cli("--db", db, "forget", "m", "--messages", "x..y")
     assert bad.code == 2 and "msg#12..msg#40" in bad.err
+
+
+def test_an_export_leaves_forgotten_messages_out(engine: Engine) -> None:
+    engine.ingest("e", {"role": "user", "content": f"first {WORD}"})
+    engine.ingest("e", {"role": "user", "content": "second"})
+    engine.forget("e", matching=WORD)
+    lines = [json.loads(x) for x in "".join(engine.export("e")).splitlines()]
+    texts = json.dumps(lines)
+    assert "second" in texts and WORD not in texts and '"content": ""' not in texts

@@ -106,12 +106,14 @@ def export(
 
 
 def _messages(services: Services, conv: Conversation, view: View) -> Iterator[StoredMessage]:
-    """A conversation's messages in order, a page at a time, each through *view*."""
+    """A conversation's messages in order, a page at a time, each through *view*; forgotten
+    ones (tombstones, their text gone) are left out."""
     after = 0
     while True:
         page = services.store.get_messages(conv.conversation_id, after_seq=after, limit=PAGE)
         for message in page:
-            yield view(message)
+            if message.forgotten_at is None:
+                yield view(message)
         if len(page) < PAGE:
             return
         after = page[-1].seq
