@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import random
 import re
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +16,7 @@ from lossless import Config, Engine
 from lossless.retrieval.grep import GrepError, match_spans
 from lossless.retrieval.grep import grep as grep_store
 from lossless.summarize import ScriptedSummarizer
+from lossless.timestamps import format_ts
 
 
 @pytest.fixture
@@ -423,3 +427,96 @@ def test_a_page_beyond_reach_is_refused_with_what_to_do(engine: Engine) -> None:
     with pytest.raises(GrepError, match="offset"):
         engine.grep("deploy", conversation="s", offset=-1)
     assert engine.grep("deploy", conversation="s", offset=5).hits == []
+
+
+# --- newest first is by time, across conversations and imports ------------------------------
+
+START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+
+def _write_transcript(path: Path, lines: list[tuple[int, str]]) -> Path:
+    """A plain message list (JSONL), one message a line at START + the given minutes, in
+    time order as a transcript is."""
+    with path.open("w") as f:
+        for minute, text in sorted(lines):
+            at = START + timedelta(minutes=minute)
+            f.write(json.dumps({"role": "user", "content": text, "timestamp": at.isoformat()}))
+            f.write("\n")
+    return path
+
+
+def test_newest_first_is_by_time_across_conversations_imported_out_of_order(
+    new_db: Callable[[], str], tmp_path: Path, run_cli: Any
+) -> None:
+    # 2,600 minutes dealt at random to two transcripts; alpha is imported first, so beta's
+    # rows come after all of alpha's whatever their times. Every message says "deploy"
+    # (newest first walks the time index), a few "kayak" (few: found and sorted), alpha's
+    # and every 40th of beta's "blue" (one conversation's walk: many stretches).
+    minutes = list(range(2_600))
+    random.Random(7).shuffle(minutes)
+    alpha = [(m, f"deploy note {m}: blue sky") for m in minutes[:1_300]]
+    beta = [
+        (
+            m,
+            f"deploy note {m}"
+            + (": blue" if i % 40 == 0 else "")
+            + (" kayak" if m % 300 == 7 else ""),
+        )
+        for i, m in enumerate(sorted(minutes[1_300:]))
+    ]
+    db = new_db()
+    for name, lines in (("alpha", alpha), ("beta", beta)):
+        path = _write_transcript(tmp_path / f"{name}.jsonl", lines)
+        assert run_cli("--db", db, "import", str(path), "--format", "messages").code == 0
+
+    def newest(pattern: str, limit: int, *more: str) -> list[dict[str, Any]]:
+        res = run_cli(
+            "--db", db, "grep", pattern, "--sort", "recency", "--limit", str(limit), "--json", *more
+        )
+        assert res.code == 0, res
+        hits: list[dict[str, Any]] = json.loads(res.out)["hits"]
+        return hits
+
+    for pattern, said in (
+        ("deploy", alpha + beta),
+        ("kayak", [b for b in beta if "kayak" in b[1]]),
+    ):
+        five, twenty = newest(pattern, 5), newest(pattern, 20)
+        latest = sorted((m for m, _ in said), reverse=True)
+        expected = [format_ts(START + timedelta(minutes=m)) for m in latest[:20]]
+        assert [h["created_at"] for h in twenty] == expected[: len(twenty)]
+        assert len(twenty) == min(20, len(said))
+        assert [h["id"] for h in five] == [h["id"] for h in twenty[:5]]
+        assert {h["conversation_id"] for h in five} == ({1, 2} if pattern == "deploy" else {2})
+
+    with Engine.open(db) as engine:  # one conversation's walk, through its own time index
+        hits = engine.grep("blue", conversation="beta", family=False, sort="recency").hits
+        beta_blue = sorted((m for m, text in beta if "blue" in text), reverse=True)
+        assert [h.created_at for h in hits] == [
+            format_ts(START + timedelta(minutes=m)) for m in beta_blue[:20]
+        ]
+        # Pages follow on: the second page starts where the first stopped, by time.
+        second = engine.grep("deploy", sort="recency", limit=10, offset=10).hits
+        first_twenty = engine.grep("deploy", sort="recency", limit=20).hits
+        assert [h.id for h in second] == [h.id for h in first_twenty[10:]]
+
+
+def test_a_summary_of_older_messages_made_later_is_not_the_newest(
+    new_db: Callable[[], str],
+) -> None:
+    config = Config().replace(fresh_tail_count=2, leaf_chunk_tokens=150, leaf_min_fanout=2)
+    with Engine.open(new_db(), config=config, summarizer=ScriptedSummarizer()) as engine:
+        for session, day in (("recent", 5), ("older", 1)):  # compacted in this order
+            for i in range(16):
+                engine.ingest(
+                    session,
+                    {"role": "user", "content": f"turn {i}: " + "planning work " * 8},
+                    created_at=START + timedelta(days=day, minutes=i),
+                )
+            engine.compact(session)
+        hits = engine.grep("Summary", scope="summaries", sort="recency", limit=50).hits
+        times = [h.created_at for h in hits]
+        assert len(hits) > 2 and times == sorted(times, reverse=True)
+        assert hits[0].conversation_id == engine.conversation("recent").conversation_id
+        [first] = engine.grep("Summary", scope="summaries", sort="recency", limit=1).hits
+        assert first.id == hits[0].id

@@ -476,6 +476,24 @@ def m012_own_and_context_word_indexes(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m013_newest_first_by_time(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- Newest first means by time, not by row id: an import appends a transcript's old
+        -- messages after newer ones. A newest-first search walks these (each carries the row
+        -- id after its time, which breaks ties) and keeps the rows the word or substring index
+        -- holds; one conversation's walk stays inside it. A summary's time is its latest
+        -- message's (when it was made, without one), and retired summaries are never searched.
+        CREATE INDEX messages_time ON messages(created_at);
+        CREATE INDEX messages_conversation_time ON messages(conversation_id, created_at);
+        CREATE INDEX summaries_time ON summaries(coalesce(latest_at, created_at))
+          WHERE retired_at IS NULL;
+        """,
+    )
+
+
+@migration
 def m014_masked_secrets(conn: sqlite3.Connection) -> None:
     run_script(
         conn,

@@ -362,6 +362,20 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     (
+        "m013_newest_first_by_time",
+        """
+        -- Newest first means by time, not by row id (an import appends a transcript's old
+        -- messages after newer ones): a search for common words walks these backwards,
+        -- checking each row's tsvector; one conversation's walk stays inside it. The id
+        -- breaks ties, so each index is in the order a search asks for.
+        CREATE INDEX messages_time ON messages(created_at, message_id);
+        CREATE INDEX messages_conversation_time
+          ON messages(conversation_id, created_at, message_id);
+        CREATE INDEX summaries_time ON summaries((coalesce(latest_at, created_at)), rowid)
+          WHERE retired_at IS NULL;
+        """,
+    ),
+    (
         "m014_masked_secrets",
         """
         ALTER TABLE redacted_originals ADD COLUMN plain BIGINT NOT NULL DEFAULT 0;

@@ -8,26 +8,29 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .search import (
     ABOUT_WEIGHT,
     NEXT_WEIGHT,
     PREV_WEIGHT,
+    SearchScope,
     SearchStore,
     WordOrder,
     hit_columns,
     key_column,
+    newest_first,
+    scope_sql,
+    time_column,
 )
 
 __all__ = ["PgSearch"]
 
-#: An all-words query whose words are together in at most this share of the rows (or this
-#: many rows) is answered from the word index and sorted, rather than by walking rows newest
-#: first.
-SELECTIVE_SHARE = 0.02
-SELECTIVE_ROWS = 2_000
-_WORD = re.compile(r"\w+", re.UNICODE)
+#: A word query expected in at most this share of the rows (or this many rows) is answered
+#: from the word index and sorted by time, rather than by walking rows newest first.
+FEW_SHARE = 0.02
+FEW_ROWS = 2_000
+
 _PHRASE = re.compile(r'"([^"]+)"')
 
 
@@ -41,12 +44,6 @@ class PgSearch(SearchStore):
     _like = "ILIKE"
     _find = "strpos"
 
-    if TYPE_CHECKING:  # the store's (RecordStore's): how selective a query is
-
-        def term_documents(
-            self, table: str, terms: Sequence[str]
-        ) -> tuple[dict[str, int], int]: ...
-
     def _word_query(self, query: str) -> str:
         """The quoted terms in ``websearch_to_tsquery``'s syntax, which never fails on user
         text: ``"a" "b"`` for all of them, ``"a" or "b"`` for any."""
@@ -56,22 +53,25 @@ class PgSearch(SearchStore):
         self,
         table: str,
         query: str,
-        where: str,
-        params: list[Any],
+        scope: SearchScope,
         limit: int,
         order: WordOrder,
     ) -> list[tuple[Any, ...]]:
         # The word index is the tsvector column: the same quoted terms, in the syntax of
         # websearch_to_tsquery (which never fails on user text); ts_rank_cd, negated so
         # that, as with bm25(), lower is better.
+        where, params = scope_sql(table, scope)
         key = key_column(table)
         by = f"score, s.{key} DESC"  # ties newest first, the same on every page
         if order == "recency":
-            # Newest first by walking the key backwards suits words in many rows; for a
-            # selective query that walk reads the whole table to find a few matches (the
-            # planner cannot tell: it guesses a word's share), so the word index is used
-            # and its few matches sorted ("+ 0" keeps the key's index out of the plan).
-            by = f"s.{key} + 0 DESC" if self._selective(table, query) else f"s.{key} DESC"
+            # Newest first (by time, the key breaking ties) by walking a time index
+            # backwards, each row's tsvector checked, suits words in many rows; for a query
+            # matching few that walk reads the whole table (the planner cannot tell: it
+            # guesses a word's share), so the word index is used and its few matches
+            # sorted ("|| ''" keeps the time indexes out of the plan).
+            by = newest_first(table)
+            if self._few(table, query):
+                by = f"({time_column(table)} || '') DESC, s.{key} DESC"
         matches = "s.content_tsv @@ q"
         vector = "setweight(s.content_tsv, 'A')"
         if table == "messages" and order == "context":
@@ -113,28 +113,11 @@ class PgSearch(SearchStore):
             values.append(f'"{term}"')
         return "(" + " + ".join(parts) + ")", froms, values
 
-    def _selective(self, table: str, query: str) -> bool:
-        """Whether a word query matches few rows: at most :data:`SELECTIVE_SHARE` of them by
-        the words' counts (from the store, cached) — all of them (words taken as independent)
-        or any (the counts added); a phrase always is (each row's positions must be checked,
-        which only the index narrows cheaply)."""
-        terms = _PHRASE.findall(query)
-        if any(" " in term.strip() for term in terms) and " OR " not in query:
-            return True
-        words = _WORD.findall(query)
-        stems = self.index_terms(" ".join(words)) if words else []
-        if not stems:
-            return False
-        counts, rows = self.term_documents(table, stems)
-        if rows <= 0:
-            return True
-        if " OR " in query:
-            expected = float(sum(counts[stem] for stem in stems))
-        else:
-            expected = float(rows)
-            for stem in stems:
-                expected *= min(1.0, counts[stem] / rows)
-        return expected <= max(SELECTIVE_ROWS, rows * SELECTIVE_SHARE)
+    def _few(self, table: str, query: str) -> bool:
+        """Whether a word query matches few rows: at most :data:`FEW_SHARE` of them (or
+        :data:`FEW_ROWS`), as :meth:`_expected_rows` estimates."""
+        expected, rows = self._expected_rows(table, query)
+        return expected <= max(FEW_ROWS, rows * FEW_SHARE)
 
     def _contains_where(self, table: str, needle: str, run: str) -> tuple[str, list[Any], str]:
         # pg_trgm's GIN index serves ILIKE (any needle: its wildcards are escaped), so the

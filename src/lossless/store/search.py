@@ -16,7 +16,7 @@ import re
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .core import StoreCore
 
@@ -74,6 +74,8 @@ __all__ = [
     "TextRow",
     "WordOrder",
     "about_sql",
+    "newest_first",
+    "time_column",
 ]
 
 #: ``recency``: newest first; ``rank``: best-ranked first by a row's own words; ``context``:
@@ -82,6 +84,8 @@ WordOrder = Literal["recency", "rank", "context"]
 
 #: Short needles (one or two characters) are searched in at most this many newest rows.
 SHORT_NEEDLE_ROWS = 20_000
+_WORD = re.compile(r"\w+", re.UNICODE)
+_PHRASE = re.compile(r'"([^"]+)"')
 
 
 class TextRow(NamedTuple):
@@ -131,11 +135,14 @@ class ExecutionRow(NamedTuple):
 class SearchScope:
     """Where to look: these conversations (``None``: all; empty: none) and this time range
     (ISO-8601, ``since`` inclusive, ``before`` exclusive; a message's time, a summary's
-    latest, an execution's start or else its finish)."""
+    latest, an execution's start or else its finish). With ``archived`` false, a search of
+    the whole store (no ``conversation_ids``) leaves out the archived conversations; named
+    conversations are searched whatever their status."""
 
     conversation_ids: tuple[int, ...] | None = None
     since: str | None = None
     before: str | None = None
+    archived: bool = True
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,20 @@ def key_column(table: str) -> str:
     if table == "summaries":
         return "rowid"
     raise ValueError(f"no text search over {table!r}")
+
+
+def time_column(table: str) -> str:
+    """The time a row of a searchable table (alias ``s``) is newest first by: a message's,
+    a summary's latest message's (when it was made, without one), as its hit shows it."""
+    if key_column(table) == "message_id":
+        return "s.created_at"
+    return "coalesce(s.latest_at, s.created_at)"
+
+
+def newest_first(table: str) -> str:
+    """An ``ORDER BY`` of *table* (alias ``s``) newest first: by time, the row id breaking
+    ties (the order of the time indexes, ``m013``)."""
+    return f"{time_column(table)} DESC, s.{key_column(table)} DESC"
 
 
 def hit_columns(table: str) -> str:
@@ -179,6 +200,11 @@ def scope_sql(table: str, scope: SearchScope) -> tuple[str, list[Any]]:
     """The conditions (each after `` AND ``) that keep a search of *table* (alias ``s``) in
     *scope*; retired summaries (rewritten, dissolved) are never found."""
     where, params = in_conversations("s", scope.conversation_ids)
+    if scope.conversation_ids is None and not scope.archived:
+        where += (
+            " AND s.conversation_id NOT IN"
+            " (SELECT conversation_id FROM conversations WHERE status = 'archived')"
+        )
     time_col = "created_at" if table == "messages" else "latest_at"
     if scope.since:
         where += f" AND s.{time_col} >= ?"
@@ -195,6 +221,14 @@ def by_key(where: str) -> str:
     """*where* with its conversation filter kept out of index choice (``+`` makes it an
     expression): the plan walks the table's key, newest first, or looks rows up by it."""
     return where.replace("s.conversation_id IN", "+s.conversation_id IN")
+
+
+def by_time(where: str, scope: SearchScope) -> str:
+    """*where* for a walk newest first by time: one conversation's walk goes through its own
+    time index; several conversations' (or the store's) through the store's, their filter
+    kept out of index choice."""
+    ids = scope.conversation_ids
+    return where if ids is not None and len(ids) == 1 else by_key(where)
 
 
 def calls_sql(alias: str, calls: CallFilter) -> tuple[str, list[Any]]:
@@ -220,6 +254,39 @@ def _like_literal(word: str) -> str:
 class SearchStore(StoreCore):
     """Text search over messages and summaries, and the frame and execution filters."""
 
+    if TYPE_CHECKING:  # the store's (RecordStore's): how many rows hold each term
+
+        def term_documents(
+            self, table: str, terms: Sequence[str]
+        ) -> tuple[dict[str, int], int]: ...
+
+    def _expected_rows(self, table: str, query: str) -> tuple[float, int]:
+        """How many rows of *table* a word query is expected to match, from its terms'
+        counts (the store's, cached) — every term (taken as independent: the rows times each
+        share) or any (the counts added; a phrase's, its rarest word's) — and how many rows
+        the index has. A phrase among every-word terms makes it none: each row's positions
+        must be checked, which only the index narrows cheaply."""
+        terms = [t for t in _PHRASE.findall(query) if _WORD.search(t)]
+        any_term = " OR " in query
+        phrases = [t for t in terms if len(_WORD.findall(t)) > 1]
+        if not terms or (phrases and not any_term):
+            return 0.0, 0
+        words = [t for t in terms if t not in phrases]
+        stems = self.index_terms(" ".join(words)) if words else []
+        of_phrase = [self.index_terms(p) for p in phrases]
+        counts, rows = self.term_documents(
+            table, sorted({*stems, *(x for found in of_phrase for x in found)})
+        )
+        if rows <= 0:
+            return 0.0, 0
+        if any_term:
+            rarest = [min(counts[x] for x in found) for found in of_phrase if found]
+            return float(sum(counts[x] for x in stems) + sum(rarest)), rows
+        expected = float(rows)
+        for stem in stems:
+            expected *= min(1.0, counts[stem] / rows)
+        return expected, rows
+
     def word_search(
         self,
         table: str,
@@ -236,15 +303,14 @@ class SearchStore(StoreCore):
         messages around it and its conversation's title and month). Each row's ``score`` is
         its rank, lower is better (``None`` newest first): BM25 on SQLite, a weighted
         ``ts_rank_cd`` negated on PostgreSQL."""
-        where, params = scope_sql(table, scope)
-        return [TextRow(*r) for r in self._word_rows(table, query, where, params, limit, order)]
+        return [TextRow(*r) for r in self._word_rows(table, query, scope, limit, order)]
 
     def substring_search(
         self, table: str, needle: str, scope: SearchScope, limit: int
     ) -> tuple[list[TextRow], bool]:
         """Up to *limit* rows of *table* whose text contains *needle* (case-insensitive),
-        newest first, through the trigram index; needles of one or two characters (too short
-        for trigrams: a two-character CJK word) are looked for in the newest
+        newest first (by time), through the trigram index; needles of one or two characters
+        (too short for trigrams: a two-character CJK word) are looked for in the newest
         :data:`SHORT_NEEDLE_ROWS` rows only. Returns the rows and whether the search stopped
         there (was bounded)."""
         if not needle:
@@ -254,32 +320,46 @@ class SearchStore(StoreCore):
             self.catch_up_indexes()
         extra, params = scope_sql(table, scope)
         extra = by_key(extra)  # keep the key plan
-        bounded = False
         # The index is asked for the longest run of the needle without LIKE's wildcards: no
         # ESCAPE clause (with one, SQLite does not use the trigram index), and no % or _ at
         # all, since a wildcard beside non-ASCII text crashes SQLite 3.40's trigram LIKE
         # (detail='none'). The exact check below keeps only the rows that hold the whole
         # needle. (NUL too: SQLite reads a pattern only up to its first NUL.)
         run = max(re.split(r"[%_\x00]", needle), key=len)
-        if len(run) >= 3:
-            where, args, run = self._contains_where(table, needle, run)
-        else:
-            (newest,) = self.fetchall(f"SELECT coalesce(max({key}), 0) FROM {table}")[0]
-            bounded = newest > SHORT_NEEDLE_ROWS
-            probe = run or needle
-            if probe.lower() == probe.upper():  # CJK and digits have no case: no lower() per row
-                where = f"s.{key} > ? AND {self._find}(s.content, ?) > 0"
-            else:
-                where = f"s.{key} > ? AND {self._find}(lower(s.content), lower(?)) > 0"
-            args = [newest - SHORT_NEEDLE_ROWS, run or needle]
         wanted = needle.lower()
-        fetch = limit if run == needle else limit * 4
+        if len(run) >= 3:
+            rows = self._rows_containing(table, needle, run, scope, limit)
+            return [TextRow(*r) for r in rows if wanted in r[6].lower()][:limit], False
+        (newest,) = self.fetchall(f"SELECT coalesce(max({key}), 0) FROM {table}")[0]
+        bounded = newest > SHORT_NEEDLE_ROWS
+        probe = run or needle
+        if probe.lower() == probe.upper():  # CJK and digits have no case: no lower() per row
+            where = f"s.{key} > ? AND {self._find}(s.content, ?) > 0"
+        else:
+            where = f"s.{key} > ? AND {self._find}(lower(s.content), lower(?)) > 0"
+        # The window's few matches sorted by time ("|| ''" keeps the time index out of the
+        # plan: the window is the newest rows by id).
         rows = self.fetchall(
             f"SELECT {hit_columns(table)}, s.content FROM {table} s WHERE {where}{extra}"
-            f" ORDER BY s.{key} DESC LIMIT ?",
-            [*args, *params, fetch],
+            f" ORDER BY ({time_column(table)} || '') DESC, s.{key} DESC LIMIT ?",
+            [newest - SHORT_NEEDLE_ROWS, probe, *params, limit if run == needle else limit * 4],
         )
         return [TextRow(*r) for r in rows if wanted in r[6].lower()][:limit], bounded
+
+    def _rows_containing(
+        self, table: str, needle: str, run: str, scope: SearchScope, limit: int
+    ) -> list[tuple[Any, ...]]:
+        """Rows of *table* in *scope* that the substring index says may hold *needle* (its
+        longest piece *run* without LIKE's wildcards or NUL), newest first by time: *limit*
+        of them, or four times as many when only a piece was looked for (some hold only
+        that). As :func:`hit_columns` and ``content``."""
+        where, args, looked = self._contains_where(table, needle, run)
+        extra, params = scope_sql(table, scope)
+        return self.fetchall(
+            f"SELECT {hit_columns(table)}, s.content FROM {table} s WHERE {where}{by_key(extra)}"
+            f" ORDER BY {newest_first(table)} LIMIT ?",
+            [*args, *params, limit if looked == needle else limit * 4],
+        )
 
     def scan_newest(
         self,
@@ -438,13 +518,12 @@ class SearchStore(StoreCore):
         self,
         table: str,
         query: str,
-        where: str,
-        params: list[Any],
+        scope: SearchScope,
         limit: int,
         order: WordOrder,
     ) -> list[tuple[Any, ...]]:
-        """:meth:`word_search`'s rows: :func:`hit_columns`, ``content`` and the score; *where*
-        (with *params*) holds the scope's conditions on alias ``s``, each after `` AND ``."""
+        """:meth:`word_search`'s rows: :func:`hit_columns`, ``content`` and the score, of the
+        rows in *scope* (:func:`scope_sql`)."""
 
     @abstractmethod
     def _contains_where(self, table: str, needle: str, run: str) -> tuple[str, list[Any], str]:

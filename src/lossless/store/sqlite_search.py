@@ -5,9 +5,10 @@
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .core import in_chunks
 from .search import (
@@ -15,27 +16,38 @@ from .search import (
     FAR_WEIGHT,
     NEXT_WEIGHT,
     PREV_WEIGHT,
+    SearchScope,
     SearchStore,
     WordOrder,
     by_key,
+    by_time,
     hit_columns,
     key_column,
+    newest_first,
+    scope_sql,
+    time_column,
 )
 
 __all__ = ["SQLiteSearch"]
 
 #: Candidates ranked inside the index before their rows are read (then the full join).
 RANK_CANDIDATES_MAX = 100_000
+#: A walk newest first reads the time index a stretch at a time: at least this many rows
+#: first, each stretch four times the last, at most this many rows in one.
+WALK_FIRST_ROWS = 256
+WALK_MAX_ROWS = 1 << 16
+#: What sorting a match by time costs (reading its row), in rows of the time index walked
+#: (measured at 100,000 messages: a summary's long text makes its row dearer to read).
+SORTED_MATCH_COST = {"messages": 5, "summaries": 40}
+#: A substring with at most this many candidates in the trigram index has them sorted by
+#: time; one with more is found walking the time index.
+SORTED_CANDIDATES = 2_000
+#: What a walk starts below: later than any stored time, and than any row id.
+_TOP = ("\uffff", 1 << 62)
 
 
 class SQLiteSearch(SearchStore):
     """Search through SQLite's FTS5 word and trigram indexes."""
-
-    if TYPE_CHECKING:  # the store's (RecordStore's): how many rows hold each term
-
-        def term_documents(
-            self, table: str, terms: Sequence[str]
-        ) -> tuple[dict[str, int], int]: ...
 
     def score_scale(self, table: str, terms: Sequence[str]) -> float:
         """BM25 weighs a word by how rare it is in its own index, and the summary DAG says
@@ -74,24 +86,34 @@ class SQLiteSearch(SearchStore):
         self,
         table: str,
         query: str,
-        where: str,
-        params: list[Any],
+        scope: SearchScope,
         limit: int,
         order: WordOrder,
     ) -> list[tuple[Any, ...]]:
         key = key_column(table)
+        where, params = scope_sql(table, scope)
         index, rank = self._index(table, order)
         if index == "messages_ctx_fts":  # large batches leave it behind: caught up first
             self.catch_up_indexes()
-        if order == "recency":
-            # Newest first by row id: the index's own order, so no sort of every match; no
-            # BM25 either (its weights would count each word's rows in the whole index).
-            sql = (
-                f"SELECT {hit_columns(table)}, s.content, NULL AS score"
-                f" FROM {index} f JOIN {table} s ON s.{key} = f.rowid"
-                f" WHERE {index} MATCH ?{where} ORDER BY f.rowid DESC LIMIT ?"
+        if order == "recency":  # (no BM25: its weights count each word's rows everywhere)
+            words = self._word_query(query)
+            expected, rows = self._expected_rows(table, query)
+            # Sorting E matches costs E reads of a row; walking to *limit* of them, about
+            # limit * rows / E entries of the time index: the cheaper is taken.
+            if expected * expected * SORTED_MATCH_COST[table] <= limit * rows:
+                # Few matches: the index finds them (CROSS JOIN keeps it the outer loop; the
+                # other way round, each row would ask the index again), sorted by time.
+                sql = (
+                    f"SELECT {hit_columns(table)}, s.content, NULL AS score"
+                    f" FROM {index} f CROSS JOIN {table} s ON s.{key} = f.rowid"
+                    f" WHERE {index} MATCH ?{where} ORDER BY {newest_first(table)} LIMIT ?"
+                )
+                return self.fetchall(sql, [words, *params, limit])
+            matching = f"SELECT rowid FROM {index} WHERE {index} MATCH ? AND rowid BETWEEN ? AND ?"
+            first = int(limit * 2 * rows / max(expected, 1.0))
+            return self._walk_newest(
+                table, scope, limit, lambda lo, hi: (matching, [words, lo, hi]), first
             )
-            return self.fetchall(sql, [self._word_query(query), *params, limit])
         sql = (
             f"SELECT {hit_columns(table)}, s.content, {rank} AS score"
             f" FROM {index} f JOIN {table} s ON s.{key} = f.rowid"
@@ -152,9 +174,88 @@ class SQLiteSearch(SearchStore):
             inner *= 8
         return self.fetchall(plain_sql, [query, *params, limit])
 
+    def _walk_newest(
+        self,
+        table: str,
+        scope: SearchScope,
+        limit: int,
+        matching: Callable[[int, int], tuple[str, list[Any]]],
+        first: int,
+    ) -> list[tuple[Any, ...]]:
+        """Up to *limit* rows of *table* in *scope* that an index holds, newest first by
+        time (the row id breaking ties), found by walking the time index a stretch at a time
+        (the first about *first* rows, each next one four times longer): the index is asked
+        only for the stretch's rows, by their range of row ids (``matching(lo, hi)``: a
+        subquery of row ids and its parameters), so a word in most rows costs what the rows
+        walked cost, not what all its matches do. Rows come as :func:`hit_columns`,
+        ``content`` and a ``NULL`` score."""
+        key, when = key_column(table), time_column(table)
+        where, params = scope_sql(table, scope)
+        walk = by_time(where, scope)
+        size = min(max(first, WALK_FIRST_ROWS), WALK_MAX_ROWS)
+        below: tuple[str, int] = _TOP
+        found: list[tuple[Any, ...]] = []
+        while len(found) < limit:
+            # The stretch: the next *size* rows below where the last one ended (its last row
+            # is where the next starts; none: the walk reaches the end), the range of their
+            # ids for the index, then the rows it holds.
+            last = self.fetchall(
+                f"SELECT {when}, s.{key} FROM {table} s WHERE ({when}, s.{key}) < (?, ?){walk}"
+                f" ORDER BY {newest_first(table)} LIMIT 1 OFFSET ?",
+                [*below, *params, size - 1],
+            )
+            end: tuple[str, int] = (str(last[0][0]), int(last[0][1])) if last else ("", 0)
+            window = f"({when}, s.{key}) < (?, ?) AND ({when}, s.{key}) >= (?, ?){walk}"
+            lo, hi = self.fetchall(
+                f"SELECT min(s.{key}), max(s.{key}) FROM {table} s WHERE {window}",
+                [*below, *end, *params],
+            )[0]
+            if lo is None:
+                break
+            sub, values = matching(int(lo), int(hi))
+            found += self.fetchall(
+                f"SELECT {hit_columns(table)}, s.content, NULL AS score FROM {table} s"
+                f" WHERE {window} AND +s.{key} IN ({sub})"
+                f" ORDER BY {newest_first(table)} LIMIT ?",
+                [*below, *end, *params, *values, limit - len(found)],
+            )
+            if not last:
+                break
+            below = end
+            size = min(size * 4, WALK_MAX_ROWS)
+        return found
+
     def _contains_where(self, table: str, needle: str, run: str) -> tuple[str, list[Any], str]:
         # Only the run, and in a LIKE without ESCAPE: see SearchStore.substring_search.
         return f"s.{key_column(table)} IN ({_trigram_rows(table)})", [f"%{run}%"], run
+
+    def _rows_containing(
+        self, table: str, needle: str, run: str, scope: SearchScope, limit: int
+    ) -> list[tuple[Any, ...]]:
+        # The trigram index finds every candidate at once (FTS5 cannot stop early on LIKE):
+        # a few are looked up and sorted by time; many are kept while the time index is
+        # walked newest first ("+": not looked up), so a common piece of a word costs its
+        # candidates and the rows walked, not a lookup and a sort of each.
+        key = key_column(table)
+        fetch = limit if run == needle else limit * 4
+        ids = self.fetchall(
+            f"SELECT * FROM ({_trigram_rows(table)}) LIMIT {SORTED_CANDIDATES + 1}",
+            [f"%{run}%"],
+        )
+        where, params = scope_sql(table, scope)
+        if len(ids) <= SORTED_CANDIDATES:
+            return self.fetchall(
+                f"SELECT {hit_columns(table)}, s.content FROM {table} s"
+                f" WHERE s.{key} IN (SELECT value FROM json_each(?)){by_key(where)}"
+                f" ORDER BY {newest_first(table)} LIMIT ?",
+                [json.dumps([int(r[0]) for r in ids]), *params, fetch],
+            )
+        return self.fetchall(
+            f"SELECT {hit_columns(table)}, s.content FROM {table} s"
+            f" WHERE +s.{key} IN ({_trigram_rows(table)}){by_time(where, scope)}"
+            f" ORDER BY {newest_first(table)} LIMIT ?",
+            [f"%{run}%", *params, fetch],
+        )
 
     def _literal_where(self, table: str, literal: str) -> tuple[str, list[Any]]:
         if table == "messages":
