@@ -121,7 +121,9 @@ def check_encoding(path: Path) -> None:
             name = wide
             break
     head = head[:4]
-    if name is None and len(head) == 4:
+    # (Zero bytes between newlines alone are NUL lines, not wide text: a wide JSON text shows
+    # one of its characters in the first four bytes.)
+    if name is None and len(head) == 4 and any(b not in b"\x00\t\r\n " for b in head):
         # Without a byte order mark: JSON starts with an ASCII character, so the zero bytes
         # around the first two characters give the width away (RFC 4627, section 3).
         zeros = (head[0] == 0, head[1] == 0, head[2] == 0, head[3] == 0)
