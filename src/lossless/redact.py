@@ -26,7 +26,6 @@ decrypts it for someone who holds the key. Without the key nothing can read it.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import hmac
@@ -247,33 +246,13 @@ def tagger(salt: Callable[[], bytes]) -> Callable[[str], str]:
     return tag
 
 
-def snapshot(norm: NormalizedMessage, *, copied: bool = True) -> dict[str, Any]:
-    """What is kept of a message before redaction: enough to give back its source. With
-    *copied* false its values are the message's own (for one written out at once: redaction
-    replaces them, it never changes them in place)."""
-    if not copied:
-        return {
-            "content": norm.content,
-            "envelope": norm.envelope,
-            "parts": [
-                {
-                    "slot": p.slot,
-                    "type": p.type,
-                    "text": p.text,
-                    "tool_call_id": p.tool_call_id,
-                    "tool_name": p.tool_name,
-                    "tool_input": p.tool_input,
-                    "tool_output": p.tool_output,
-                    "is_error": p.is_error,
-                    "raw": p.raw,
-                    "raw_is_text": p.raw_is_text,
-                }
-                for p in norm.parts
-            ],
-        }
+def snapshot(norm: NormalizedMessage) -> dict[str, Any]:
+    """What is kept of a message before redaction: enough to give back its source. Its values
+    are the message's own, not copies: redaction replaces a message's values, it never
+    changes one in place."""
     return {
         "content": norm.content,
-        "envelope": copy.deepcopy(norm.envelope),
+        "envelope": norm.envelope,
         "parts": [
             {
                 "slot": p.slot,
@@ -281,10 +260,10 @@ def snapshot(norm: NormalizedMessage, *, copied: bool = True) -> dict[str, Any]:
                 "text": p.text,
                 "tool_call_id": p.tool_call_id,
                 "tool_name": p.tool_name,
-                "tool_input": copy.deepcopy(p.tool_input),
+                "tool_input": p.tool_input,
                 "tool_output": p.tool_output,
                 "is_error": p.is_error,
-                "raw": copy.deepcopy(p.raw),
+                "raw": p.raw,
                 "raw_is_text": p.raw_is_text,
             }
             for p in norm.parts

@@ -51,7 +51,7 @@ def prepare(
         redact = services.config.redact
         if redact.mask and not redact.enabled:
             # Masking keeps the original as it came, written out before the secrets go.
-            kept = dumps(snapshot(norm, copied=False)).encode("utf-8")
+            kept = dumps(snapshot(norm)).encode("utf-8")
             norm.redactions = redactor.message(norm)
             if norm.redactions:
                 norm.sealed, norm.kept_plain = kept, True
