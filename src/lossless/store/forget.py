@@ -137,7 +137,8 @@ class ForgetStore(SummaryStore):
                         chunk,
                     ).fetchone()[0]
                 )
-            firsts = self._first_forgotten(conn, ids)
+            spans = self._spans(conn, ids)
+            firsts = {conv: first for conv, (_, first, _) in spans.items()}
             for conv, first in firsts.items():
                 counts.session_summaries += int(
                     conn.execute(
@@ -221,16 +222,16 @@ class ForgetStore(SummaryStore):
                 )
             self._forgotten(conn, touched, ids, counts.summaries)
             for conv in touched:
-                mine = [m for m in ids if m in self._ids_of(conn, conv, ids)]
+                count, first, last = spans[conv]
                 conn.execute(
                     "INSERT INTO forgotten (conversation_id, what, messages, first_message_id,"
                     " last_message_id, details, forgotten_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (
                         conv,
                         how,
-                        len(mine),
-                        min(mine),
-                        max(mine),
+                        count,
+                        first,
+                        last,
                         dumps({"summaries": len(counts.summaries), "files": len(counts.files)}),
                         stamp,
                     ),
@@ -238,31 +239,18 @@ class ForgetStore(SummaryStore):
         return counts
 
     @staticmethod
-    def _first_forgotten(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
-        """Each touched conversation's smallest forgotten message id."""
-        firsts: dict[int, int] = {}
+    def _spans(conn: Connection, ids: Sequence[int]) -> dict[int, tuple[int, int, int]]:
+        """Each touched conversation's forgotten messages: how many, the first and last id."""
+        spans: dict[int, tuple[int, int, int]] = {}
         for chunk, marks in in_chunks(list(ids)):
-            for conv, first in conn.execute(
-                "SELECT conversation_id, min(message_id) FROM messages"
-                f" WHERE message_id IN ({marks}) GROUP BY conversation_id",
+            for conv, count, first, last in conn.execute(
+                "SELECT conversation_id, count(*), min(message_id), max(message_id)"
+                f" FROM messages WHERE message_id IN ({marks}) GROUP BY conversation_id",
                 chunk,
             ).fetchall():
-                firsts[int(conv)] = min(int(first), firsts.get(int(conv), int(first)))
-        return firsts
-
-    @staticmethod
-    def _ids_of(conn: Connection, conversation_id: int, ids: Sequence[int]) -> set[int]:
-        mine: set[int] = set()
-        for chunk, marks in in_chunks(list(ids)):
-            mine.update(
-                int(r[0])
-                for r in conn.execute(
-                    "SELECT message_id FROM messages WHERE conversation_id = ?"
-                    f" AND message_id IN ({marks})",
-                    [conversation_id, *chunk],
-                ).fetchall()
-            )
-        return mine
+                n, lo, hi = spans.get(int(conv), (0, int(first), int(last)))
+                spans[int(conv)] = (n + int(count), min(lo, int(first)), max(hi, int(last)))
+        return spans
 
     def message_ids_of(self, conversation_ids: Sequence[int]) -> list[int]:
         """Every message id of these conversations, in order."""
