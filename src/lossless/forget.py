@@ -89,7 +89,7 @@ def forget(
         what = "messages matching a search"
     else:
         raise ArgumentError("say what to forget: a conversation, a message range or a search")
-    ids = [m for m in ids if store.is_forgotten(m) is None] if not whole else ids
+    ids = ids if whole else store.not_forgotten(ids)
     stamp = format_ts(now())
     day = stamp[:10]
 

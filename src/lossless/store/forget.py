@@ -299,9 +299,16 @@ class ForgetStore(SummaryStore):
             for r in rows
         ]
 
-    def is_forgotten(self, message_id: int) -> str | None:
-        """When the message was forgotten, or ``None``."""
-        rows = self.fetchall(
-            "SELECT forgotten_at FROM messages WHERE message_id = ?", (message_id,)
-        )
-        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+    def not_forgotten(self, message_ids: Sequence[int]) -> list[int]:
+        """Those of *message_ids* that are not tombstones, in order."""
+        kept: set[int] = set()
+        for chunk, marks in in_chunks(list(message_ids)):
+            kept.update(
+                int(r[0])
+                for r in self.fetchall(
+                    f"SELECT message_id FROM messages WHERE message_id IN ({marks})"
+                    " AND forgotten_at IS NULL",
+                    chunk,
+                )
+            )
+        return [m for m in message_ids if m in kept]
