@@ -19,6 +19,7 @@ per chunk of new material (never for history already summarized).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import time
@@ -285,8 +286,9 @@ class Compactor:
         items = self._contexts.get(conversation_id)
         if items is None:
             return
-        start = next((i for i, it in enumerate(items) if it.ordinal == chunk[0].ordinal), None)
-        if start is None or items[start : start + len(chunk)] != list(chunk):
+        # Ordinals increase along the context: the chunk's place is found by bisection.
+        start = bisect.bisect_left(items, chunk[0].ordinal, key=lambda it: it.ordinal)
+        if items[start : start + len(chunk)] != list(chunk):
             self._contexts.pop(conversation_id, None)  # not what was written over: read again
             return
         items[start : start + len(chunk)] = [
