@@ -191,7 +191,8 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
         memory_context: str = "",
     ) -> list[dict[str, Any]]:
         """Store what is new, compact the conversation to a budget under the threshold, and
-        return the assembled context as Hermes's new working list (no system message, tool
+        return the assembled context (what compaction left, not unfolded to fill the room)
+        as Hermes's new working list (no system message, tool
         calls with their results, no two messages of one role side by side)."""
         session_id = self.session_id
         if session_id is None or not messages:
@@ -205,7 +206,9 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
             room = self._room(messages, current_tokens)
             target = max(MIN_BUDGET, int(room * engine.config.compaction_target))
             engine.compact(session_id, until=target, budget=room)
-            made = engine.assemble(session_id, room, format="openai")
+            # Not filled back up to the room with unfolded detail: that would bring the
+            # list straight back to Hermes's threshold, and Hermes would compress again.
+            made = engine.assemble(session_id, room, format="openai", fill=False)
         except Exception:  # the host's turn goes on: Hermes keeps its list, nothing is lost
             logger.exception("lossless could not compress session %s", session_id)
             return messages
