@@ -42,18 +42,22 @@ class Recall(Facade):
         sort: Sort = "relevance",
         within: Sequence[int] | None = None,
         offset: int = 0,
+        include_archived: bool = False,
     ) -> GrepResult:
         """``lcm_grep``: search messages, summaries or large files.
 
         With *conversation*, the search covers its family (the conversations sharing its
-        session key; only itself with ``family=False``); without, the whole store. *within*
-        limits it further to those conversation ids (a scoped server's). *offset* skips that
-        many hits: the result's ``next_offset`` is the next page's, while ``more`` says so.
+        session key; only itself with ``family=False``), archived ones too; without, the
+        whole store but its archived conversations (*include_archived* takes them in).
+        *within* limits it further to those conversation ids (a scoped server's). *offset*
+        skips that many hits: the result's ``next_offset`` is the next page's, while
+        ``more`` says so.
         """
         return grep_store(
             self.store,
             pattern,
             conversation_ids=self._scope(conversation, family, within),
+            archived=include_archived,
             mode=mode,
             scope=scope,
             since=since,

@@ -439,9 +439,12 @@ def _hit(row: TextRow, pattern: str | None, *, literal: bool = False) -> GrepHit
 
 
 def _scope(
-    ids: Sequence[int] | None, since: str | None = None, before: str | None = None
+    ids: Sequence[int] | None,
+    since: str | None = None,
+    before: str | None = None,
+    archived: bool = True,
 ) -> SearchScope:
-    return SearchScope(None if ids is None else tuple(ids), since, before)
+    return SearchScope(None if ids is None else tuple(ids), since, before, archived)
 
 
 def grep(
@@ -458,9 +461,12 @@ def grep(
     max_rows: int = 200_000,
     max_seconds: float = 2.0,
     offset: int = 0,
+    archived: bool = True,
 ) -> GrepResult:
     """Search the store; see the module docstring for the modes and their bounds. *offset*
-    skips that many hits (the pages of one search); the result says whether more follow."""
+    skips that many hits (the pages of one search); the result says whether more follow.
+    With *archived* false, a search of the whole store (no *conversation_ids*) leaves out
+    the archived conversations; conversations named are searched whatever their status."""
     if offset < 0 or offset + limit > MAX_REACH:
         raise GrepError(
             f"offset must be from 0, and offset + limit at most {MAX_REACH:,}: narrow the"
@@ -479,6 +485,7 @@ def grep(
         max_rows=max_rows,
         max_seconds=max_seconds,
         page=limit,
+        archived=archived,
     )
     page = found.hits[offset : offset + limit]
     more = len(found.hits) > offset + limit
@@ -504,6 +511,7 @@ def _search(
     max_rows: int,
     max_seconds: float,
     page: int,
+    archived: bool,
 ) -> GrepResult:
     """:func:`grep`'s first *limit* hits, unsnipped (the page is made from them)."""
     if mode not in ("full_text", "regex"):
@@ -526,10 +534,9 @@ def _search(
     # Stored text has no lone surrogates (they become U+FFFD), and SQLite cannot take them.
     pattern = clean_text(pattern)
     since, before = time_bound(since, "since"), time_bound(before, "before")
+    within = _scope(conversation_ids, since, before, archived)
     if mode == "regex":
-        return _regex(
-            store, pattern, conversation_ids, scope, since, before, limit, max_rows, max_seconds
-        )
+        return _regex(store, pattern, within, scope, limit, max_rows, max_seconds)
     if _REGEX_HINTS.search(pattern) and not _PHRASE.fullmatch(pattern.strip()):
         raise GrepError(
             f"{pattern!r} looks like a regular expression, but the mode is full_text (words and "
@@ -542,12 +549,11 @@ def _search(
         "both": ["messages", "summaries"],
     }
     if scope == "files":
-        return GrepResult(_files(store, pattern, conversation_ids, limit))
+        return GrepResult(_files(store, pattern, within, limit))
     hits: list[GrepHit] = []
     truncated = False
     cjk = bool(_CJK.search(pattern))
     needle = pattern.replace('"', " ").strip()
-    within = _scope(conversation_ids, since, before)
     for table in tables[scope]:
         found: list[GrepHit] = []
         if not cjk:
@@ -712,11 +718,17 @@ def required_literal(pattern: str) -> str | None:
     return max(pieces, key=len) if pieces else None
 
 
-def _files(store: Store, pattern: str, ids: Sequence[int] | None, limit: int) -> list[GrepHit]:
+def _files(store: Store, pattern: str, within: SearchScope, limit: int) -> list[GrepHit]:
     words = [w.lower() for w in _WORD.findall(pattern)]
+    ids = within.conversation_ids
+    left_out = (
+        set() if ids is not None or within.archived else set(store.archived_conversation_ids())
+    )
     out = []
     for record in store.large_files():
-        if ids is not None and record.conversation_id not in ids:
+        if (ids is not None and record.conversation_id not in ids) or (
+            record.conversation_id in left_out
+        ):
             continue
         text = f"{record.file_name or ''} {record.exploration_summary or ''}".lower()
         if all(w in text for w in words):
@@ -737,10 +749,8 @@ def _files(store: Store, pattern: str, ids: Sequence[int] | None, limit: int) ->
 def _regex(
     store: Store,
     pattern: str,
-    ids: Sequence[int] | None,
+    within: SearchScope,
     scope: Scope,
-    since: str | None,
-    before: str | None,
     limit: int,
     max_rows: int,
     max_seconds: float,
@@ -762,7 +772,6 @@ def _regex(
         "files": [],
     }[scope]
     literal = required_literal(pattern)
-    within = _scope(ids, since, before)
     for table in tables:
         pages = store.scan_newest(table, within, containing=literal)
         while len(hits) < limit:
