@@ -31,6 +31,7 @@ from .output import (
 @declared_option("lcm_grep", "offset")
 @declared_option("lcm_grep", "since")
 @declared_option("lcm_grep", "before")
+@declared_option("lcm_grep", "include_archived")
 @json_option
 @pass_state
 def grep_command(
@@ -45,6 +46,7 @@ def grep_command(
     offset: int,
     since: str | None,
     before: str | None,
+    include_archived: bool,
     as_json: bool,
 ) -> None:
     """Search stored messages, summaries and large files (lcm_grep).
@@ -52,7 +54,8 @@ def grep_command(
     full_text (default) matches words and "phrases" through the search index — with --sort
     relevance a question finds documents matching some of its words, ranked by BM25; CJK text
     and substrings go through the trigram index. --mode regex matches a regular expression,
-    bounded in rows and time. Results name their ids (msg#, sum_, file_).
+    bounded in rows and time. Results name their ids (msg#, sum_, file_). Without
+    --conversation, archived conversations are left out unless --include-archived.
     """
     engine = state.engine()
     ref = resolve(engine, conversation).conversation_id if conversation else None
@@ -67,6 +70,7 @@ def grep_command(
         offset=offset,
         since=since,
         before=before,
+        include_archived=include_archived,
     )
     if as_json:
         emit_json(
