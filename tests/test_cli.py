@@ -332,3 +332,72 @@ def test_a_store_that_does_not_exist_is_an_error_for_commands_that_read(
     assert run_cli("--db", str(demo_db), "demo", "--turns", "20").code == 0
     again = run_cli("--db", str(demo_db), "demo", "--turns", "20")
     assert again.code == 2 and "already holds the demo's session" in again.err
+
+
+def test_rename_archive_and_unarchive_change_what_is_listed_and_searched(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "a.db")
+    for session, seed in (("sess-a", 7), ("sess-b", 8)):
+        path = write_session(tmp_path / f"{session}.jsonl", 6, session_id=session, seed=seed)
+        assert run_cli("--db", db, "import", str(path)).code == 0
+
+    def listed(*options: str) -> list[str]:
+        return [
+            r["session_id"]
+            for r in json.loads(run_cli("--db", db, "conversations", "--json", *options).out)
+        ]
+
+    def searched(*options: str) -> set[int]:
+        res = run_cli("--db", db, "grep", "pagination", "--limit", "200", "--json", *options)
+        return {h["conversation_id"] for h in json.loads(res.out)["hits"]}
+
+    renamed = run_cli("--db", db, "rename", "sess-b", "Cursor pagination")
+    assert renamed.code == 0 and "is titled: Cursor pagination" in renamed.out
+    archived = run_cli("--db", db, "archive", "2", "sess-b")  # one conversation, named twice
+    assert archived.code == 0 and archived.out.count("archived conversation 2") == 1
+    assert listed() == ["sess-a"]
+    assert listed("--archived") == ["sess-b"]
+    assert listed("--all") == ["sess-a", "sess-b"]
+    assert searched() == {1}
+    assert searched("--include-archived") == {1, 2}
+    assert searched("--conversation", "sess-b") == {2}  # named: searched whatever its status
+    table = run_cli("--db", db, "conversations", "--all").out
+    assert "archived Cursor pagination" in table
+    assert "1 archived not listed" in run_cli("--db", db, "conversations").err
+    again = run_cli("--db", db, "archive", "2", "--json")
+    assert json.loads(again.out) == [
+        {
+            "conversation_id": 2,
+            "session_id": "sess-b",
+            "session_key": None,
+            "title": "Cursor pagination",
+            "status": "archived",
+            "changed": False,
+        }
+    ]
+    assert run_cli("--db", db, "archive", "2", "nope").code == 4  # nothing changed then
+    assert run_cli("--db", db, "unarchive", "sess-b").code == 0
+    assert listed() == ["sess-a", "sess-b"] and searched() == {1, 2}
+    row = json.loads(run_cli("--db", db, "conversations", "--json").out)[1]
+    assert row["first_message_at"] < row["last_message_at"] and row["source"] == "openclaw"
+
+
+def test_the_conversations_list_fits_80_columns_cutting_long_titles(tmp_path: Path) -> None:
+    db = str(tmp_path / "w.db")
+    run = [sys.executable, "-m", "lossless", "--db", db]
+    session = "0f9e8d7c-5b1a-4c2e-9f3d-7a6b5c4d3e2f"
+    path = write_session(tmp_path / "cc.jsonl", 4, session_id=session, format="claude_code")
+    assert subprocess.run([*run, "import", str(path)], capture_output=True).returncode == 0
+    title = "Paginate the /items endpoint with cursors,\nkeeping the public API stable " * 3
+    assert subprocess.run([*run, "rename", session, title], capture_output=True).returncode == 0
+    assert subprocess.run([*run, "archive", "1"], capture_output=True).returncode == 0
+    env = {**os.environ, "COLUMNS": "80", "PYTHONIOENCODING": "utf-8"}
+    shown = subprocess.run([*run, "conversations", "--all"], capture_output=True, env=env)
+    lines = shown.stdout.decode().splitlines()
+    assert shown.returncode == 0 and len(lines) == 2  # a header and one line: never wrapped
+    assert max(len(line) for line in lines) <= 80
+    header, row = lines
+    assert header.split() == ["id", "session", "source", "first", "last", "msgs", "sums", "title"]
+    assert row.split()[:3] == ["1", "0f9e8d7c-…", "claude_code"]
+    assert row.rstrip().endswith(" archived Paginate the…")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from lossless import Config, Engine
+from lossless.errors import ArgumentError
 from lossless.retrieval.grep import GrepError, match_spans
 from lossless.retrieval.grep import grep as grep_store
 from lossless.summarize import ScriptedSummarizer
@@ -520,3 +521,46 @@ def test_a_summary_of_older_messages_made_later_is_not_the_newest(
         assert hits[0].conversation_id == engine.conversation("recent").conversation_id
         [first] = engine.grep("Summary", scope="summaries", sort="recency", limit=1).hits
         assert first.id == hits[0].id
+
+
+def test_an_archived_conversation_leaves_the_stores_search_but_not_its_familys(
+    engine: Engine,
+) -> None:
+    from lossless.toolbox import ToolScope, call
+
+    engine.ingest("live", {"role": "user", "content": "The quokka deploy went fine."})
+    engine.conversation("old#2", create=True, session_key="old")
+    engine.ingest("old", {"role": "user", "content": "The quokka deploy timed out."})
+    engine.update_conversation("old", session_key="old")
+    engine.ingest("old#2", {"role": "user", "content": "Starting over after the clear."})
+    old = engine.archive("old")
+    assert old.status == "archived"
+
+    def found(**options: Any) -> list[str]:
+        return [h.id for h in engine.grep("quokka", sort="recency", **options).hits]
+
+    everywhere = {"msg#1", "msg#2"}
+    assert found() == ["msg#1"]  # the store's search leaves it out
+    assert set(found(include_archived=True)) == everywhere
+    assert found(mode="regex") == ["msg#1"]
+    assert found(conversation="old#2") == ["msg#2"]  # its family's search keeps it
+    assert found(conversation="old", family=False) == ["msg#2"]
+    # The tools as a model sees them: the list leaves it out unless asked, and says so.
+    tools = ToolScope.of(engine)
+    listed = call(tools, "lcm_list_conversations", {})
+    assert [c["session_id"] for c in listed["conversations"]] == ["old#2", "live"]
+    assert listed["archived_not_listed"] == 1
+    every = call(tools, "lcm_list_conversations", {"include_archived": True})
+    assert {c["session_id"]: c["status"] for c in every["conversations"]}["old"] == "archived"
+    hits = call(tools, "lcm_grep", {"pattern": "quokka"})["hits"]
+    assert [h["id"] for h in hits] == ["msg#1"]
+    hits = call(tools, "lcm_grep", {"pattern": "quokka", "include_archived": True})["hits"]
+    assert {h["id"] for h in hits} == everywhere
+    pinned = ToolScope.of(engine, conversation="old#2")  # a framework's session tools
+    assert [h["id"] for h in call(pinned, "lcm_grep", {"pattern": "quokka"})["hits"]] == ["msg#2"]
+
+    assert engine.unarchive("old").status == "active"
+    assert set(found()) == everywhere
+    assert engine.rename("live", "  Quokka\n release  ").title == "Quokka release"
+    with pytest.raises(ArgumentError, match="needs some text"):
+        engine.rename("live", " \n ")

@@ -157,9 +157,11 @@ async def test_the_store_server_lists_the_recall_tools_with_descriptions_and_sch
         "before",
         "limit",
         "offset",
+        "include_archived",
         "conversation",
     }
     assert props["sort"]["default"] == "relevance"
+    assert props["include_archived"]["default"] is False
     assert props["mode"]["enum"] == ["full_text", "regex"]
     assert props["limit"]["maximum"] == 200
     assert tools["lcm_describe"].input_schema["required"] == ["id"]

@@ -223,6 +223,9 @@ def test_the_list_shows_every_conversation_with_its_counts_and_archived_flag(
         await settle(pilot)
         app = pilot.app
         table = app.screen.query_one("#conversations", DataTable)
+        # The archived conversation is left out until asked for (a), then flagged.
+        assert rows(table) == [["1", "old", "19", "4/1", "683", "2026-03-02 09:18", "active"]]
+        await press(pilot, "a")
         assert rows(table) == [
             ["1", "old", "19", "4/1", "683", "2026-03-02 09:18", "active"],
             ["2", "new", "3", "-", "15", "2026-03-02 09:21", "archived"],
@@ -234,6 +237,7 @@ def test_the_list_shows_every_conversation_with_its_counts_and_archived_flag(
         info = flat(plain(app.screen.query_one("#conversation-info", Static)))
         assert "conversation 2 · session new · archived" in info
         assert "⏎ Open" in screen_text(app) and "t Transplant" in screen_text(app)
+        assert "a Archived" in screen_text(app)
 
     assert snap_compare(LosslessApp(engine), run_before=run_before)
 

@@ -253,6 +253,11 @@ class ConversationStats:
     context_items: int
     context_tokens: int
     last_message_at: str | None
+    first_message_at: str | None = None
+    #: Where it came from: the transcript format it was imported from (``claude_code``,
+    #: ``codex``, ``openclaw``, ``hermes``, ``messages``), else its first message's shape
+    #: (``anthropic``, ``openai_chat``, ``langchain``, ...); ``None`` with no message.
+    source: str | None = None
 
 
 @dataclass(frozen=True)

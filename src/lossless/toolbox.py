@@ -155,6 +155,7 @@ def lcm_grep(
     before: str | None,
     limit: int,
     offset: int,
+    include_archived: bool,
     conversation: int | str | None,
 ) -> dict[str, Any]:
     """Search the stored history: lean hits (ids, where, when, who, a snippet), one page at a
@@ -170,6 +171,7 @@ def lcm_grep(
         limit=limit,
         sort=sort,
         offset=offset,
+        include_archived=include_archived,
     )
     hits: list[dict[str, Any]] = []
     size = 0
@@ -203,6 +205,7 @@ def lcm_grep(
             "no matches: try other or fewer words (relevance needs only some of them to"
             " match), mode=regex for a pattern, scope=files for large files, or another"
             " conversation (lcm_list_conversations)"
+            + ("; include_archived=true searches archived ones too" if ids is None else "")
         )
     return out
 
@@ -314,16 +317,20 @@ def lcm_expand(
     return result.to_dict()
 
 
-def lcm_list_conversations(tools: ToolScope, *, limit: int) -> dict[str, Any]:
-    """The conversations in scope, most recently active first."""
+def lcm_list_conversations(
+    tools: ToolScope, *, limit: int, include_archived: bool
+) -> dict[str, Any]:
+    """The conversations in scope, most recently active first (archived ones only when
+    asked)."""
     scope = tools.scope()
-    rows = [
+    every = [
         r
         for r in tools.engine.conversations()
         if scope is None or r.conversation.conversation_id in scope
     ]
+    rows = [r for r in every if include_archived or r.conversation.status != "archived"]
     rows.sort(key=lambda r: r.last_message_at or r.conversation.created_at, reverse=True)
-    return {
+    out: dict[str, Any] = {
         "conversations": [
             {
                 "conversation_id": r.conversation.conversation_id,
@@ -341,6 +348,9 @@ def lcm_list_conversations(tools: ToolScope, *, limit: int) -> dict[str, Any]:
         "total": len(rows),
         "scope": tools.describe_scope(),
     }
+    if len(every) > len(rows):
+        out["archived_not_listed"] = len(every) - len(rows)
+    return out
 
 
 def _one_conversation(tools: ToolScope, ref: int | str | None, tool: str) -> Conversation:

@@ -1,4 +1,4 @@
-"""``lossless conversations`` and ``lossless show``."""
+"""``lossless conversations``, ``show``, ``rename``, ``archive`` and ``unarchive``."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import sys
 from collections.abc import Iterator
 
 import click
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..engine import Engine
-from ..model import Conversation, StoredMessage
-from .output import State, emit_json, json_option, page, pass_state, stdout
+from ..model import Conversation, ConversationStats, StoredMessage
+from .output import State, emit_json, json_option, page, pass_state, stderr, stdout
 
 
 def resolve(engine: Engine, ref: str) -> Conversation:
@@ -21,11 +22,20 @@ def resolve(engine: Engine, ref: str) -> Conversation:
 
 
 @click.command("conversations")
+@click.option("--archived", is_flag=True, help="Only the archived conversations.")
+@click.option("--all", "every", is_flag=True, help="Archived conversations too.")
 @json_option
 @pass_state
-def conversations_command(state: State, as_json: bool) -> None:
-    """List conversations with their message, summary and token counts."""
-    rows = state.engine().conversations()
+def conversations_command(state: State, archived: bool, every: bool, as_json: bool) -> None:
+    """List conversations: id, session, title, where they came from, their first and last
+    message's dates, message and summary counts.
+
+    Archived conversations are left out unless --archived (only them) or --all.
+    """
+    if archived and every:
+        raise click.UsageError("--archived lists the archived ones only, --all every one: give one")
+    engine = state.engine()
+    rows = engine.conversations(archived=None if every else archived)
     if as_json:
         emit_json(
             [
@@ -42,40 +52,169 @@ def conversations_command(state: State, as_json: bool) -> None:
                     "context_items": r.context_items,
                     "context_tokens": r.context_tokens,
                     "last_message_at": r.last_message_at,
+                    "first_message_at": r.first_message_at,
+                    "source": r.source,
                 }
                 for r in rows
             ]
         )
         return
+    hidden = 0 if archived or every else len(engine.conversations(archived=True))
     if not rows:
-        stdout.print("no conversations yet; add some with `lossless import PATH`")
+        if archived:
+            stdout.print("no archived conversations")
+        elif hidden:
+            stdout.print(f"no conversations but {hidden} archived: list them with --archived")
+        else:
+            stdout.print("no conversations yet; add some with `lossless import PATH`")
         return
-    table = Table(box=None, pad_edge=False)
-    for name, justify in (
-        ("id", "right"),
-        ("session", "left"),
-        ("messages", "right"),
-        ("tokens", "right"),
-        ("summaries", "right"),
-        ("context", "right"),
-        ("last message", "left"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=name != "session")  # type: ignore[arg-type]
-    for r in rows:
-        c = r.conversation
-        label = c.session_id + (f" — {c.title[:30]}" if c.title else "")
-        if c.status != "active":
-            label += f" ({c.status})"
-        table.add_row(
-            str(c.conversation_id),
-            escape(label),
-            f"{r.message_count:,}",
-            f"{r.message_tokens:,}",
-            str(r.summary_count),
-            f"{r.context_tokens:,} tok",
-            (r.last_message_at or "-")[:16].replace("T", " "),
-        )
-    stdout.print(table)
+    stdout.print(listing(rows, stdout.width))
+    if hidden:
+        stderr.print(f"({hidden} archived not listed: --archived or --all)", style="dim")
+
+
+#: The longest session id shown whole (longer ones, a host's UUIDs, are cut with "…": the
+#: id column names a conversation in a few characters), and source.
+SESSION_CHARS = 10
+SOURCE_CHARS = 11
+#: The narrowest the title column gets (on a narrow terminal the line is longer then).
+MIN_TITLE_CHARS = 8
+
+
+def listing(rows: list[ConversationStats], width: int) -> Table:
+    """The conversations as a table *width* characters wide at most, one line each: the
+    title last, taking the rest of the line, cut with "…" (never wrapped), as are a long
+    session id or source; an archived conversation's title starts with "archived"."""
+    table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+    columns: list[tuple[str, JustifyMethod, list[str], int]] = [
+        ("id", "right", [str(r.conversation.conversation_id) for r in rows], 0),
+        ("session", "left", [_flat(r.conversation.session_id) for r in rows], SESSION_CHARS),
+        ("source", "left", [r.source or "-" for r in rows], SOURCE_CHARS),
+        ("first", "left", [_date(r.first_message_at) for r in rows], 0),
+        ("last", "left", [_date(r.last_message_at) for r in rows], 0),
+        ("msgs", "right", [f"{r.message_count:,}" for r in rows], 0),
+        ("sums", "right", [f"{r.summary_count:,}" for r in rows], 0),
+    ]
+    used = 0
+    for name, justify, cells, most in columns:
+        fits = max(len(name), *map(len, cells))
+        size = min(fits, most) if most else fits
+        table.add_column(name, justify=justify, width=size, no_wrap=True, overflow="ellipsis")
+        used += size + 1  # (one space after each column)
+    titles = [_title(r.conversation) for r in rows]
+    table.add_column(
+        "title",
+        width=max(MIN_TITLE_CHARS, min(width - used, max(len("title"), *map(len, titles)))),
+        no_wrap=True,
+        overflow="ellipsis",
+    )
+    for i, r in enumerate(rows):
+        title = Text(titles[i], no_wrap=True, overflow="ellipsis")  # never markup
+        if r.conversation.status == "archived":
+            title.stylize("yellow", 0, len("archived"))
+        table.add_row(*(Text(cells[i]) for _, _, cells, _ in columns), title)
+    return table
+
+
+def _title(conv: Conversation) -> str:
+    """What the title column says: the title, after "archived" when it is."""
+    title = _flat(conv.title or "")
+    if conv.status == "archived":
+        return f"archived {title}".rstrip()
+    return title
+
+
+def _flat(text: str) -> str:
+    """Text on one line (a title or session id may hold line breaks)."""
+    return " ".join(text.split())
+
+
+def _date(stamp: str | None) -> str:
+    return stamp[:10] if stamp else "-"
+
+
+@click.command("rename")
+@click.argument("conversation")
+@click.argument("title")
+@json_option
+@pass_state
+def rename_command(state: State, conversation: str, title: str, as_json: bool) -> None:
+    """Give CONVERSATION (its id or session id) the title TITLE.
+
+    The listings show it, and its messages are also found by its words (for less than
+    their own).
+    """
+    engine = state.engine()
+    conv = engine.rename(resolve(engine, conversation).conversation_id, title)
+    if as_json:
+        emit_json(_conversation_dict(conv))
+        return
+    stdout.print(
+        Text(f"conversation {conv.conversation_id} ({conv.session_id}) is titled: {conv.title}"),
+        highlight=False,
+    )
+
+
+@click.command("archive")
+@click.argument("conversations", metavar="CONVERSATION...", nargs=-1, required=True)
+@json_option
+@pass_state
+def archive_command(state: State, conversations: tuple[str, ...], as_json: bool) -> None:
+    """Archive conversations (each an id or session id): nothing is deleted.
+
+    An archived conversation leaves `lossless conversations` and searches of the whole store
+    (grep without --conversation); a search of its family still finds it, and
+    `lossless unarchive` brings it back.
+    """
+    _set_status(state, conversations, archived=True, as_json=as_json)
+
+
+@click.command("unarchive")
+@click.argument("conversations", metavar="CONVERSATION...", nargs=-1, required=True)
+@json_option
+@pass_state
+def unarchive_command(state: State, conversations: tuple[str, ...], as_json: bool) -> None:
+    """Bring archived conversations (each an id or session id) back into the listings and
+    the store's searches."""
+    _set_status(state, conversations, archived=False, as_json=as_json)
+
+
+def _set_status(state: State, refs: tuple[str, ...], *, archived: bool, as_json: bool) -> None:
+    engine = state.engine()
+    found = [resolve(engine, ref) for ref in refs]  # every one known before any changes
+    wanted = "archived" if archived else "active"
+    out = []
+    for conv in {c.conversation_id: c for c in found}.values():
+        changed = conv.status != wanted
+        if changed:
+            conv = (
+                engine.archive(conv.conversation_id)
+                if archived
+                else engine.unarchive(conv.conversation_id)
+            )
+        out.append((conv, changed))
+    if as_json:
+        emit_json([{**_conversation_dict(c), "changed": changed} for c, changed in out])
+        return
+    for conv, changed in out:
+        name = f"conversation {conv.conversation_id} ({conv.session_id})"
+        if not changed:
+            said = f"{name} {'was archived already' if archived else 'is not archived'}"
+        elif archived:
+            said = f"archived {name}: `lossless unarchive {conv.conversation_id}` brings it back"
+        else:
+            said = f"{name} is back in the listings and searches"
+        stdout.print(Text(said), highlight=False)
+
+
+def _conversation_dict(conv: Conversation) -> dict[str, object]:
+    return {
+        "conversation_id": conv.conversation_id,
+        "session_id": conv.session_id,
+        "session_key": conv.session_key,
+        "title": conv.title,
+        "status": conv.status,
+    }
 
 
 def _message_dict(m: StoredMessage, source: bool) -> dict[str, object]:

@@ -36,6 +36,7 @@ from .output import (
     is_flag=True,
     help="Also search the originals of messages whose secrets were masked, and show them.",
 )
+@declared_option("lcm_grep", "include_archived")
 @json_option
 @pass_state
 def grep_command(
@@ -51,6 +52,7 @@ def grep_command(
     since: str | None,
     before: str | None,
     reveal: bool,
+    include_archived: bool,
     as_json: bool,
 ) -> None:
     """Search stored messages, summaries and large files (lcm_grep).
@@ -58,7 +60,8 @@ def grep_command(
     full_text (default) matches words and "phrases" through the search index — with --sort
     relevance a question finds documents matching some of its words, ranked by BM25; CJK text
     and substrings go through the trigram index. --mode regex matches a regular expression,
-    bounded in rows and time. Results name their ids (msg#, sum_, file_).
+    bounded in rows and time. Results name their ids (msg#, sum_, file_). Without
+    --conversation, archived conversations are left out unless --include-archived.
     """
     engine = state.engine()
     ref = resolve(engine, conversation).conversation_id if conversation else None
@@ -74,6 +77,7 @@ def grep_command(
         since=since,
         before=before,
         reveal=reveal,
+        include_archived=include_archived,
     )
     if as_json:
         emit_json(

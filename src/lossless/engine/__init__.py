@@ -21,11 +21,11 @@ from typing import Any
 
 from ..assemble import AssembledContext
 from ..assemble import assemble as assemble_context
-from ..codec import dumps, loads
+from ..codec import clean_text, dumps, loads
 from ..compaction import CompactionReport, after_turn_compaction
 from ..compaction import compact as compact_context
 from ..config import Config, RedactConfig
-from ..errors import NotFoundError
+from ..errors import ArgumentError, NotFoundError
 from ..ingest.importer import import_path as import_transcripts
 from ..ingest.peers import PeerReport
 from ..ingest.peers import import_store as import_peer_store
@@ -167,9 +167,24 @@ class Engine(Reads, Recall, Upkeep):
         self._by_session.pop(conv.session_id, None)  # the cached row is stale now
         return self.store.get_conversation(conv.conversation_id)
 
+    def rename(self, conversation: ConversationRef, title: str) -> Conversation:
+        """Give a conversation a title (what the listings show; its messages are also found
+        by its words, for less than their own). Returns the updated row."""
+        cleaned = " ".join(clean_text(title).split())
+        if not cleaned:
+            raise ArgumentError("a title needs some text; give the conversation a name")
+        return self.update_conversation(conversation, title=cleaned)
+
     def archive(self, conversation: ConversationRef) -> Conversation:
-        """Mark a conversation archived (nothing is deleted; it stays searchable)."""
+        """Archive a conversation. Nothing is deleted: it leaves the default listings and
+        searches of the whole store (``conversations()`` with ``archived=False``, ``grep``
+        without a conversation), and a search of its family still finds it (an agent
+        framework's cleared sessions). :meth:`unarchive` brings it back."""
         return self.update_conversation(conversation, status="archived")
+
+    def unarchive(self, conversation: ConversationRef) -> Conversation:
+        """Bring an archived conversation back into the listings and the store's searches."""
+        return self.update_conversation(conversation, status="active")
 
     def pop_context(self, conversation: ConversationRef) -> StoredMessage | None:
         """Take the newest message out of the active context (an agent framework's "pop");

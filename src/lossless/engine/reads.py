@@ -28,9 +28,11 @@ __all__ = ["Reads"]
 class Reads(Facade):
     """Reading what is stored (never a write)."""
 
-    def conversations(self) -> list[ConversationStats]:
-        """Every conversation with its counts."""
-        return self.store.list_conversations()
+    def conversations(self, *, archived: bool | None = None) -> list[ConversationStats]:
+        """The conversations with their counts, oldest first: every one (the default), only
+        the archived ones (``archived=True``) or only the others (``archived=False``: what
+        the listings show)."""
+        return self.store.list_conversations(archived=archived)
 
     def message_count(self, conversation: ConversationRef) -> int:
         """How many messages the conversation stores."""

@@ -43,20 +43,23 @@ class Recall(Facade):
         within: Sequence[int] | None = None,
         offset: int = 0,
         reveal: bool = False,
+        include_archived: bool = False,
     ) -> GrepResult:
         """``lcm_grep``: search messages, summaries or large files.
 
         With *conversation*, the search covers its family (the conversations sharing its
-        session key; only itself with ``family=False``); without, the whole store. *within*
-        limits it further to those conversation ids (a scoped server's). *offset* skips that
-        many hits: the result's ``next_offset`` is the next page's, while ``more`` says so.
-        *reveal* also searches the originals of messages whose secrets were masked (for the
-        owner: a secret's value is found, and shown, only so).
+        session key; only itself with ``family=False``), archived ones too; without, the
+        whole store but its archived conversations (*include_archived* takes them in).
+        *within* limits it further to those conversation ids (a scoped server's). *offset*
+        skips that many hits: the result's ``next_offset`` is the next page's, while
+        ``more`` says so. *reveal* also searches the originals of messages whose secrets were
+        masked (for the owner: a secret's value is found, and shown, only so).
         """
         return grep_store(
             self.store,
             pattern,
             conversation_ids=self._scope(conversation, family, within),
+            archived=include_archived,
             mode=mode,
             scope=scope,
             since=since,

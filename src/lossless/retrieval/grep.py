@@ -439,9 +439,12 @@ def _hit(row: TextRow, pattern: str | None, *, literal: bool = False) -> GrepHit
 
 
 def _scope(
-    ids: Sequence[int] | None, since: str | None = None, before: str | None = None
+    ids: Sequence[int] | None,
+    since: str | None = None,
+    before: str | None = None,
+    archived: bool = True,
 ) -> SearchScope:
-    return SearchScope(None if ids is None else tuple(ids), since, before)
+    return SearchScope(None if ids is None else tuple(ids), since, before, archived)
 
 
 def grep(
@@ -459,11 +462,14 @@ def grep(
     max_seconds: float = 2.0,
     offset: int = 0,
     reveal: bool = False,
+    archived: bool = True,
 ) -> GrepResult:
     """Search the store; see the module docstring for the modes and their bounds. *offset*
     skips that many hits (the pages of one search); the result says whether more follow.
     With *reveal*, the originals of messages whose secrets were masked are searched too
-    (their matches first, snipped from the original): a secret's value is found only so."""
+    (their matches first, snipped from the original): a secret's value is found only so.
+    With *archived* false, a search of the whole store (no *conversation_ids*) leaves out
+    the archived conversations; conversations named are searched whatever their status."""
     if offset < 0 or offset + limit > MAX_REACH:
         raise GrepError(
             f"offset must be from 0, and offset + limit at most {MAX_REACH:,}: narrow the"
@@ -482,6 +488,7 @@ def grep(
         max_rows=max_rows,
         max_seconds=max_seconds,
         page=limit,
+        archived=archived,
     )
     if reveal and scope in ("messages", "both"):
         bounds = _scope(conversation_ids, time_bound(since, "since"), time_bound(before, "before"))
@@ -512,6 +519,7 @@ def _search(
     max_rows: int,
     max_seconds: float,
     page: int,
+    archived: bool,
 ) -> GrepResult:
     """:func:`grep`'s first *limit* hits, unsnipped (the page is made from them)."""
     if mode not in ("full_text", "regex"):
@@ -534,10 +542,9 @@ def _search(
     # Stored text has no lone surrogates (they become U+FFFD), and SQLite cannot take them.
     pattern = clean_text(pattern)
     since, before = time_bound(since, "since"), time_bound(before, "before")
+    within = _scope(conversation_ids, since, before, archived)
     if mode == "regex":
-        return _regex(
-            store, pattern, conversation_ids, scope, since, before, limit, max_rows, max_seconds
-        )
+        return _regex(store, pattern, within, scope, limit, max_rows, max_seconds)
     if _REGEX_HINTS.search(pattern) and not _PHRASE.fullmatch(pattern.strip()):
         raise GrepError(
             f"{pattern!r} looks like a regular expression, but the mode is full_text (words and "
@@ -550,12 +557,11 @@ def _search(
         "both": ["messages", "summaries"],
     }
     if scope == "files":
-        return GrepResult(_files(store, pattern, conversation_ids, limit))
+        return GrepResult(_files(store, pattern, within, limit))
     hits: list[GrepHit] = []
     truncated = False
     cjk = bool(_CJK.search(pattern))
     needle = pattern.replace('"', " ").strip()
-    within = _scope(conversation_ids, since, before)
     for table in tables[scope]:
         found: list[GrepHit] = []
         if not cjk:
@@ -754,11 +760,17 @@ def required_literal(pattern: str) -> str | None:
     return max(pieces, key=len) if pieces else None
 
 
-def _files(store: Store, pattern: str, ids: Sequence[int] | None, limit: int) -> list[GrepHit]:
+def _files(store: Store, pattern: str, within: SearchScope, limit: int) -> list[GrepHit]:
     words = [w.lower() for w in _WORD.findall(pattern)]
+    ids = within.conversation_ids
+    left_out = (
+        set() if ids is not None or within.archived else set(store.archived_conversation_ids())
+    )
     out = []
     for record in store.large_files():
-        if ids is not None and record.conversation_id not in ids:
+        if (ids is not None and record.conversation_id not in ids) or (
+            record.conversation_id in left_out
+        ):
             continue
         text = f"{record.file_name or ''} {record.exploration_summary or ''}".lower()
         if all(w in text for w in words):
@@ -779,10 +791,8 @@ def _files(store: Store, pattern: str, ids: Sequence[int] | None, limit: int) ->
 def _regex(
     store: Store,
     pattern: str,
-    ids: Sequence[int] | None,
+    within: SearchScope,
     scope: Scope,
-    since: str | None,
-    before: str | None,
     limit: int,
     max_rows: int,
     max_seconds: float,
@@ -804,7 +814,6 @@ def _regex(
         "files": [],
     }[scope]
     literal = required_literal(pattern)
-    within = _scope(ids, since, before)
     for table in tables:
         pages = store.scan_newest(table, within, containing=literal)
         while len(hits) < limit:

@@ -375,6 +375,13 @@ TOOLS: dict[str, RecallTool] = {
                     minimum=0,
                     maximum=MAX_REACH - 1,
                 ),
+                Param(
+                    "include_archived",
+                    "boolean",
+                    "Without a conversation, search archived conversations too (a"
+                    " conversation's own search always covers its family's archived ones).",
+                    False,
+                ),
                 _CONVERSATION,
             ),
         ),
@@ -517,6 +524,13 @@ TOOLS: dict[str, RecallTool] = {
                     50,
                     minimum=1,
                     maximum=500,
+                ),
+                Param(
+                    "include_archived",
+                    "boolean",
+                    "List archived conversations too (status archived): kept whole, left out"
+                    " of the list and of searches of the whole store.",
+                    False,
                 ),
             ),
         ),

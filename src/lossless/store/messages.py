@@ -157,20 +157,36 @@ class MessageStore(StoreCore):
             if retitled:
                 self._words_changed(conn, conversation_id)
 
-    def list_conversations(self) -> list[ConversationStats]:
-        """Every conversation with its message, summary, token and context counts."""
+    def list_conversations(self, *, archived: bool | None = None) -> list[ConversationStats]:
+        """The conversations with their message, summary, token and context counts, their
+        first and last message's times and where they came from: every one, or with
+        *archived* the archived ones (``True``) or the others (``False``)."""
+        where, params = "", []
+        if archived is not None:
+            where, params = " WHERE status = ?", ["archived" if archived else "active"]
         with self.read() as conn:
             convs = [
                 self._conversation(r)
                 for r in conn.execute(
-                    f"SELECT {self._CONV_COLS} FROM conversations ORDER BY conversation_id"
+                    f"SELECT {self._CONV_COLS} FROM conversations{where} ORDER BY conversation_id",
+                    params,
                 )
             ]
             msgs = {
-                r[0]: (r[1], r[2] or 0, r[3])
+                r[0]: (r[1], r[2] or 0, r[3], r[4])
                 for r in conn.execute(
-                    "SELECT conversation_id, count(*), sum(token_count), max(created_at)"
-                    " FROM messages GROUP BY conversation_id"
+                    "SELECT conversation_id, count(*), sum(token_count), max(created_at),"
+                    " min(created_at) FROM messages GROUP BY conversation_id"
+                )
+            }
+            # The transcript's format, else the first message's shape.
+            sources = {
+                int(r[0]): r[1] or r[2]
+                for r in conn.execute(
+                    "SELECT c.conversation_id, t.format, (SELECT m.source_format FROM messages m"
+                    " WHERE m.conversation_id = c.conversation_id ORDER BY m.seq LIMIT 1)"
+                    " FROM conversations c LEFT JOIN transcript_checkpoints t"
+                    " ON t.conversation_id = c.conversation_id"
                 )
             }
             sums: dict[int, dict[int, int]] = {}
@@ -192,7 +208,7 @@ class MessageStore(StoreCore):
             }
         out = []
         for conv in convs:
-            count, tokens, last = msgs.get(conv.conversation_id, (0, 0, None))
+            count, tokens, last, first = msgs.get(conv.conversation_id, (0, 0, None, None))
             by_depth = sums.get(conv.conversation_id, {})
             items, ctx_tokens = ctx.get(conv.conversation_id, (0, 0))
             out.append(
@@ -205,9 +221,19 @@ class MessageStore(StoreCore):
                     context_items=items,
                     context_tokens=ctx_tokens,
                     last_message_at=last,
+                    first_message_at=first,
+                    source=sources.get(conv.conversation_id),
                 )
             )
         return out
+
+    def archived_conversation_ids(self) -> list[int]:
+        """The ids of the archived conversations."""
+        rows = self.fetchall(
+            "SELECT conversation_id FROM conversations WHERE status = 'archived'"
+            " ORDER BY conversation_id"
+        )
+        return [int(r[0]) for r in rows]
 
     def existing_external_ids(self, conversation_id: int, ids: Iterable[str]) -> set[str]:
         """The subset of *ids* already stored in the conversation."""

@@ -71,10 +71,12 @@ class ConversationTable(DataTable[str | Text]):
 
 
 class ConversationsScreen(Screen[None]):
-    """Every conversation of the store with its counts."""
+    """The conversations of the store with their counts: the archived ones too once asked
+    (``a``)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("t", "transplant", "Transplant"),
+        Binding("a", "archived", "Archived"),
         Binding("r", "reload", "Reload"),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -84,6 +86,8 @@ class ConversationsScreen(Screen[None]):
         self.engine = engine
         self.budget = budget
         self.stats: dict[int, ConversationStats] = {}
+        #: Whether the archived conversations are listed too.
+        self.archived = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -107,11 +111,24 @@ class ConversationsScreen(Screen[None]):
 
     def action_reload(self) -> None:
         """Read the conversations again."""
-        engine = self.engine
-        background(self, engine.conversations, self.show, group="load")
+        engine, every = self.engine, self.archived
 
-    def show(self, rows: list[ConversationStats]) -> None:
-        """List *rows*, keeping the cursor on the conversation it was on."""
+        def fetch() -> tuple[list[ConversationStats], int]:
+            if every:
+                return engine.conversations(), 0
+            return engine.conversations(archived=False), len(engine.conversations(archived=True))
+
+        background(self, fetch, lambda found: self.show(*found), group="load")
+
+    def action_archived(self) -> None:
+        """List the archived conversations too, or leave them out again."""
+        self.archived = not self.archived
+        self.sub_title = "conversations, archived too" if self.archived else "conversations"
+        self.action_reload()
+
+    def show(self, rows: list[ConversationStats], hidden: int = 0) -> None:
+        """List *rows*, keeping the cursor on the conversation it was on (*hidden*: the
+        archived ones not listed)."""
         table = self.query_one("#conversations", ConversationTable)
         current = self._current()
         table.clear()
@@ -130,7 +147,13 @@ class ConversationsScreen(Screen[None]):
             )
         info = self.query_one("#conversation-info", Static)
         if not rows:
-            info.update(Text("no conversations yet; add some with `lossless import PATH`"))
+            info.update(
+                Text(
+                    f"no conversations but {hidden} archived: a lists them"
+                    if hidden
+                    else "no conversations yet; add some with `lossless import PATH`"
+                )
+            )
             return
         if current is not None and current in self.stats:
             table.move_cursor(row=table.get_row_index(str(current)))
