@@ -15,24 +15,49 @@ from .messages import MessageStore
 
 __all__ = ["ContextStore"]
 
+_CONTEXT_READ = (
+    "SELECT ci.ordinal, ci.item_type, ci.message_id, ci.summary_id,"
+    " coalesce(m.token_count, s.token_count, 0), m.role, s.depth,"
+    " coalesce(m.created_at, s.earliest_at, s.created_at),"
+    " coalesce(m.created_at, s.latest_at, s.created_at)"
+    " FROM context_items ci"
+    " LEFT JOIN messages m ON m.message_id = ci.message_id"
+    " LEFT JOIN summaries s ON s.summary_id = ci.summary_id"
+    " WHERE ci.conversation_id = ? ORDER BY ci.ordinal"
+)
+
 
 class ContextStore(MessageStore):
-    """Each conversation's active context (over the messages its items point at)."""
+    """Each conversation's active context (over the messages its items point at).
+
+    A host reads the context after every turn (does it need compacting?), and the context
+    can hold hundreds of items. So the store keeps the contexts it read, each with its
+    conversation's *context version*: a random number every write that changes the context
+    (or what its items weigh) sets anew, in the same transaction, under the conversation's
+    lock. A read checks the version (one row) and gives the kept list when it is unchanged,
+    whatever process wrote since; an append adds its items to the kept list when the version
+    it found is the one the list was read at. A version set by a transaction that rolled
+    back is never seen again, so a list patched for it is never used."""
 
     def context(self, conversation_id: int) -> list[ContextItem]:
-        """The conversation's context items in order (cost: the size of the active context)."""
-        rows = self.fetchall(
-            "SELECT ci.ordinal, ci.item_type, ci.message_id, ci.summary_id,"
-            " coalesce(m.token_count, s.token_count, 0), m.role, s.depth,"
-            " coalesce(m.created_at, s.earliest_at, s.created_at),"
-            " coalesce(m.created_at, s.latest_at, s.created_at)"
-            " FROM context_items ci"
-            " LEFT JOIN messages m ON m.message_id = ci.message_id"
-            " LEFT JOIN summaries s ON s.summary_id = ci.summary_id"
-            " WHERE ci.conversation_id = ? ORDER BY ci.ordinal",
-            (conversation_id,),
-        )
-        return [ContextItem(*r) for r in rows]
+        """The conversation's context items in order (cost: one row when this store read it
+        before and nothing changed it since; else the size of the active context)."""
+        outside = not self._in_transaction()
+        held = self._kept_context(conversation_id) if outside else None
+        with self.read() as conn:
+            row = conn.execute(
+                "SELECT context_version FROM conversations WHERE conversation_id = ?",
+                (conversation_id,),
+            ).fetchone()
+            version = None if row is None else int(row[0])
+            if held is not None and held[0] == version:
+                return list(held[1])
+            rows = conn.execute(_CONTEXT_READ, (conversation_id,)).fetchall()
+        items = [ContextItem(*r) for r in rows]
+        # Not inside a transaction: what it wrote may yet roll back.
+        if outside and version is not None:
+            self._keep_context(conversation_id, version, list(items))
+        return items
 
     def tool_links(self, message_ids: Sequence[int]) -> dict[int, tuple[set[str], set[str]]]:
         """For each message: the tool call ids it makes and the tool call ids it answers."""
@@ -63,6 +88,7 @@ class ContextStore(MessageStore):
             ).fetchone()
             if row is None or row[1] is None:
                 return None
+            self._context_changed(conn, conversation_id)
             conn.execute(
                 "DELETE FROM context_items WHERE conversation_id = ? AND ordinal = ?",
                 (conversation_id, row[0]),
@@ -81,6 +107,7 @@ class ContextStore(MessageStore):
         transaction."""
         with self.transaction() as conn:
             self._lock_conversation(conn, conversation_id)
+            self._context_changed(conn, conversation_id)
             return self._renumber(conn, conversation_id)
 
     @staticmethod

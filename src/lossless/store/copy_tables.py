@@ -60,6 +60,7 @@ TABLES: tuple[Table, ...] = (
             "updated_at",
             "summary",
             "summary_version",
+            "context_version",
         ),
         ("conversation_id",),
     ),

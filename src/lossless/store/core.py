@@ -9,7 +9,10 @@ PostgreSQL connection translates them), on top of :class:`StoreCore`.
 
 from __future__ import annotations
 
+import secrets
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -17,6 +20,7 @@ from typing import Any, TypeVar
 
 from ..codec import loads
 from ..errors import StoreError
+from ..model import ContextItem
 from .connection import Connection, Row
 
 __all__ = ["NO_LIMIT", "StoreCore", "in_chunks"]
@@ -41,6 +45,8 @@ _PART_INSERT = (
     " tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+#: Conversations whose context a store keeps in memory (the most recently used).
+CONTEXTS_KEPT = 256
 #: How long a term's document count is trusted (it moves slowly; it only steers the search).
 TERM_CACHE_SECONDS = 300.0
 
@@ -96,6 +102,46 @@ class StoreCore(ABC):
     @abstractmethod
     def _allocate_ids(self, conn: Connection, table: str, count: int) -> int:
         """The first of *count* consecutive fresh ids for ``messages`` or ``message_parts``."""
+
+    @abstractmethod
+    def _in_transaction(self) -> bool:
+        """Whether this thread is inside a transaction or snapshot of this store."""
+
+    # --- the contexts kept in memory (see :class:`.context.ContextStore`) ------------------
+
+    _contexts_kept: OrderedDict[int, tuple[int, list[ContextItem]]]
+    _contexts_guard: threading.Lock
+
+    def _kept_contexts(self) -> OrderedDict[int, tuple[int, list[ContextItem]]]:
+        try:
+            return self._contexts_kept
+        except AttributeError:
+            self._contexts_guard = threading.Lock()
+            self._contexts_kept = OrderedDict()
+            return self._contexts_kept
+
+    def _keep_context(self, conversation_id: int, version: int, items: list[ContextItem]) -> None:
+        kept = self._kept_contexts()
+        with self._contexts_guard:
+            kept[conversation_id] = (version, items)
+            kept.move_to_end(conversation_id)
+            while len(kept) > CONTEXTS_KEPT:
+                kept.popitem(last=False)
+
+    def _kept_context(self, conversation_id: int) -> tuple[int, list[ContextItem]] | None:
+        kept = self._kept_contexts()
+        with self._contexts_guard:
+            return kept.get(conversation_id)
+
+    def _context_changed(self, conn: Connection, conversation_id: int) -> int:
+        """Mark the conversation's context as changed by this transaction (every write to
+        ``context_items``, or to what its items weigh, calls it); the new version."""
+        version = secrets.randbits(62)
+        conn.execute(
+            "UPDATE conversations SET context_version = ? WHERE conversation_id = ?",
+            (version, conversation_id),
+        )
+        return version
 
     def _lock_conversation(  # noqa: B027 - a default: a store with one writer needs none
         self, conn: Connection, conversation_id: int

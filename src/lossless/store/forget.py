@@ -220,6 +220,19 @@ class ForgetStore(SummaryStore):
                     " summary_version = NULL, updated_at = ? WHERE conversation_id = ?",
                     (stamp, conv),
                 )
+            # The contexts that held a forgotten message or a summary now a marker.
+            changed = set(touched)
+            for held, marks in in_chunks(list(counts.summaries)):
+                changed.update(
+                    int(r[0])
+                    for r in conn.execute(
+                        "SELECT DISTINCT conversation_id FROM context_items"
+                        f" WHERE summary_id IN ({marks})",
+                        held,
+                    )
+                )
+            for conv in sorted(changed):
+                self._context_changed(conn, conv)
             self._forgotten(conn, touched, ids, counts.summaries)
             for conv in touched:
                 count, first, last = spans[conv]

@@ -9,6 +9,7 @@ from typing import Any
 from ..codec import dumps, loads
 from ..errors import NotFoundError
 from ..model import (
+    ContextItem,
     Conversation,
     ConversationStats,
     NormalizedMessage,
@@ -294,11 +295,12 @@ class MessageStore(StoreCore):
             # and its index rows filled with one statement; seq and ordinal under the
             # conversation's lock.
             first_id = self._allocate_ids(conn, "messages", len(fresh))
-            seq0, ord0 = conn.execute(
+            seq0, ord0, version0 = conn.execute(
                 "SELECT (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
                 " (SELECT coalesce(max(ordinal), -1) FROM context_items"
-                "  WHERE conversation_id = ?)",
-                (conv_id, conv_id),
+                "  WHERE conversation_id = ?),"
+                " (SELECT context_version FROM conversations WHERE conversation_id = ?)",
+                (conv_id, conv_id, conv_id),
             ).fetchone()
             part_count = sum(len(m.parts) for m in fresh)
             part_id = self._allocate_ids(conn, "message_parts", part_count) - 1 if part_count else 0
@@ -398,7 +400,18 @@ class MessageStore(StoreCore):
             self._index_messages(conn, first_id, last_id, trigram=len(fresh) < DEFER_TRIGRAM_AT)
             if any(p.type in _TOOL_PARTS for m in fresh for p in m.parts):
                 record_tool_executions(conn, conv_id, first_id, last_id)
-            return list(range(first_id, last_id + 1)), skipped
+            version = self._context_changed(conn, conv_id)
+        # Committed: a context kept as it was before this append is kept with the new items.
+        held = self._kept_context(conv_id)
+        if held is not None and held[0] == version0:
+            added = [
+                ContextItem(ordinal, "message", mid, None, tokens, role, None, at, at)
+                for (_, ordinal, mid, _), (_, _, _, role, _, tokens, at, *_) in zip(
+                    ctx_rows, msg_rows, strict=True
+                )
+            ]
+            self._keep_context(conv_id, version, held[1] + added)
+        return list(range(first_id, last_id + 1)), skipped
 
     _MSG_COLS = (
         "message_id, conversation_id, seq, role, content, token_count, created_at, external_id,"

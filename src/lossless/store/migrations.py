@@ -544,6 +544,14 @@ def m016_checkpoint_problems(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m018_context_version(conn: sqlite3.Connection) -> None:
+    # A random number each write that changes the conversation's active context sets anew:
+    # a store that read the context keeps it, and checks this one value before reading it
+    # all again (see store/context.py).
+    conn.execute("ALTER TABLE conversations ADD COLUMN context_version INTEGER NOT NULL DEFAULT 0")
+
+
 @dataclass(frozen=True)
 class Step:
     """One migration in both dialects."""

@@ -410,4 +410,12 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE transcript_checkpoints ADD COLUMN problems TEXT NOT NULL DEFAULT '[]';
         """,
     ),
+    (
+        "m018_context_version",
+        """
+        -- A random number each write that changes the conversation's active context sets
+        -- anew: a store that read the context keeps it and checks this value first.
+        ALTER TABLE conversations ADD COLUMN context_version BIGINT NOT NULL DEFAULT 0;
+        """,
+    ),
 ]

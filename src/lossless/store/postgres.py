@@ -215,6 +215,9 @@ class PostgresStore(PgSearch, Store):
         conn: PgConnection | None = getattr(self._local, "conn", None)
         return conn
 
+    def _in_transaction(self) -> bool:
+        return self._current() is not None
+
     @contextmanager
     def _checkout(self, *, snapshot: bool) -> Iterator[PgConnection]:
         if self._pool.closed:

@@ -110,6 +110,9 @@ class SQLiteStore(SQLiteSearch, Store):
             self._connections.clear()
         self._local = threading.local()
 
+    def _in_transaction(self) -> bool:
+        return int(getattr(self._local, "depth", 0)) > 0
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``); nested calls become savepoints."""

@@ -179,6 +179,7 @@ class SummaryStore(ContextStore):
                 )
             self._index_summaries(conn, [summary.summary_id])
             self._place_summary(conn, summary, first, last)
+            self._context_changed(conn, conv)
 
     @staticmethod
     def _place_summary(conn: Connection, summary: Summary, first: int, last: int) -> None:
@@ -244,6 +245,7 @@ class SummaryStore(ContextStore):
         with self.transaction() as conn:
             for conv in sorted({new.conversation_id for _, new in replacements}):
                 self._lock_conversation(conn, conv)
+                self._context_changed(conn, conv)
             for old, new in replacements:
                 row = conn.execute(
                     "SELECT retired_at FROM summaries WHERE summary_id = ?", (old,)
@@ -305,6 +307,7 @@ class SummaryStore(ContextStore):
                 )
             conv, ordinal = row
             self._lock_conversation(conn, conv)
+            self._context_changed(conn, conv)
             parents = conn.execute(
                 "SELECT parent_summary_id FROM summary_parents WHERE summary_id = ?"
                 " ORDER BY ordinal",
@@ -495,6 +498,7 @@ class SummaryStore(ContextStore):
                 self._index_summaries(conn, [s.summary_id for s in fresh])
             stamp = format_ts(now())
             conn.execute("DELETE FROM context_items WHERE conversation_id = ?", (conversation_id,))
+            self._context_changed(conn, conversation_id)
             conn.executemany(
                 "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
                 " summary_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -548,6 +552,7 @@ class SummaryStore(ContextStore):
         with self.transaction() as conn:
             for conv in sorted({source_id, tgt}):
                 self._lock_conversation(conn, conv)
+            self._context_changed(conn, tgt)
             current = [
                 r[0]
                 for r in conn.execute(
