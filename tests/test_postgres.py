@@ -91,6 +91,25 @@ def test_a_missing_search_index_is_reported_and_rebuilt(url: str) -> None:
         assert [h.id for h in engine.grep("lak", conversation="s").hits] == ["msg#1"]
 
 
+def test_a_turn_is_indexed_with_its_surroundings_as_a_rebuild_would(url: str) -> None:
+    # A turn's messages get their neighbours' words as they are inserted (the next one given
+    # with the row); a large batch gets them after, set-based. Either way, what the doctor
+    # compares them with (the words the stored text around each makes) must agree.
+    texts = ["alpha\x00hidden tail", "\ue000 bravo", "charlie " * 200, "delta", "echo"]
+    with Engine.open(url, config=Config()) as engine:
+        for n in range(6):
+            engine.ingest_batch(
+                "s",
+                [{"role": "user", "content": f"{texts[n % 5]} {n}"}]
+                + [{"role": "assistant", "content": f"{t} reply {n}"} for t in texts[: n % 3]],
+            )
+            if n == 2:
+                engine.rename("s", "Harbour crane plans")  # the title is among the words
+        engine.ingest_batch("s", [{"role": "user", "content": f"bulk {i}"} for i in range(80)])
+        engine.ingest_batch("s", [{"role": "user", "content": "after the bulk"}])
+        assert engine.store.fts_problems() == []
+
+
 @pytest.mark.parametrize(
     "text",
     ["nul\x00inside", "\ue000 private use", "both \ue0000 \x00\ue000", "plain"],

@@ -803,6 +803,15 @@ def after_turn_compaction(
     turns have headroom instead of triggering a small compaction each). One deadline
     (``guards.run_seconds``) for the whole turn."""
     cfg = services.config
+    # Most turns need nothing: said from the context the store keeps (one row read), without
+    # taking the compaction locks (on PostgreSQL, two round trips each).
+    items = services.store.context(conversation_id)
+    tokens = sum(i.tokens for i in items)
+    raw = Compactor(services, budget=token_budget).raw_tokens_outside_tail(items)
+    if raw <= cfg.leaf_chunk_tokens and (
+        token_budget is None or tokens <= int(token_budget * cfg.context_threshold)
+    ):
+        return CompactionReport(conversation_id, "incremental", tokens, tokens)
     run = cfg.guards.run_seconds
     deadline = None if run is None else time.monotonic() + run
     report = compact(

@@ -19,7 +19,6 @@ from ..model import (
 from ..timestamps import format_ts, now
 from .connection import Connection
 from .core import (
-    _MESSAGE_INSERT,
     _PART_INSERT,
     _TOOL_PARTS,
     DEFER_TRIGRAM_AT,
@@ -277,7 +276,7 @@ class MessageStore(StoreCore):
         skipped. Returns the new message ids and the number skipped.
         """
         conv_id = conversation.conversation_id
-        with self.transaction() as conn:
+        with self.transaction() as conn, self._pipeline(conn):
             self._lock_conversation(conn, conv_id)
             ext_ids = [m.external_id for m in messages if m.external_id is not None]
             seen = self.existing_external_ids(conv_id, ext_ids) if ext_ids else set()
@@ -294,16 +293,17 @@ class MessageStore(StoreCore):
             # Ids come in one consecutive block, so a batch can be inserted with executemany
             # and its index rows filled with one statement; seq and ordinal under the
             # conversation's lock.
-            first_id = self._allocate_ids(conn, "messages", len(fresh))
-            seq0, ord0, version0 = conn.execute(
+            position = conn.execute(
                 "SELECT (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
                 " (SELECT coalesce(max(ordinal), -1) FROM context_items"
                 "  WHERE conversation_id = ?),"
                 " (SELECT context_version FROM conversations WHERE conversation_id = ?)",
                 (conv_id, conv_id, conv_id),
-            ).fetchone()
+            )
             part_count = sum(len(m.parts) for m in fresh)
-            part_id = self._allocate_ids(conn, "message_parts", part_count) - 1 if part_count else 0
+            first_id, part_id = self._allocate_blocks(conn, len(fresh), part_count)
+            part_id -= 1
+            seq0, ord0, version0 = position.fetchone()
             stamp = format_ts(now())
             msg_rows = []
             part_rows = []
@@ -347,9 +347,10 @@ class MessageStore(StoreCore):
                         )
                     )
                 ctx_rows.append((conv_id, ord0 + 1 + i, mid, stamp))
-            conn.executemany(
-                _MESSAGE_INSERT,
+            self._insert_messages(
+                conn,
                 msg_rows,
+                [m.content for m in fresh[1:]] + [None],
             )
             if part_rows:
                 conn.executemany(

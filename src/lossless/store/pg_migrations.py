@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .search import NEIGHBOUR_CHARS, about_sql
 
-__all__ = ["CONTEXT_TSV", "PG_MIGRATIONS", "TSV_CHARS"]
+__all__ = ["CONTEXT_TSV", "CONTEXT_TSV_INSERTED", "PG_MIGRATIONS", "TSV_CHARS"]
 
 #: How much of a text the word index reads (a tsvector holds at most 1 MB of positions);
 #: beyond it, words are still found by substring search.
@@ -47,11 +47,26 @@ _ABOUT = (
     + " FROM conversations c WHERE c.conversation_id = m.conversation_id)), 'D')"
 )
 
+
+def _next_given(weight: str) -> str:
+    # The next message's text given with the row (``m.next_text``), read as _neighbour does.
+    return (
+        "setweight(to_tsvector('english'::regconfig, coalesce(split_part("
+        f"left(m.next_text, {NEIGHBOUR_CHARS}), U&'\\E000' || '0', 1), '')), '{weight}')"
+    )
+
+
 #: A message's surroundings in the word index (for the row ``m`` of messages): the start of
 #: the one before it, weight B, of the one after and of the one before that, weight C, and
 #: its conversation's title with the month and year it was said, weight D.
 CONTEXT_TSV = (
     f"{_neighbour('- 1', 'B')} || {_neighbour('+ 1', 'C')} || {_neighbour('- 2', 'C')} || {_ABOUT}"
+)
+
+#: The same, for a row ``m`` being inserted whose next message's text comes with it as
+#: ``m.next_text`` (the messages before it are stored already, or earlier in the batch).
+CONTEXT_TSV_INSERTED = (
+    f"{_neighbour('- 1', 'B')} || {_next_given('C')} || {_neighbour('- 2', 'C')} || {_ABOUT}"
 )
 
 PG_MIGRATIONS: list[tuple[str, str]] = [

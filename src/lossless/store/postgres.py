@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,8 +32,9 @@ from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store
 from .connection import Connection
+from .core import DEFER_TRIGRAM_AT
 from .migrations import STEPS
-from .pg_migrations import CONTEXT_TSV
+from .pg_migrations import CONTEXT_TSV, CONTEXT_TSV_INSERTED
 from .pg_search import PgSearch
 
 if TYPE_CHECKING:
@@ -54,6 +55,18 @@ _SEQUENCES = (
 #: Connections a store keeps at most (threads beyond it wait for one to come back).
 POOL_MAX = 8
 CONNECT_TIMEOUT = 10.0
+
+
+_MESSAGE_INSERT_WITH_SURROUNDINGS = (
+    "INSERT INTO messages (message_id, conversation_id, seq, role, content, token_count,"
+    " created_at, external_id, source_format, envelope, metadata, host_meta, context_tsv)"
+    " SELECT m.message_id, m.conversation_id, m.seq, m.role, m.content, m.token_count,"
+    " m.created_at, m.external_id, m.source_format, m.envelope, m.metadata, m.host_meta,"
+    f" {CONTEXT_TSV_INSERTED} FROM (VALUES (?::bigint, ?::bigint, ?::bigint, ?::text, ?::text,"
+    " ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text))"
+    " AS m(message_id, conversation_id, seq, role, content, token_count, created_at,"
+    " external_id, source_format, envelope, metadata, host_meta, next_text)"
+)
 
 
 @lru_cache(maxsize=4096)
@@ -359,6 +372,19 @@ class PostgresStore(PgSearch, Store):
         assert row is not None
         return int(row[0])
 
+    def _allocate_blocks(self, conn: Connection, messages: int, parts: int) -> tuple[int, int]:
+        row = conn.execute(
+            "SELECT lossless_take_ids('message_ids', ?),"
+            " CASE WHEN ? > 0 THEN lossless_take_ids('part_ids', ?) ELSE 0 END",
+            (messages, parts, parts),
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def _pipeline(self, conn: Connection) -> AbstractContextManager[Any]:
+        assert isinstance(conn, PgConnection)
+        return conn.raw.pipeline()
+
     def _lock_conversation(self, conn: Connection, conversation_id: int) -> None:
         conn.execute(
             "SELECT pg_advisory_xact_lock(hashtext(current_schema()),"
@@ -444,18 +470,35 @@ class PostgresStore(PgSearch, Store):
             " back, or copy it to SQLite with: lossless migrate-store '<url>' backup.db"
         )
 
+    def _insert_messages(
+        self, conn: Connection, rows: Sequence[Sequence[Any]], nexts: Sequence[str | None]
+    ) -> None:
+        if len(rows) >= DEFER_TRIGRAM_AT:
+            super()._insert_messages(conn, rows, nexts)  # surroundings set after, in one go
+            return
+        # A turn's few messages are inserted with their surroundings (the messages before
+        # them are stored, or earlier in the batch; the next comes with the row): an UPDATE
+        # after would write each new row, and all its index entries, twice.
+        conn.executemany(
+            _MESSAGE_INSERT_WITH_SURROUNDINGS,
+            [(*r, n) for r, n in zip(rows, nexts, strict=True)],
+        )
+
     def _index_messages(
         self, conn: Connection, first_id: int, last_id: int, *, trigram: bool
     ) -> None:
         # content_tsv is generated and the GIN indexes are kept by the server; what the store
-        # keeps is each message's neighbours: the new ones', and the next of the message
-        # each batch follows in its conversation.
+        # keeps is each message's neighbours: the new ones' (made on insert for a small
+        # batch, see _insert_messages), and the next of the message each batch follows in
+        # its conversation.
         # (Two statements: one UPDATE with an OR of the two sets makes the planner read every
         # message.)
-        conn.execute(
-            f"UPDATE messages m SET context_tsv = {CONTEXT_TSV} WHERE m.message_id BETWEEN ? AND ?",
-            (first_id, last_id),
-        )
+        if last_id - first_id + 1 >= DEFER_TRIGRAM_AT:
+            conn.execute(
+                f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}"
+                " WHERE m.message_id BETWEEN ? AND ?",
+                (first_id, last_id),
+            )
         conn.execute(
             f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}"
             " WHERE m.message_id IN (SELECT p.message_id FROM messages n JOIN messages p"
