@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sqlite3
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import postgres_base_url, postgres_schema
-from lossless import Engine, StoreError
+from lossless import Config, Engine, StoreError
 from lossless.store import SQLiteStore, open_store
 from lossless.store.migrations import MIGRATIONS
 
@@ -160,3 +161,34 @@ def test_closed_store_says_to_reopen(db: str) -> None:
     store.close()
     with pytest.raises(StoreError, match="open it again"):
         store.message_count()
+
+
+def _segments(engine: Engine, table: str = "messages_fts") -> int:
+    with engine.store.read() as conn:
+        return int(conn.execute(f"SELECT count(DISTINCT segid) FROM {table}_idx").fetchone()[0])
+
+
+def test_sqlite_merges_its_word_indexes_off_the_writers_path(db_path: Path) -> None:
+    with Engine.open(db_path, config=Config()) as engine:
+        engine.store._wake_merger = lambda: None  # type: ignore[method-assign]  # held back
+        for n in range(40):
+            engine.ingest("s", {"role": "user", "content": f"crane {n} moves the blue container"})
+        # each write left a segment; only FTS5's crisis merge (16 on one level) merged them
+        assert _segments(engine) >= 9
+        before = [h.id for h in engine.grep("blue container", conversation="s", limit=50).hits]
+        assert engine.store.merge_indexes() > 0
+        assert _segments(engine) <= 5
+        assert [h.id for h in engine.grep("blue container", conversation="s", limit=50).hits] == (
+            before
+        )
+        assert engine.store.fts_problems() == []
+
+
+def test_sqlite_merges_when_writes_pause(db_path: Path) -> None:
+    with Engine.open(db_path, config=Config()) as engine:
+        for n in range(40):
+            engine.ingest("s", {"role": "user", "content": f"crane {n} moves the blue container"})
+        deadline = time.monotonic() + 5
+        while _segments(engine) > 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _segments(engine) <= 5

@@ -552,6 +552,21 @@ def m018_context_version(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE conversations ADD COLUMN context_version INTEGER NOT NULL DEFAULT 0")
 
 
+@migration
+def m019_index_merging_off_the_turn(conn: sqlite3.Connection) -> None:
+    # FTS5 merges an index's segments inside whichever insert crosses its threshold: one turn
+    # in fifty waited tens of milliseconds for it. The store merges in small steps of its own,
+    # after commits, on a thread of its own (SQLiteStore.merge_indexes).
+    for table in (
+        "messages_fts",
+        "messages_ctx_fts",
+        "messages_trigram",
+        "summaries_fts",
+        "summaries_trigram",
+    ):
+        conn.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('automerge', 0)")
+
+
 @dataclass(frozen=True)
 class Step:
     """One migration in both dialects."""

@@ -433,4 +433,12 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE conversations ADD COLUMN context_version BIGINT NOT NULL DEFAULT 0;
         """,
     ),
+    (
+        "m019_index_merging_off_the_turn",
+        """
+        -- SQLite's full-text indexes stop merging inside inserts; PostgreSQL keeps its own
+        -- indexes, so nothing changes here.
+        SELECT 1;
+        """,
+    ),
 ]

@@ -493,12 +493,11 @@ class PostgresStore(PgSearch, Store):
         # its conversation.
         # (Two statements: one UPDATE with an OR of the two sets makes the planner read every
         # message.)
-        if last_id - first_id + 1 >= DEFER_TRIGRAM_AT:
-            conn.execute(
-                f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}"
-                " WHERE m.message_id BETWEEN ? AND ?",
-                (first_id, last_id),
-            )
+        conn.execute(
+            f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}"
+            " WHERE m.message_id BETWEEN ? AND ? AND m.context_tsv IS NULL",
+            (first_id, last_id),
+        )
         conn.execute(
             f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}"
             " WHERE m.message_id IN (SELECT p.message_id FROM messages n JOIN messages p"

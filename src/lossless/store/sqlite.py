@@ -9,10 +9,12 @@ timeout. Full-text rows are filled in bulk after each batch.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from .base import Store, in_chunks
 from .connection import Connection
 from .migrations import MIGRATIONS
 from .sqlite_search import SQLiteSearch
+
+logger = logging.getLogger(__name__)
 
 #: The full-text indexes (FTS5 tables) a store keeps.
 FTS_TABLES = (
@@ -43,6 +47,16 @@ _WORDS = (
 __all__ = ["Checkpoint", "SQLiteStore", "content_hash", "copy_database", "standalone"]
 
 BUSY_TIMEOUT_MS = 30_000
+#: Pages of full-text index one merge step writes (one short write transaction each; FTS5
+#: merges in units of 64 pages itself, and a step's cost is mostly finding its place).
+MERGE_PAGES = 64
+#: The index merging waits until no write has committed for this long (a host's turns come
+#: seconds apart, so it runs between them; a store written without pause still merges where
+#: a level holds 16 segments, inside the write, as FTS5 does).
+MERGE_IDLE_SECONDS = 0.02
+#: How long closing a store spends at most on the merging still due (a process that writes
+#: once and exits, as a host's hook does, merges there).
+CLOSE_MERGE_SECONDS = 0.05
 #: A WAL larger than this is checkpointed and truncated after the commit that grew it.
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
 
@@ -63,6 +77,13 @@ class SQLiteStore(SQLiteSearch, Store):
         self._lock = threading.Lock()
         self._closed = False
         self._term_cache: dict[tuple[str, str], tuple[float, int]] = {}
+        # Index upkeep off the writer's path (see merge_indexes): woken by each commit.
+        self._merge_due = threading.Event()
+        self._merger: threading.Thread | None = None
+        self._gate = threading.Lock()
+        self._last_commit = 0.0
+        self._waiting_guard = threading.Lock()
+        self._writers_waiting = 0
         if str(self.path) != ":memory:":
             _create_private(self.path)
         self.migrate()
@@ -101,7 +122,17 @@ class SQLiteStore(SQLiteSearch, Store):
         return conn
 
     def close(self) -> None:
-        """Close every connection this store opened (in any thread)."""
+        """Merge what is due in the full-text indexes (for at most
+        :data:`CLOSE_MERGE_SECONDS`), then close every connection this store opened (in any
+        thread)."""
+        merger = self._merger
+        if merger is not None:
+            self._merger = None
+            self._merge_due.set()
+            merger.join()
+            if self._merge_due.is_set():
+                with contextlib.suppress(StoreError, sqlite3.Error):
+                    self.merge_indexes(seconds=CLOSE_MERGE_SECONDS)
         with self._lock:
             self._closed = True
             for conn in self._connections:
@@ -117,6 +148,37 @@ class SQLiteStore(SQLiteSearch, Store):
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``); nested calls become savepoints."""
         conn = self._conn()
+        if self._local.depth:
+            with self._transaction(conn) as nested:
+                yield nested
+            return
+        with self._writer_turn(), self._transaction(conn) as outer:
+            yield outer
+
+    @contextmanager
+    def _writer_turn(self) -> Iterator[None]:
+        """The write lock among this process's threads, taken before SQLite's: a thread
+        waits on it without the busy handler's sleeps (1, 2, 5, 10 … ms), and the index
+        merging yields to a waiting writer between its steps."""
+        with self._waiting_guard:
+            self._writers_waiting += 1
+        try:
+            held = self._gate.acquire(timeout=BUSY_TIMEOUT_MS / 1000)
+        finally:
+            with self._waiting_guard:
+                self._writers_waiting -= 1
+        if not held:
+            raise StoreError(
+                f"cannot start a write on {self.path}: another thread of this process held the"
+                " write lock past the busy timeout; try again when its work is done"
+            )
+        try:
+            yield
+        finally:
+            self._gate.release()
+
+    @contextmanager
+    def _transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         depth: int = self._local.depth
         if depth == 0:
             try:
@@ -158,8 +220,77 @@ class SQLiteStore(SQLiteSearch, Store):
                     conn.execute("ROLLBACK")
                 raise _write_error(self.path, exc) from exc
             self._limit_wal(conn)
+            if not getattr(self._local, "merging", False):
+                self._last_commit = time.monotonic()
+                self._wake_merger()
         else:
             conn.execute(f"RELEASE sp{depth}")
+
+    # --- index upkeep ---------------------------------------------------------------------
+
+    def _wake_merger(self) -> None:
+        """After a commit: the full-text indexes may have segments to merge; a thread of the
+        store's own does it, so no writer waits for a merge inside its transaction (the
+        indexes' automatic merging is off, migration m019)."""
+        self._merge_due.set()
+        if self._merger is None and not self._closed and str(self.path) != ":memory:":
+            with self._lock:
+                if self._merger is None and not self._closed:
+                    self._merger = threading.Thread(
+                        target=self._merge_loop, name="lossless-index-merge", daemon=True
+                    )
+                    self._merger.start()
+
+    def _merge_loop(self) -> None:
+        me = threading.current_thread()
+        while True:
+            self._merge_due.wait()
+            if self._merger is not me:
+                return  # closing: close() merges what is left, bounded
+            self._merge_due.clear()
+            while (
+                self._merger is me
+                and (quiet := time.monotonic() - self._last_commit) < MERGE_IDLE_SECONDS
+            ):
+                time.sleep(MERGE_IDLE_SECONDS - quiet)
+            try:
+                self.merge_indexes(stop=lambda: self._merger is not me)
+            except (StoreError, sqlite3.Error):  # best effort: the next commit tries again
+                logger.debug("index merge on %s failed", self.path, exc_info=True)
+
+    def merge_indexes(
+        self, *, seconds: float | None = None, stop: Callable[[], bool] | None = None
+    ) -> int:
+        """Merge the full-text indexes' segments where a level holds several (FTS5's
+        ``merge`` command, :data:`MERGE_PAGES` pages per step, each step its own short
+        write transaction, so writers interleave); until nothing is left to merge, *seconds*
+        have passed or *stop* says so. The steps that did work."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        steps = 0
+        self._local.merging = True
+        try:
+            for table in FTS_TABLES:
+                while not (stop is not None and stop()) and (
+                    deadline is None or time.monotonic() < deadline
+                ):
+                    if stop is not None and (
+                        self._writers_waiting
+                        or time.monotonic() - self._last_commit < MERGE_IDLE_SECONDS
+                    ):
+                        break  # writers are back: wait for the next quiet moment
+                    with self.transaction() as conn:
+                        before = conn.total_changes
+                        conn.execute(
+                            f"INSERT INTO {table} ({table}, rank) VALUES ('merge', ?)",
+                            (MERGE_PAGES,),
+                        )
+                        worked = conn.total_changes - before >= 2
+                    if not worked:
+                        break
+                    steps += 1
+        finally:
+            self._local.merging = False
+        return steps
 
     def _limit_wal(self, conn: sqlite3.Connection) -> None:
         """Checkpoint and truncate the WAL once it passes :data:`WAL_LIMIT_BYTES`.
@@ -525,7 +656,10 @@ class SQLiteStore(SQLiteSearch, Store):
             ("summaries_fts", "summaries", "rowid", ""),
             ("summaries_trigram", "summaries", "rowid", ""),
         ]
-        with self.read() as conn:
+        # FTS5's integrity check is an INSERT: it takes the write lock. Taken from the start,
+        # so no commit (the store's index merging, say) lands between the snapshot the other
+        # checks read and the write lock (a read transaction cannot take it then).
+        with self.transaction() as conn:
             (upto,) = conn.execute(
                 "SELECT upto FROM index_state WHERE name = 'messages_trigram'"
             ).fetchone()
