@@ -2,6 +2,7 @@
 
     python benchmarks/turn.py                          # 10k and 100k stored, SQLite + PostgreSQL
     python benchmarks/turn.py --sizes 10000 --backends sqlite --backlogs 10000,40000
+    python benchmarks/turn.py --gap 20          # turns 20 ms apart (background upkeep runs)
 
 *Turn*: a conversation already holding N messages (compacted, as a host's would be) takes
 ``--turns`` turns of ``after_turn`` with two new messages and a 32k-token budget, compacting
@@ -63,13 +64,16 @@ def fill(engine: Engine, conversation: str, size: int) -> None:
     engine.store.catch_up_indexes()
 
 
-def turns(engine: Engine, conversation: str, count: int) -> list[float]:
+def turns(engine: Engine, conversation: str, count: int, gap: float = 0.0) -> list[float]:
+    """*count* timed turns, *gap* seconds apart (the model's time in a host: not timed)."""
     messages = text_messages(count * 2, seed=12)
     samples = []
     for t in range(count):
         started = time.perf_counter()
         engine.after_turn(conversation, messages[2 * t : 2 * t + 2], token_budget=BUDGET)
         samples.append((time.perf_counter() - started) * 1000)
+        if gap:
+            time.sleep(gap)
     return samples
 
 
@@ -118,7 +122,7 @@ def dead_context_rows(engine: Engine) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
-def turn_run(work: Path, backend: str, size: int, count: int) -> dict[str, Any]:
+def turn_run(work: Path, backend: str, size: int, count: int, gap: float) -> dict[str, Any]:
     schema = None
     if backend == "postgresql":
         schema = f"bench_turn_{uuid.uuid4().hex[:8]}"
@@ -131,13 +135,14 @@ def turn_run(work: Path, backend: str, size: int, count: int) -> dict[str, Any]:
             started = time.perf_counter()
             fill(engine, "host", size)
             filled = time.perf_counter() - started
-            samples = turns(engine, "host", count)
+            samples = turns(engine, "host", count, gap)
             dead = dead_context_rows(engine)
         stats = percentiles(samples)
         return {
             "backend": backend,
             "stored": size,
             "turns": count,
+            "gap_ms": gap * 1000,
             "fill_s": round(filled, 1),
             **stats,
             "p99_over_p50": round(stats["p99_ms"] / stats["p50_ms"], 1),
@@ -171,6 +176,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=500, help="turns timed per size")
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--backlogs", default="10000,40000", help="uncompacted histories")
+    parser.add_argument(
+        "--gap",
+        type=float,
+        default=0.0,
+        help="milliseconds between turns, not timed (a host waits seconds for its model)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lossless-turn-"))
     results: dict[str, Any] = {"machine": machine(), "turn": [], "backlog": []}
@@ -183,7 +194,7 @@ def main() -> None:
                 print(f"postgresql: skipped, no server at {PG_URL} (set LOSSLESS_BENCH_PG)")
                 continue
             for size in (int(s) for s in args.sizes.split(",")):
-                row = turn_run(work, backend, size, args.turns)
+                row = turn_run(work, backend, size, args.turns, args.gap / 1000)
                 results["turn"].append(row)
                 print(
                     f"{backend:>10} {size:>9,} stored: after_turn p50 {row['p50_ms']:.2f} ms"
@@ -197,7 +208,7 @@ def main() -> None:
                     ),
                     flush=True,
                 )
-        for size in (int(s) for s in args.backlogs.split(",")):
+        for size in (int(s) for s in args.backlogs.split(",") if s):
             row = backlog_run(work, size)
             results["backlog"].append(row)
             print(
