@@ -267,6 +267,46 @@ class MessageStore(StoreCore):
                 )
         return found
 
+    def _reserve(
+        self, conn: Connection, conversation_id: int, messages: int, parts: int
+    ) -> tuple[int, int, int, int]:
+        """Under the conversation's lock: the first of *messages* fresh message ids, the
+        first of *parts* fresh part ids (0 for none), and the conversation's last seq and
+        last context ordinal (0 and -1 when it has none)."""
+        first_id = self._allocate_ids(conn, "messages", messages)
+        seq0, ord0 = conn.execute(
+            "SELECT (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
+            " (SELECT coalesce(max(ordinal), -1) FROM context_items"
+            "  WHERE conversation_id = ?)",
+            (conversation_id, conversation_id),
+        ).fetchone()
+        part_id = self._allocate_ids(conn, "message_parts", parts) if parts else 0
+        return first_id, part_id, int(seq0), int(ord0)
+
+    def _write_messages(
+        self,
+        conn: Connection,
+        msg_rows: Sequence[Sequence[Any]],
+        part_rows: Sequence[Sequence[Any]],
+        *,
+        ord0: int,
+        stamp: str,
+        trigram: bool,
+    ) -> None:
+        """Insert a batch: *msg_rows* (the columns of ``_MESSAGE_INSERT``, consecutive ids
+        and seqs, one conversation), *part_rows* (those of ``_PART_INSERT``), each message's
+        context item after ordinal *ord0* (made at *stamp*), and the messages' search-index
+        entries (the trigram ones too when *trigram*)."""
+        conn.executemany(_MESSAGE_INSERT, msg_rows)
+        if part_rows:
+            conn.executemany(_PART_INSERT, part_rows)
+        conn.executemany(
+            "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+            " created_at) VALUES (?, ?, 'message', ?, ?)",
+            [(r[1], ord0 + 1 + i, r[0], stamp) for i, r in enumerate(msg_rows)],
+        )
+        self._index_messages(conn, msg_rows[0][0], msg_rows[-1][0], trigram=trigram)
+
     def append_messages(
         self, conversation: Conversation, messages: Sequence[NormalizedMessage]
     ) -> tuple[list[int], int]:
@@ -290,22 +330,15 @@ class MessageStore(StoreCore):
             skipped = len(messages) - len(fresh)
             if not fresh:
                 return [], skipped
-            # Ids come in one consecutive block, so a batch can be inserted with executemany
-            # and its index rows filled with one statement; seq and ordinal under the
+            # Ids come in one consecutive block, so a batch is inserted as a set and its
+            # index rows filled with one statement; seq and ordinal under the
             # conversation's lock.
-            first_id = self._allocate_ids(conn, "messages", len(fresh))
-            seq0, ord0 = conn.execute(
-                "SELECT (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
-                " (SELECT coalesce(max(ordinal), -1) FROM context_items"
-                "  WHERE conversation_id = ?)",
-                (conv_id, conv_id),
-            ).fetchone()
             part_count = sum(len(m.parts) for m in fresh)
-            part_id = self._allocate_ids(conn, "message_parts", part_count) - 1 if part_count else 0
+            first_id, part_id, seq0, ord0 = self._reserve(conn, conv_id, len(fresh), part_count)
+            part_id -= 1
             stamp = format_ts(now())
             msg_rows = []
             part_rows = []
-            ctx_rows = []
             session = conversation.session_id
             for i, m in enumerate(fresh):
                 mid = first_id + i
@@ -344,16 +377,15 @@ class MessageStore(StoreCore):
                             None if p.raw_is_text else dumps(p.raw),
                         )
                     )
-                ctx_rows.append((conv_id, ord0 + 1 + i, mid, stamp))
-            conn.executemany(
-                _MESSAGE_INSERT,
+            last_id = first_id + len(fresh) - 1
+            self._write_messages(
+                conn,
                 msg_rows,
+                part_rows,
+                ord0=ord0,
+                stamp=stamp,
+                trigram=len(fresh) < DEFER_TRIGRAM_AT,
             )
-            if part_rows:
-                conn.executemany(
-                    _PART_INSERT,
-                    part_rows,
-                )
             files = [(f, first_id + i) for i, m in enumerate(fresh) for f in m.large_files]
             if files:
                 conn.executemany(
@@ -378,11 +410,6 @@ class MessageStore(StoreCore):
                         for f, mid in files
                     ],
                 )
-            conn.executemany(
-                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
-                " created_at) VALUES (?, ?, 'message', ?, ?)",
-                ctx_rows,
-            )
             sealed = [
                 (first_id + i, m.sealed, m.redactions, int(m.kept_plain))
                 for i, m in enumerate(fresh)
@@ -394,8 +421,6 @@ class MessageStore(StoreCore):
                     " VALUES (?, ?, ?, ?)",
                     sealed,
                 )
-            last_id = first_id + len(fresh) - 1
-            self._index_messages(conn, first_id, last_id, trigram=len(fresh) < DEFER_TRIGRAM_AT)
             if any(p.type in _TOOL_PARTS for m in fresh for p in m.parts):
                 record_tool_executions(conn, conv_id, first_id, last_id)
             return list(range(first_id, last_id + 1)), skipped

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .search import NEIGHBOUR_CHARS, about_sql
 
-__all__ = ["CONTEXT_TSV", "PG_MIGRATIONS", "TSV_CHARS"]
+__all__ = ["CONTEXT_TSV", "PG_MIGRATIONS", "TSV_CHARS", "neighbour_text"]
 
 #: How much of a text the word index reads (a tsvector holds at most 1 MB of positions);
 #: beyond it, words are still found by substring search.
@@ -30,12 +30,16 @@ TSV_CHARS = 250_000
 _TSV = f"to_tsvector('english'::regconfig, left(content, {TSV_CHARS}))"
 
 
+def neighbour_text(content: str) -> str:
+    """What a message's neighbours read of its *content*: its start, up to a NUL (stored as
+    U+E000 "0"), as SQLite's twin does: the two back ends find the same neighbours."""
+    return f"split_part(left({content}, {NEIGHBOUR_CHARS}), U&'\\E000' || '0', 1)"
+
+
 def _neighbour(offset: str, weight: str) -> str:
-    # Read up to a NUL (stored as U+E000 "0"), as SQLite's twin does: the two back ends find
-    # the same neighbours.
     return (
-        "setweight(to_tsvector('english'::regconfig, coalesce((SELECT split_part("
-        f"left(o.content, {NEIGHBOUR_CHARS}), U&'\\E000' || '0', 1) FROM messages o"
+        "setweight(to_tsvector('english'::regconfig, coalesce((SELECT "
+        f"{neighbour_text('o.content')} FROM messages o"
         f" WHERE o.conversation_id = m.conversation_id AND o.seq = m.seq {offset}), '')),"
         f" '{weight}')"
     )

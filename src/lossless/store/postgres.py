@@ -33,8 +33,9 @@ from ..timestamps import format_ts, now
 from .base import Store
 from .connection import Connection
 from .migrations import STEPS
-from .pg_migrations import CONTEXT_TSV
+from .pg_migrations import CONTEXT_TSV, neighbour_text
 from .pg_search import PgSearch
+from .search import about_sql
 
 if TYPE_CHECKING:
     import psycopg
@@ -148,6 +149,47 @@ class PgConnection:
         if rows:
             cur.executemany(translate(sql), [_params(r) for r in rows])
         return cur
+
+
+_MSG_COLUMNS = (
+    "message_id, seq, role, content, token_count, created_at, external_id, source_format,"
+    " envelope, metadata, host_meta"
+)
+#: A batch's messages (the arrays given, one per column), each with its surroundings in the
+#: word index as ``CONTEXT_TSV`` makes them (the same words, weights and order), in one
+#: statement: the start of each message of the batch and of the two before it is read into
+#: words once, and each message takes its neighbours' in seq order (seqs run without gaps).
+_BATCH_INSERT = (
+    "WITH b AS (SELECT * FROM unnest(?::bigint[], ?::bigint[], ?::text[], ?::text[],"
+    f" ?::bigint[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[])"
+    f" AS b({_MSG_COLUMNS})),"
+    " h AS (SELECT b.*, to_tsvector('english'::regconfig, "
+    + neighbour_text("b.content")
+    + ") AS words FROM b UNION ALL SELECT NULL, o.seq, NULL, NULL, NULL, NULL, NULL, NULL,"
+    " NULL, NULL, NULL, to_tsvector('english'::regconfig, "
+    + neighbour_text("o.content")
+    + ") FROM messages o WHERE o.conversation_id = ? AND o.seq BETWEEN ? AND ?),"
+    " m AS (SELECT h.*, lag(words) OVER w AS prev, lead(words) OVER w AS next,"
+    " lag(words, 2) OVER w AS far FROM h WINDOW w AS (ORDER BY seq))"
+    f" INSERT INTO messages ({_MSG_COLUMNS}, conversation_id, context_tsv)"
+    f" SELECT {', '.join('m.' + c.strip() for c in _MSG_COLUMNS.split(','))},"
+    " c.conversation_id, setweight(coalesce(m.prev, ''::tsvector), 'B')"
+    " || setweight(coalesce(m.next, ''::tsvector), 'C')"
+    " || setweight(coalesce(m.far, ''::tsvector), 'C')"
+    " || setweight(to_tsvector('english'::regconfig, " + about_sql("m", "c") + "), 'D')"
+    " FROM m JOIN conversations c ON c.conversation_id = ? WHERE m.message_id IS NOT NULL"
+)
+_PARTS_INSERT = (
+    "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot, part_type,"
+    " text, tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
+    " SELECT * FROM unnest(?::bigint[], ?::bigint[], ?::text[], ?::bigint[], ?::text[],"
+    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::int[], ?::text[])"
+)
+
+
+def _column(rows: Sequence[Sequence[Any]], index: int) -> list[Any]:
+    """One column of *rows*, its text as stored (see :func:`escape_text`)."""
+    return [escape_text(v) if isinstance(v, str) else v for v in (r[index] for r in rows)]
 
 
 #: Before the word index has statistics, a lexeme's rows are counted up to this many.
@@ -355,6 +397,62 @@ class PostgresStore(PgSearch, Store):
         row = conn.execute("SELECT lossless_take_ids(?, ?)", (seq, count)).fetchone()
         assert row is not None
         return int(row[0])
+
+    def _reserve(
+        self, conn: Connection, conversation_id: int, messages: int, parts: int
+    ) -> tuple[int, int, int, int]:
+        # One round trip: both blocks of ids, the last seq and the last ordinal.
+        row = conn.execute(
+            "SELECT lossless_take_ids('message_ids', ?),"
+            " CASE WHEN ? > 0 THEN lossless_take_ids('part_ids', ?) ELSE 0 END,"
+            " (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
+            " (SELECT coalesce(max(ordinal), -1) FROM context_items WHERE conversation_id = ?)",
+            (messages, parts, parts, conversation_id, conversation_id),
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+    def _write_messages(
+        self,
+        conn: Connection,
+        msg_rows: Sequence[Sequence[Any]],
+        part_rows: Sequence[Sequence[Any]],
+        *,
+        ord0: int,
+        stamp: str,
+        trigram: bool,
+    ) -> None:
+        # Set-based: each table gets the batch in one statement (arrays, unnest), sent in one
+        # pipeline; each message is written once, its surroundings' words with it (an UPDATE
+        # after the insert would write every row and its index entries twice). Then the
+        # message the batch follows gets its next.
+        assert isinstance(conn, PgConnection)
+        conv_id, first_id, seq0 = msg_rows[0][1], msg_rows[0][0], msg_rows[0][2] - 1
+        columns = [_column(msg_rows, i) for i in (0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
+        with conn.raw.pipeline():
+            # A plan for thousands of rows is costed high enough to be compiled (JIT), which
+            # takes longer than running it; and each row's foreign-key checks (the server's
+            # own prepared statements) would be planned again for every row under the
+            # connection's force_custom_plan (set for searches), which costs more than the
+            # check.
+            conn.execute("SET LOCAL jit = off")
+            conn.execute("SET LOCAL plan_cache_mode = auto")
+            conn.execute(_BATCH_INSERT, (*columns, conv_id, seq0 - 1, seq0, conv_id))
+            if part_rows:
+                conn.execute(_PARTS_INSERT, [_column(part_rows, i) for i in range(13)])
+            conn.execute(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+                " created_at) SELECT ?, ? + g, 'message', ? + g, ?"
+                " FROM generate_series(0, ? - 1) g",
+                (conv_id, ord0 + 1, first_id, stamp, len(msg_rows)),
+            )
+            if seq0 > 0:
+                conn.execute(
+                    f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}"
+                    " WHERE m.conversation_id = ? AND m.seq = ?",
+                    (conv_id, seq0),
+                )
+            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
 
     def _lock_conversation(self, conn: Connection, conversation_id: int) -> None:
         conn.execute(
