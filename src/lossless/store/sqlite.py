@@ -16,6 +16,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: SQLite's busy handler alone
+    fcntl = None  # type: ignore[assignment]
+
 from ..codec import content_hash
 from ..errors import StoreError
 from ..model import Checkpoint
@@ -47,6 +52,86 @@ BUSY_TIMEOUT_MS = 30_000
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
 
 
+def _busy_hint(error: str) -> str:
+    return (
+        ": another process held the write lock past the busy timeout; try again when it is"
+        " done (a long import or compaction), or stop the process holding it"
+        if "locked" in error
+        else ""
+    )
+
+
+class WriterQueue:
+    """The writers of one database, in every process and thread, wait for their turn here
+    before ``BEGIN IMMEDIATE``: an exclusive ``flock`` on a file beside the database, which
+    the kernel hands on as it is released. Left to SQLite's busy handler alone, a waiting
+    writer sleeps and polls (for longer and longer), so whoever asks just as the lock comes
+    free wins it, and with many writers some wait seconds while others go again and again.
+
+    The wait is bounded by the busy timeout, as SQLite's is. Where files cannot be locked
+    (no ``fcntl``, a file system without ``flock``) writers fall back to the busy handler;
+    so do other programs writing the database, which never see the queue."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    @contextmanager
+    def turn(self, timeout: float = BUSY_TIMEOUT_MS / 1000) -> Iterator[None]:
+        """Hold this writer's turn for the block."""
+        fd = self._take(timeout)
+        try:
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # closing the file ends the lock
+
+    def _take(self, timeout: float) -> int | None:
+        if self.path is None or fcntl is None:
+            return None
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            pass
+        except OSError:
+            os.close(fd)
+            return None
+        # Taken: wait in a thread (flock has no timeout), up to the busy timeout.
+        state = {"held": False, "gave_up": False, "failed": False}
+        came = threading.Event()
+        guard = threading.Lock()
+
+        def wait() -> None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                state["failed"] = True
+            with guard:
+                if state["gave_up"]:
+                    os.close(fd)
+                    return
+                state["held"] = not state["failed"]
+                came.set()
+
+        threading.Thread(target=wait, name="lossless-writer-turn", daemon=True).start()
+        came.wait(timeout)
+        with guard:
+            if state["held"]:
+                return fd
+            if came.is_set():  # flock failed: the busy handler decides
+                os.close(fd)
+                return None
+            state["gave_up"] = True
+        raise StoreError(
+            f"cannot start a write on {self.path.with_name(self.path.name[: -len('-writers')])}:"
+            f" database is locked{_busy_hint('locked')}"
+        )
+
+
 class SQLiteStore(SQLiteSearch, Store):
     """Messages, parts, summaries, context items and indexes in one SQLite file."""
 
@@ -63,7 +148,9 @@ class SQLiteStore(SQLiteSearch, Store):
         self._lock = threading.Lock()
         self._closed = False
         self._term_cache: dict[tuple[str, str], tuple[float, int]] = {}
-        if str(self.path) != ":memory:":
+        memory = str(self.path) == ":memory:"
+        self._writers = WriterQueue(None if memory else Path(f"{self.path}-writers"))
+        if not memory:
             _create_private(self.path)
         self.migrate()
 
@@ -112,29 +199,35 @@ class SQLiteStore(SQLiteSearch, Store):
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``); nested calls become savepoints."""
+        """A write transaction (``BEGIN IMMEDIATE``, once this writer's turn in the
+        :class:`WriterQueue` has come); nested calls become savepoints."""
         conn = self._conn()
         depth: int = self._local.depth
-        if depth == 0:
+        if depth > 0:
+            conn.execute(f"SAVEPOINT sp{depth}")
+            self._local.depth = depth + 1
+            try:
+                yield conn
+            except BaseException:
+                self._local.depth = depth
+                conn.execute(f"ROLLBACK TO sp{depth}")
+                conn.execute(f"RELEASE sp{depth}")
+                raise
+            self._local.depth = depth
+            conn.execute(f"RELEASE sp{depth}")
+            return
+        with self._writers.turn():
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                hint = (
-                    ": another process held the write lock past the busy timeout; try again"
-                    " when it is done (a long import or compaction), or stop the process"
-                    " holding it"
-                    if "locked" in str(exc)
-                    else ""
-                )
-                raise StoreError(f"cannot start a write on {self.path}: {exc}{hint}") from exc
-        else:
-            conn.execute(f"SAVEPOINT sp{depth}")
-        self._local.depth = depth + 1
-        try:
-            yield conn
-        except BaseException as exc:
-            self._local.depth = depth
-            if depth == 0:
+                raise StoreError(
+                    f"cannot start a write on {self.path}: {exc}{_busy_hint(str(exc))}"
+                ) from exc
+            self._local.depth = 1
+            try:
+                yield conn
+            except BaseException as exc:
+                self._local.depth = 0
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 damage = _damage(self.path, exc)
@@ -142,12 +235,8 @@ class SQLiteStore(SQLiteSearch, Store):
                     raise damage from exc
                 if isinstance(exc, sqlite3.OperationalError):
                     raise _write_error(self.path, exc) from exc
-            else:
-                conn.execute(f"ROLLBACK TO sp{depth}")
-                conn.execute(f"RELEASE sp{depth}")
-            raise
-        self._local.depth = depth
-        if depth == 0:
+                raise
+            self._local.depth = 0
             try:
                 conn.execute("COMMIT")
             except sqlite3.OperationalError as exc:
@@ -155,8 +244,6 @@ class SQLiteStore(SQLiteSearch, Store):
                     conn.execute("ROLLBACK")
                 raise _write_error(self.path, exc) from exc
             self._limit_wal(conn)
-        else:
-            conn.execute(f"RELEASE sp{depth}")
 
     def _limit_wal(self, conn: sqlite3.Connection) -> None:
         """Checkpoint and truncate the WAL once it passes :data:`WAL_LIMIT_BYTES`.
@@ -620,6 +707,7 @@ def standalone(path: Path) -> Iterator[SQLiteStore]:
         yield store
     finally:
         store.close()
+        Path(f"{path}-writers").unlink(missing_ok=True)  # no one else writes it
     try:
         with closing(sqlite3.connect(path)) as conn:
             conn.execute("PRAGMA journal_mode = DELETE")
