@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import shutil
 import statistics
 import tempfile
@@ -82,16 +83,40 @@ _COPY_COLUMNS = (
 )
 
 
-def _pg_lossless(url: str, messages: list[dict[str, str]]) -> float:
+def _cpu_seconds(pid: int | None = None) -> float:
+    """CPU time (user + system) of this process, or of the server process *pid* when the
+    server runs on this machine (NaN when it does not): a measure the other work sharing the
+    cores moves much less than the time on the clock."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: One run: seconds on the clock, CPU seconds of the server's process and of this one.
+Run = tuple[float, float, float]
+
+
+def _pg_lossless(url: str, messages: list[dict[str, str]]) -> Run:
     with Engine.open(url, config=Config()) as engine:
         engine.conversation("bulk", create=True)
-        started = time.perf_counter()
+        # One thread, one batch at a time: the pool hands back the same connection.
+        ((pid,),) = engine.store.fetchall("SELECT pg_backend_pid()")
+        server, client, started = _cpu_seconds(pid), _cpu_seconds(), time.perf_counter()
         for i in range(0, len(messages), BATCH):
             engine.ingest_batch("bulk", messages[i : i + BATCH])
-        return time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        client = _cpu_seconds() - client
+        ((after,),) = engine.store.fetchall("SELECT pg_backend_pid()")
+        server = _cpu_seconds(pid) - server if after == pid else float("nan")
+        return elapsed, server, client
 
 
-def _pg_floor(url: str, rows: list[tuple[Any, ...]], *, neighbours: bool) -> float:
+def _pg_floor(url: str, rows: list[tuple[Any, ...]], *, neighbours: bool) -> Run:
     """COPY *rows* into a fresh table like messages, BATCH rows per transaction."""
     import psycopg
 
@@ -99,7 +124,8 @@ def _pg_floor(url: str, rows: list[tuple[Any, ...]], *, neighbours: bool) -> flo
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS floor")
         conn.execute("CREATE TABLE floor (LIKE messages INCLUDING ALL)")
-        started = time.perf_counter()
+        pid = conn.info.backend_pid
+        server, client, started = _cpu_seconds(pid), _cpu_seconds(), time.perf_counter()
         for i in range(0, len(rows), BATCH):
             with (
                 conn.transaction(),
@@ -107,16 +133,20 @@ def _pg_floor(url: str, rows: list[tuple[Any, ...]], *, neighbours: bool) -> flo
             ):
                 for row in rows[i : i + BATCH]:
                     copy.write_row(row if neighbours else row[:-1])
-        elapsed = time.perf_counter() - started
+        run = (
+            time.perf_counter() - started,
+            _cpu_seconds(pid) - server,
+            _cpu_seconds() - client,
+        )
         conn.execute("DROP TABLE floor")
-    return elapsed
+    return run
 
 
 def bulk_postgres(messages: list[dict[str, str]], repeat: int) -> dict[str, Any]:
     """Lossless's bulk ingest and its COPY floors, alternated, each on a fresh schema."""
     import psycopg
 
-    runs: dict[str, list[float]] = {"lossless": [], "floor": [], "floor_no_neighbours": []}
+    runs: dict[str, list[Run]] = {"lossless": [], "floor": [], "floor_no_neighbours": []}
     rows: list[tuple[Any, ...]] = []
     load_before = load_average()
     for r in range(repeat):
@@ -140,16 +170,29 @@ def bulk_postgres(messages: list[dict[str, str]], repeat: int) -> dict[str, Any]
                     runs[name].append(_pg_floor(url, rows, neighbours=neighbours))
         finally:
             drop_pg_schema(schema)
-    rates = {k: sorted(len(messages) / s for s in v) for k, v in runs.items()}
-    out: dict[str, Any] = {
-        k: {"messages_per_s": round(statistics.median(v)), "runs": [round(x) for x in v]}
-        for k, v in rates.items()
-    }
-    lossless = statistics.median(rates["lossless"])
-    out["share_of_floor"] = round(lossless / statistics.median(rates["floor"]), 3)
-    out["share_of_floor_no_neighbours"] = round(
-        lossless / statistics.median(rates["floor_no_neighbours"]), 3
-    )
+    n = len(messages)
+    out: dict[str, Any] = {}
+    for name, measured in runs.items():
+        rates = sorted(n / wall for wall, _, _ in measured)
+        cpu = [(server + client) for _, server, client in measured]
+        out[name] = {
+            "messages_per_s": round(statistics.median(rates)),
+            "runs": [round(x) for x in rates],
+            "server_cpu_us_per_message": round(
+                statistics.median(s for _, s, _ in measured) / n * 1e6, 1
+            ),
+            "client_cpu_us_per_message": round(
+                statistics.median(c for _, _, c in measured) / n * 1e6, 1
+            ),
+            "messages_per_cpu_s": round(n / statistics.median(cpu)),
+        }
+    for floor in ("floor", "floor_no_neighbours"):
+        out[f"share_of_{floor}"] = round(
+            out["lossless"]["messages_per_s"] / out[floor]["messages_per_s"], 3
+        )
+        out[f"cpu_share_of_{floor}"] = round(
+            out["lossless"]["messages_per_cpu_s"] / out[floor]["messages_per_cpu_s"], 3
+        )
     out["load_before"], out["load_after"] = load_before, load_average()
     return out
 
@@ -241,10 +284,18 @@ def main() -> None:
             f" {BATCH:,}, at {revision()}:"
         )
         for name in ("lossless", "floor", "floor_no_neighbours"):
-            print(f"  {name:<20} {pg[name]['messages_per_s']:>9,} msg/s (runs {pg[name]['runs']})")
+            row = pg[name]
+            print(
+                f"  {name:<20} {row['messages_per_s']:>7,} msg/s (runs {row['runs']});"
+                f" CPU per message: server {row['server_cpu_us_per_message']} us, client"
+                f" {row['client_cpu_us_per_message']} us = {row['messages_per_cpu_s']:,} msg"
+                " per CPU second"
+            )
         print(
-            f"  lossless / floor = {pg['share_of_floor']:.1%};"
-            f" lossless / floor without neighbours = {pg['share_of_floor_no_neighbours']:.1%}"
+            f"  lossless / floor = {pg['share_of_floor']:.1%} by the clock,"
+            f" {pg['cpu_share_of_floor']:.1%} by CPU; lossless / floor without neighbours ="
+            f" {pg['share_of_floor_no_neighbours']:.1%},"
+            f" {pg['cpu_share_of_floor_no_neighbours']:.1%}"
             f" (1-minute load {pg['load_before']} before, {pg['load_after']} after)"
         )
         result = {"revision": revision(), "messages": args.bulk, "batch": BATCH, **pg}
