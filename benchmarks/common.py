@@ -352,6 +352,9 @@ def store_info(path: Path) -> dict[str, Any]:
 #: a schema of its own in it, with ``public`` (where ``pg_trgm`` lives) after it on the path.
 PG_URL = os.environ.get("LOSSLESS_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+#: How the schemas a benchmark makes for one run begin (``LOSSLESS_BENCH_PG_PREFIX``: on a
+#: shared server, a prefix of one's own).
+SCHEMA_PREFIX = os.environ.get("LOSSLESS_BENCH_PG_PREFIX", "lossless_bench_")
 
 
 def pg_url(schema: str) -> str:

@@ -43,6 +43,7 @@ from lossless import Config, Engine
 from lossless.doctor import check
 
 from common import (
+    SCHEMA_PREFIX,
     corpus_messages,
     create_pg_schema,
     drop_pg_schema,
@@ -132,7 +133,7 @@ def new_store(backend: str, work: Path, cell: str) -> tuple[str, str | None]:
     """(URL or path, PostgreSQL schema to drop afterwards) of a fresh, empty store."""
     if backend == "sqlite":
         return str(work / f"{cell}.db"), None
-    schema = f"lossless_bench_writers_{os.getpid()}_{cell.replace('-', '_')}"
+    schema = f"{SCHEMA_PREFIX}writers_{os.getpid()}_{cell.replace('-', '_')}"
     drop_pg_schema(schema)
     return create_pg_schema(schema), schema
 

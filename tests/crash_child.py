@@ -159,8 +159,8 @@ class Ticker:
 
 #: Which step of each operation ``--hold`` stops in (all inside a write transaction).
 HOLD_STEPS = {
-    "import": ("_index_messages", SQLiteStore),
-    "ingest": ("_index_messages", SQLiteStore),
+    "import": ("_write_messages", SQLiteStore),
+    "ingest": ("_write_messages", SQLiteStore),
     "leaf": ("_place_summary", SQLiteStore),
     "condensed": ("_place_summary", SQLiteStore),
     "transplant": ("_index_messages", SQLiteStore),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lossless import Config, Engine
+from lossless import Config, Engine, StoreError
 from lossless.store import sqlite as sqlite_store
 
 BATCH = 10
@@ -204,3 +204,37 @@ def test_the_wal_stays_bounded_while_readers_never_stop(
                 thread.join(timeout=10)
         assert writer.store.message_count() == 1 + 80 * 50
     assert peak < 4 << 20, f"the WAL grew to {peak / 1e6:.1f} MB under a 1 MB limit"
+
+
+def test_a_writer_waits_its_turn_and_gives_up_after_the_busy_timeout(db_path: Path) -> None:
+    holder, waiter = sqlite_store.SQLiteStore(db_path), sqlite_store.SQLiteStore(db_path)
+    try:
+        holding, release, done = threading.Event(), threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with holder.transaction():
+                holding.set()
+                release.wait(timeout=30)
+
+        def write() -> None:
+            with waiter.transaction() as conn:
+                conn.execute("INSERT INTO store_settings (name, value) VALUES ('x', 'y')")
+            done.set()
+
+        threading.Thread(target=hold).start()
+        assert holding.wait(timeout=10)
+        # Past the busy timeout: the refusal SQLite's own wait gives, nothing written.
+        with (
+            pytest.raises(StoreError, match=r"database is locked.*busy timeout"),
+            waiter._writers.turn(timeout=0.2),
+        ):
+            pass
+        threading.Thread(target=write).start()
+        assert not done.wait(timeout=0.3), "a writer did not wait for the one writing"
+        release.set()
+        assert done.wait(timeout=10), "the waiting writer did not get its turn"
+        assert waiter.fetchall("SELECT value FROM store_settings WHERE name = 'x'") == [("y",)]
+    finally:
+        release.set()
+        holder.close()
+        waiter.close()

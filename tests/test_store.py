@@ -133,6 +133,53 @@ def test_messages_get_contiguous_seq_and_context_ordinals(engine: Engine) -> Non
     assert [mid for _, mid in ordinals] == [m.message_id for m in msgs]
 
 
+def test_a_large_batch_is_stored_and_found_like_small_ones(engine: Engine) -> None:
+    # A bulk batch takes the set-based path on PostgreSQL: every message, part, context item,
+    # tool execution, masked secret and index entry must be what a turn at a time makes.
+    def batch(tag: str) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for i in range(40):
+            out.append({"role": "user", "content": f"{tag} question {i} about zebra{i}"})
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"{tag}-call-{i}",
+                            "type": "function",
+                            "function": {"name": "read", "arguments": f'{{"n": {i}}}'},
+                        }
+                    ],
+                }
+            )
+            out.append({"role": "tool", "tool_call_id": f"{tag}-call-{i}", "content": f"ok {i}"})
+        out[5] = {"role": "user", "content": "nul\x00inside and \ue000 " + "long " * 80}
+        out[7] = {"role": "user", "content": "my key is sk-proj-" + "a1" * 24}
+        return out
+
+    engine.ingest("s", {"role": "user", "content": "the first, alone"})
+    first = engine.ingest_batch("s", batch("a"), external_ids=[f"a{i}" for i in range(120)])
+    again = engine.ingest_batch("s", batch("a"), external_ids=[f"a{i}" for i in range(120)])
+    second = engine.ingest_batch("s", batch("b"))
+    assert len(first.message_ids) == 120 and again.message_ids == () and again.skipped == 120
+    msgs = engine.messages("s")
+    assert [m.seq for m in msgs] == list(range(1, 242))
+    assert [m.message_id for m in msgs[1:]] == [*first.message_ids, *second.message_ids]
+    assert msgs[6].content.startswith("nul\x00inside and \ue000 long")
+    assert "sk-proj-" not in msgs[8].content and engine.reveal(msgs[8].message_id)
+    assert msgs[2].parts[0].tool_call_id == "a-call-0" and msgs[3].parts[0].text == "ok 0"
+    assert [i.message_id for i in engine.context("s")] == [m.message_id for m in msgs]
+    executions = engine.store.fetchall("SELECT count(*) FROM tool_executions WHERE status = 'ok'")[
+        0
+    ][0]
+    assert executions == 78  # in each batch one result was replaced by a plain message
+    # Words and their surroundings: zebra7's answer is found through its question.
+    hits = engine.grep("zebra12", conversation="s", sort="relevance").hits
+    assert {h.id for h in hits} >= {f"msg#{first.message_ids[36]}"}
+    assert engine.check() == []
+
+
 def test_large_batches_fill_the_trigram_index_on_catch_up(engine: Engine) -> None:
     engine.ingest_batch("s", [{"role": "user", "content": f"needle-{i} text"} for i in range(200)])
     if engine.store.backend == "postgresql":

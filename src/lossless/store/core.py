@@ -14,7 +14,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -143,16 +143,6 @@ class StoreCore(ABC):
         )
         return version
 
-    def _pipeline(self, conn: Connection) -> AbstractContextManager[Any]:
-        """A block whose statements a networked back end sends without waiting for each
-        answer (one round trip per result read, not per statement); elsewhere nothing."""
-        return nullcontext()
-
-    def _allocate_blocks(self, conn: Connection, messages: int, parts: int) -> tuple[int, int]:
-        """The first of *messages* fresh message ids and of *parts* part ids (0 for none)."""
-        first = self._allocate_ids(conn, "messages", messages)
-        return first, self._allocate_ids(conn, "message_parts", parts) if parts else 0
-
     def _lock_conversation(  # noqa: B027 - a default: a store with one writer needs none
         self, conn: Connection, conversation_id: int
     ) -> None:
@@ -166,14 +156,6 @@ class StoreCore(ABC):
         no-op: a store whose writers are one at a time needs none (a race that slips through
         ends in a ConflictError, retried)."""
         yield True
-
-    def _insert_messages(
-        self, conn: Connection, rows: Sequence[Sequence[Any]], nexts: Sequence[str | None]
-    ) -> None:
-        """Insert message rows (the columns of ``_MESSAGE_INSERT``), in order; *nexts*: each
-        one's next message's text when it is in the same batch (a back end that indexes a
-        message's surroundings as it inserts it needs it), else ``None``."""
-        conn.executemany(_MESSAGE_INSERT, rows)
 
     def _index_messages(  # noqa: B027 - a default: the server may index on its own
         self, conn: Connection, first_id: int, last_id: int, *, trigram: bool

@@ -19,6 +19,7 @@ from ..model import (
 from ..timestamps import format_ts, now
 from .connection import Connection
 from .core import (
+    _MESSAGE_INSERT,
     _PART_INSERT,
     _TOOL_PARTS,
     DEFER_TRIGRAM_AT,
@@ -267,6 +268,47 @@ class MessageStore(StoreCore):
                 )
         return found
 
+    def _reserve(
+        self, conn: Connection, conversation_id: int, messages: int, parts: int
+    ) -> tuple[int, int, int, int, int]:
+        """Under the conversation's lock: the first of *messages* fresh message ids, the
+        first of *parts* fresh part ids (0 for none), the conversation's last seq and last
+        context ordinal (0 and -1 when it has none), and its context version."""
+        first_id = self._allocate_ids(conn, "messages", messages)
+        seq0, ord0, version = conn.execute(
+            "SELECT (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
+            " (SELECT coalesce(max(ordinal), -1) FROM context_items"
+            "  WHERE conversation_id = ?),"
+            " (SELECT context_version FROM conversations WHERE conversation_id = ?)",
+            (conversation_id, conversation_id, conversation_id),
+        ).fetchone()
+        part_id = self._allocate_ids(conn, "message_parts", parts) if parts else 0
+        return first_id, part_id, int(seq0), int(ord0), int(version)
+
+    def _write_messages(
+        self,
+        conn: Connection,
+        msg_rows: Sequence[Sequence[Any]],
+        part_rows: Sequence[Sequence[Any]],
+        *,
+        ord0: int,
+        stamp: str,
+        trigram: bool,
+    ) -> None:
+        """Insert a batch: *msg_rows* (the columns of ``_MESSAGE_INSERT``, consecutive ids
+        and seqs, one conversation), *part_rows* (those of ``_PART_INSERT``), each message's
+        context item after ordinal *ord0* (made at *stamp*), and the messages' search-index
+        entries (the trigram ones too when *trigram*)."""
+        conn.executemany(_MESSAGE_INSERT, msg_rows)
+        if part_rows:
+            conn.executemany(_PART_INSERT, part_rows)
+        conn.executemany(
+            "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+            " created_at) VALUES (?, ?, 'message', ?, ?)",
+            [(r[1], ord0 + 1 + i, r[0], stamp) for i, r in enumerate(msg_rows)],
+        )
+        self._index_messages(conn, msg_rows[0][0], msg_rows[-1][0], trigram=trigram)
+
     def append_messages(
         self, conversation: Conversation, messages: Sequence[NormalizedMessage]
     ) -> tuple[list[int], int]:
@@ -276,7 +318,7 @@ class MessageStore(StoreCore):
         skipped. Returns the new message ids and the number skipped.
         """
         conv_id = conversation.conversation_id
-        with self.transaction() as conn, self._pipeline(conn):
+        with self.transaction() as conn:
             self._lock_conversation(conn, conv_id)
             ext_ids = [m.external_id for m in messages if m.external_id is not None]
             seen = self.existing_external_ids(conv_id, ext_ids) if ext_ids else set()
@@ -290,24 +332,17 @@ class MessageStore(StoreCore):
             skipped = len(messages) - len(fresh)
             if not fresh:
                 return [], skipped
-            # Ids come in one consecutive block, so a batch can be inserted with executemany
-            # and its index rows filled with one statement; seq and ordinal under the
+            # Ids come in one consecutive block, so a batch is inserted as a set and its
+            # index rows filled with one statement; seq and ordinal under the
             # conversation's lock.
-            position = conn.execute(
-                "SELECT (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
-                " (SELECT coalesce(max(ordinal), -1) FROM context_items"
-                "  WHERE conversation_id = ?),"
-                " (SELECT context_version FROM conversations WHERE conversation_id = ?)",
-                (conv_id, conv_id, conv_id),
-            )
             part_count = sum(len(m.parts) for m in fresh)
-            first_id, part_id = self._allocate_blocks(conn, len(fresh), part_count)
+            first_id, part_id, seq0, ord0, version0 = self._reserve(
+                conn, conv_id, len(fresh), part_count
+            )
             part_id -= 1
-            seq0, ord0, version0 = position.fetchone()
             stamp = format_ts(now())
             msg_rows = []
             part_rows = []
-            ctx_rows = []
             session = conversation.session_id
             for i, m in enumerate(fresh):
                 mid = first_id + i
@@ -346,17 +381,15 @@ class MessageStore(StoreCore):
                             None if p.raw_is_text else dumps(p.raw),
                         )
                     )
-                ctx_rows.append((conv_id, ord0 + 1 + i, mid, stamp))
-            self._insert_messages(
+            last_id = first_id + len(fresh) - 1
+            self._write_messages(
                 conn,
                 msg_rows,
-                [m.content for m in fresh[1:]] + [None],
+                part_rows,
+                ord0=ord0,
+                stamp=stamp,
+                trigram=len(fresh) < DEFER_TRIGRAM_AT,
             )
-            if part_rows:
-                conn.executemany(
-                    _PART_INSERT,
-                    part_rows,
-                )
             files = [(f, first_id + i) for i, m in enumerate(fresh) for f in m.large_files]
             if files:
                 conn.executemany(
@@ -381,11 +414,6 @@ class MessageStore(StoreCore):
                         for f, mid in files
                     ],
                 )
-            conn.executemany(
-                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
-                " created_at) VALUES (?, ?, 'message', ?, ?)",
-                ctx_rows,
-            )
             sealed = [
                 (first_id + i, m.sealed, m.redactions, int(m.kept_plain))
                 for i, m in enumerate(fresh)
@@ -397,8 +425,6 @@ class MessageStore(StoreCore):
                     " VALUES (?, ?, ?, ?)",
                     sealed,
                 )
-            last_id = first_id + len(fresh) - 1
-            self._index_messages(conn, first_id, last_id, trigram=len(fresh) < DEFER_TRIGRAM_AT)
             if any(p.type in _TOOL_PARTS for m in fresh for p in m.parts):
                 record_tool_executions(conn, conv_id, first_id, last_id)
             version = self._context_changed(conn, conv_id)
@@ -406,10 +432,8 @@ class MessageStore(StoreCore):
         held = self._kept_context(conv_id)
         if held is not None and held[0] == version0:
             added = [
-                ContextItem(ordinal, "message", mid, None, tokens, role, None, at, at)
-                for (_, ordinal, mid, _), (_, _, _, role, _, tokens, at, *_) in zip(
-                    ctx_rows, msg_rows, strict=True
-                )
+                ContextItem(ord0 + 1 + i, "message", mid, None, tokens, role, None, at, at)
+                for i, (mid, _, _, role, _, tokens, at, *_) in enumerate(msg_rows)
             ]
             self._keep_context(conv_id, version, held[1] + added)
         return list(range(first_id, last_id + 1)), skipped

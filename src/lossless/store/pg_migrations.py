@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .search import NEIGHBOUR_CHARS, about_sql
 
-__all__ = ["CONTEXT_TSV", "CONTEXT_TSV_INSERTED", "PG_MIGRATIONS", "TSV_CHARS"]
+__all__ = ["CONTEXT_TSV", "PG_MIGRATIONS", "TSV_CHARS", "neighbour_text"]
 
 #: How much of a text the word index reads (a tsvector holds at most 1 MB of positions);
 #: beyond it, words are still found by substring search.
@@ -30,12 +30,16 @@ TSV_CHARS = 250_000
 _TSV = f"to_tsvector('english'::regconfig, left(content, {TSV_CHARS}))"
 
 
+def neighbour_text(content: str) -> str:
+    """What a message's neighbours read of its *content*: its start, up to a NUL (stored as
+    U+E000 "0"), as SQLite's twin does: the two back ends find the same neighbours."""
+    return f"split_part(left({content}, {NEIGHBOUR_CHARS}), U&'\\E000' || '0', 1)"
+
+
 def _neighbour(offset: str, weight: str) -> str:
-    # Read up to a NUL (stored as U+E000 "0"), as SQLite's twin does: the two back ends find
-    # the same neighbours.
     return (
-        "setweight(to_tsvector('english'::regconfig, coalesce((SELECT split_part("
-        f"left(o.content, {NEIGHBOUR_CHARS}), U&'\\E000' || '0', 1) FROM messages o"
+        "setweight(to_tsvector('english'::regconfig, coalesce((SELECT "
+        f"{neighbour_text('o.content')} FROM messages o"
         f" WHERE o.conversation_id = m.conversation_id AND o.seq = m.seq {offset}), '')),"
         f" '{weight}')"
     )
@@ -48,25 +52,11 @@ _ABOUT = (
 )
 
 
-def _next_given(weight: str) -> str:
-    # The next message's text given with the row (``m.next_text``), read as _neighbour does.
-    return (
-        "setweight(to_tsvector('english'::regconfig, coalesce(split_part("
-        f"left(m.next_text, {NEIGHBOUR_CHARS}), U&'\\E000' || '0', 1), '')), '{weight}')"
-    )
-
-
 #: A message's surroundings in the word index (for the row ``m`` of messages): the start of
 #: the one before it, weight B, of the one after and of the one before that, weight C, and
 #: its conversation's title with the month and year it was said, weight D.
 CONTEXT_TSV = (
     f"{_neighbour('- 1', 'B')} || {_neighbour('+ 1', 'C')} || {_neighbour('- 2', 'C')} || {_ABOUT}"
-)
-
-#: The same, for a row ``m`` being inserted whose next message's text comes with it as
-#: ``m.next_text`` (the messages before it are stored already, or earlier in the batch).
-CONTEXT_TSV_INSERTED = (
-    f"{_neighbour('- 1', 'B')} || {_next_given('C')} || {_neighbour('- 2', 'C')} || {_ABOUT}"
 )
 
 PG_MIGRATIONS: list[tuple[str, str]] = [

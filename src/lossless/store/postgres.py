@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,10 +32,10 @@ from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store
 from .connection import Connection
-from .core import DEFER_TRIGRAM_AT
 from .migrations import STEPS
-from .pg_migrations import CONTEXT_TSV, CONTEXT_TSV_INSERTED
+from .pg_migrations import CONTEXT_TSV, neighbour_text
 from .pg_search import PgSearch
+from .search import about_sql
 
 if TYPE_CHECKING:
     import psycopg
@@ -55,18 +55,6 @@ _SEQUENCES = (
 #: Connections a store keeps at most (threads beyond it wait for one to come back).
 POOL_MAX = 8
 CONNECT_TIMEOUT = 10.0
-
-
-_MESSAGE_INSERT_WITH_SURROUNDINGS = (
-    "INSERT INTO messages (message_id, conversation_id, seq, role, content, token_count,"
-    " created_at, external_id, source_format, envelope, metadata, host_meta, context_tsv)"
-    " SELECT m.message_id, m.conversation_id, m.seq, m.role, m.content, m.token_count,"
-    " m.created_at, m.external_id, m.source_format, m.envelope, m.metadata, m.host_meta,"
-    f" {CONTEXT_TSV_INSERTED} FROM (VALUES (?::bigint, ?::bigint, ?::bigint, ?::text, ?::text,"
-    " ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text))"
-    " AS m(message_id, conversation_id, seq, role, content, token_count, created_at,"
-    " external_id, source_format, envelope, metadata, host_meta, next_text)"
-)
 
 
 @lru_cache(maxsize=4096)
@@ -161,6 +149,73 @@ class PgConnection:
         if rows:
             cur.executemany(translate(sql), [_params(r) for r in rows])
         return cur
+
+
+def _with_surroundings(columns: Sequence[tuple[str, str]]) -> str:
+    """``WITH ... m``: a batch's rows (one array per column of *columns*, names and types;
+    ``seq`` and ``content`` among them) with each row's neighbours' words in ``m.prev``,
+    ``m.next``, ``m.far``, as ``CONTEXT_TSV`` reads them. The start of each message of the
+    batch and of the two before it (parameters: conversation, first and last seq) is read
+    into words once; each row takes its neighbours' in seq order (seqs run without gaps).
+    The rows before the batch come out too, with only their seq: select the batch's."""
+    arrays = ", ".join(f"?::{kind}[]" for _, kind in columns)
+    names = ", ".join(name for name, _ in columns)
+    nulls = ", ".join("o.seq" if name == "seq" else "NULL" for name, _ in columns)
+    return (
+        f"WITH b AS (SELECT * FROM unnest({arrays}) AS b({names})),"
+        " h AS (SELECT b.*, to_tsvector('english'::regconfig, "
+        + neighbour_text("b.content")
+        + f") AS words FROM b UNION ALL SELECT {nulls}, to_tsvector('english'::regconfig, "
+        + neighbour_text("o.content")
+        + ") FROM messages o WHERE o.conversation_id = ? AND o.seq BETWEEN ? AND ?),"
+        " m AS (SELECT h.*, lag(words) OVER w AS prev, lead(words) OVER w AS next,"
+        " lag(words, 2) OVER w AS far FROM h WINDOW w AS (ORDER BY seq))"
+    )
+
+
+#: A row of ``m`` (see :func:`_with_surroundings`) in the word index, as ``CONTEXT_TSV``
+#: makes it (the same words, weights and order), with ``c`` its conversation.
+_SURROUNDINGS = (
+    "setweight(coalesce(m.prev, ''::tsvector), 'B')"
+    " || setweight(coalesce(m.next, ''::tsvector), 'C')"
+    " || setweight(coalesce(m.far, ''::tsvector), 'C')"
+    " || setweight(to_tsvector('english'::regconfig, " + about_sql("m", "c") + "), 'D')"
+)
+_MSG_COLUMNS = (
+    ("message_id", "bigint"),
+    ("seq", "bigint"),
+    ("role", "text"),
+    ("content", "text"),
+    ("token_count", "bigint"),
+    ("created_at", "text"),
+    ("external_id", "text"),
+    ("source_format", "text"),
+    ("envelope", "text"),
+    ("metadata", "text"),
+    ("host_meta", "text"),
+)
+#: A batch's messages (the arrays given, one per column) with their surroundings, in one
+#: statement. (COPY of the rows with their surroundings made by a SELECT first was measured
+#: too: the server spent 7% more, turning the tsvectors into text and back.)
+_BATCH_INSERT = (
+    _with_surroundings(_MSG_COLUMNS)
+    + f" INSERT INTO messages ({', '.join(n for n, _ in _MSG_COLUMNS)}, conversation_id,"
+    " context_tsv)"
+    f" SELECT {', '.join('m.' + n for n, _ in _MSG_COLUMNS)}, c.conversation_id,"
+    f" {_SURROUNDINGS} FROM m JOIN conversations c ON c.conversation_id = ?"
+    " WHERE m.message_id IS NOT NULL"
+)
+_PARTS_INSERT = (
+    "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot, part_type,"
+    " text, tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
+    " SELECT * FROM unnest(?::bigint[], ?::bigint[], ?::text[], ?::bigint[], ?::text[],"
+    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::int[], ?::text[])"
+)
+
+
+def _column(rows: Sequence[Sequence[Any]], index: int) -> list[Any]:
+    """One column of *rows*, its text as stored (see :func:`escape_text`)."""
+    return [escape_text(v) if isinstance(v, str) else v for v in (r[index] for r in rows)]
 
 
 #: Before the word index has statistics, a lexeme's rows are counted up to this many.
@@ -372,18 +427,62 @@ class PostgresStore(PgSearch, Store):
         assert row is not None
         return int(row[0])
 
-    def _allocate_blocks(self, conn: Connection, messages: int, parts: int) -> tuple[int, int]:
+    def _reserve(
+        self, conn: Connection, conversation_id: int, messages: int, parts: int
+    ) -> tuple[int, int, int, int, int]:
+        # One round trip: both blocks of ids, the last seq, the last ordinal, the version.
         row = conn.execute(
             "SELECT lossless_take_ids('message_ids', ?),"
-            " CASE WHEN ? > 0 THEN lossless_take_ids('part_ids', ?) ELSE 0 END",
-            (messages, parts, parts),
+            " CASE WHEN ? > 0 THEN lossless_take_ids('part_ids', ?) ELSE 0 END,"
+            " (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
+            " (SELECT coalesce(max(ordinal), -1) FROM context_items WHERE conversation_id = ?),"
+            " (SELECT context_version FROM conversations WHERE conversation_id = ?)",
+            (messages, parts, parts, conversation_id, conversation_id, conversation_id),
         ).fetchone()
         assert row is not None
-        return int(row[0]), int(row[1])
+        return int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4])
 
-    def _pipeline(self, conn: Connection) -> AbstractContextManager[Any]:
+    def _write_messages(
+        self,
+        conn: Connection,
+        msg_rows: Sequence[Sequence[Any]],
+        part_rows: Sequence[Sequence[Any]],
+        *,
+        ord0: int,
+        stamp: str,
+        trigram: bool,
+    ) -> None:
+        # Set-based: each table gets the batch in one statement (arrays, unnest), sent in one
+        # pipeline; each message is written once, its surroundings' words with it (an UPDATE
+        # after the insert would write every row and its index entries twice). Then the
+        # message the batch follows gets its next.
         assert isinstance(conn, PgConnection)
-        return conn.raw.pipeline()
+        conv_id, first_id, seq0 = msg_rows[0][1], msg_rows[0][0], msg_rows[0][2] - 1
+        with conn.raw.pipeline():
+            # A plan for thousands of rows is costed high enough to be compiled (JIT), which
+            # takes longer than running it; and each row's foreign-key checks (the server's
+            # own prepared statements) would be planned again for every row under the
+            # connection's force_custom_plan (set for searches), which costs more than the
+            # check.
+            conn.execute("SET LOCAL jit = off")
+            conn.execute("SET LOCAL plan_cache_mode = auto")
+            columns = [_column(msg_rows, i) for i in (0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
+            conn.execute(_BATCH_INSERT, (*columns, conv_id, seq0 - 1, seq0, conv_id))
+            if part_rows:
+                conn.execute(_PARTS_INSERT, [_column(part_rows, i) for i in range(13)])
+            conn.execute(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+                " created_at) SELECT ?, ? + g, 'message', ? + g, ?"
+                " FROM generate_series(0, ? - 1) g",
+                (conv_id, ord0 + 1, first_id, stamp, len(msg_rows)),
+            )
+            if seq0 > 0:
+                conn.execute(
+                    f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}"
+                    " WHERE m.conversation_id = ? AND m.seq = ?",
+                    (conv_id, seq0),
+                )
+            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
 
     def _lock_conversation(self, conn: Connection, conversation_id: int) -> None:
         conn.execute(
@@ -470,27 +569,13 @@ class PostgresStore(PgSearch, Store):
             " back, or copy it to SQLite with: lossless migrate-store '<url>' backup.db"
         )
 
-    def _insert_messages(
-        self, conn: Connection, rows: Sequence[Sequence[Any]], nexts: Sequence[str | None]
-    ) -> None:
-        if len(rows) >= DEFER_TRIGRAM_AT:
-            super()._insert_messages(conn, rows, nexts)  # surroundings set after, in one go
-            return
-        # A turn's few messages are inserted with their surroundings (the messages before
-        # them are stored, or earlier in the batch; the next comes with the row): an UPDATE
-        # after would write each new row, and all its index entries, twice.
-        conn.executemany(
-            _MESSAGE_INSERT_WITH_SURROUNDINGS,
-            [(*r, n) for r, n in zip(rows, nexts, strict=True)],
-        )
-
     def _index_messages(
         self, conn: Connection, first_id: int, last_id: int, *, trigram: bool
     ) -> None:
         # content_tsv is generated and the GIN indexes are kept by the server; what the store
-        # keeps is each message's neighbours: the new ones' (made on insert for a small
-        # batch, see _insert_messages), and the next of the message each batch follows in
-        # its conversation.
+        # keeps is each message's neighbours, for rows inserted without them (an append
+        # makes them as it inserts, see _write_messages; a transplant does not): the new
+        # ones', and the next of the message the rows follow in their conversation.
         # (Two statements: one UPDATE with an OR of the two sets makes the planner read every
         # message.)
         conn.execute(

@@ -18,6 +18,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: SQLite's busy handler alone
+    fcntl = None  # type: ignore[assignment]
+
 from ..codec import content_hash
 from ..errors import StoreError
 from ..model import Checkpoint
@@ -61,6 +66,86 @@ CLOSE_MERGE_SECONDS = 0.05
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
 
 
+def _busy_hint(error: str) -> str:
+    return (
+        ": another process held the write lock past the busy timeout; try again when it is"
+        " done (a long import or compaction), or stop the process holding it"
+        if "locked" in error
+        else ""
+    )
+
+
+class WriterQueue:
+    """The writers of one database, in every process and thread, wait for their turn here
+    before ``BEGIN IMMEDIATE``: an exclusive ``flock`` on a file beside the database, which
+    the kernel hands on as it is released. Left to SQLite's busy handler alone, a waiting
+    writer sleeps and polls (for longer and longer), so whoever asks just as the lock comes
+    free wins it, and with many writers some wait seconds while others go again and again.
+
+    The wait is bounded by the busy timeout, as SQLite's is. Where files cannot be locked
+    (no ``fcntl``, a file system without ``flock``) writers fall back to the busy handler;
+    so do other programs writing the database, which never see the queue."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    @contextmanager
+    def turn(self, timeout: float = BUSY_TIMEOUT_MS / 1000) -> Iterator[None]:
+        """Hold this writer's turn for the block."""
+        fd = self._take(timeout)
+        try:
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # closing the file ends the lock
+
+    def _take(self, timeout: float) -> int | None:
+        if self.path is None or fcntl is None:
+            return None
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            pass
+        except OSError:
+            os.close(fd)
+            return None
+        # Taken: wait in a thread (flock has no timeout), up to the busy timeout.
+        state = {"held": False, "gave_up": False, "failed": False}
+        came = threading.Event()
+        guard = threading.Lock()
+
+        def wait() -> None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                state["failed"] = True
+            with guard:
+                if state["gave_up"]:
+                    os.close(fd)
+                    return
+                state["held"] = not state["failed"]
+                came.set()
+
+        threading.Thread(target=wait, name="lossless-writer-turn", daemon=True).start()
+        came.wait(timeout)
+        with guard:
+            if state["held"]:
+                return fd
+            if came.is_set():  # flock failed: the busy handler decides
+                os.close(fd)
+                return None
+            state["gave_up"] = True
+        raise StoreError(
+            f"cannot start a write on {self.path.with_name(self.path.name[: -len('-writers')])}:"
+            f" database is locked{_busy_hint('locked')}"
+        )
+
+
 class SQLiteStore(SQLiteSearch, Store):
     """Messages, parts, summaries, context items and indexes in one SQLite file."""
 
@@ -80,11 +165,12 @@ class SQLiteStore(SQLiteSearch, Store):
         # Index upkeep off the writer's path (see merge_indexes): woken by each commit.
         self._merge_due = threading.Event()
         self._merger: threading.Thread | None = None
-        self._gate = threading.Lock()
         self._last_commit = 0.0
         self._waiting_guard = threading.Lock()
         self._writers_waiting = 0
-        if str(self.path) != ":memory:":
+        memory = str(self.path) == ":memory:"
+        self._writers = WriterQueue(None if memory else Path(f"{self.path}-writers"))
+        if not memory:
             _create_private(self.path)
         self.migrate()
 
@@ -146,60 +232,57 @@ class SQLiteStore(SQLiteSearch, Store):
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``); nested calls become savepoints."""
-        conn = self._conn()
-        if self._local.depth:
-            with self._transaction(conn) as nested:
-                yield nested
-            return
-        with self._writer_turn(), self._transaction(conn) as outer:
-            yield outer
+        """A write transaction (``BEGIN IMMEDIATE``, once this writer's turn in the
+        :class:`WriterQueue` has come); nested calls become savepoints."""
+        with self._transaction(self._conn()) as conn:
+            yield conn
 
     @contextmanager
     def _writer_turn(self) -> Iterator[None]:
-        """The write lock among this process's threads, taken before SQLite's: a thread
-        waits on it without the busy handler's sleeps (1, 2, 5, 10 … ms), and the index
-        merging yields to a waiting writer between its steps."""
+        """This writer's turn in the queue; while it waits, the index merging (which
+        yields to a waiting writer between its steps) knows."""
         with self._waiting_guard:
             self._writers_waiting += 1
+        waiting = True
         try:
-            held = self._gate.acquire(timeout=BUSY_TIMEOUT_MS / 1000)
+            with self._writers.turn():
+                with self._waiting_guard:
+                    self._writers_waiting -= 1
+                waiting = False
+                yield
         finally:
-            with self._waiting_guard:
-                self._writers_waiting -= 1
-        if not held:
-            raise StoreError(
-                f"cannot start a write on {self.path}: another thread of this process held the"
-                " write lock past the busy timeout; try again when its work is done"
-            )
-        try:
-            yield
-        finally:
-            self._gate.release()
+            if waiting:
+                with self._waiting_guard:
+                    self._writers_waiting -= 1
 
     @contextmanager
     def _transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         depth: int = self._local.depth
-        if depth == 0:
+        if depth > 0:
+            conn.execute(f"SAVEPOINT sp{depth}")
+            self._local.depth = depth + 1
+            try:
+                yield conn
+            except BaseException:
+                self._local.depth = depth
+                conn.execute(f"ROLLBACK TO sp{depth}")
+                conn.execute(f"RELEASE sp{depth}")
+                raise
+            self._local.depth = depth
+            conn.execute(f"RELEASE sp{depth}")
+            return
+        with self._writer_turn():
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                hint = (
-                    ": another process held the write lock past the busy timeout; try again"
-                    " when it is done (a long import or compaction), or stop the process"
-                    " holding it"
-                    if "locked" in str(exc)
-                    else ""
-                )
-                raise StoreError(f"cannot start a write on {self.path}: {exc}{hint}") from exc
-        else:
-            conn.execute(f"SAVEPOINT sp{depth}")
-        self._local.depth = depth + 1
-        try:
-            yield conn
-        except BaseException as exc:
-            self._local.depth = depth
-            if depth == 0:
+                raise StoreError(
+                    f"cannot start a write on {self.path}: {exc}{_busy_hint(str(exc))}"
+                ) from exc
+            self._local.depth = 1
+            try:
+                yield conn
+            except BaseException as exc:
+                self._local.depth = 0
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 damage = _damage(self.path, exc)
@@ -207,12 +290,8 @@ class SQLiteStore(SQLiteSearch, Store):
                     raise damage from exc
                 if isinstance(exc, sqlite3.OperationalError):
                     raise _write_error(self.path, exc) from exc
-            else:
-                conn.execute(f"ROLLBACK TO sp{depth}")
-                conn.execute(f"RELEASE sp{depth}")
-            raise
-        self._local.depth = depth
-        if depth == 0:
+                raise
+            self._local.depth = 0
             try:
                 conn.execute("COMMIT")
             except sqlite3.OperationalError as exc:
@@ -223,8 +302,6 @@ class SQLiteStore(SQLiteSearch, Store):
             if not getattr(self._local, "merging", False):
                 self._last_commit = time.monotonic()
                 self._wake_merger()
-        else:
-            conn.execute(f"RELEASE sp{depth}")
 
     # --- index upkeep ---------------------------------------------------------------------
 
@@ -278,7 +355,7 @@ class SQLiteStore(SQLiteSearch, Store):
                         or time.monotonic() - self._last_commit < MERGE_IDLE_SECONDS
                     ):
                         break  # writers are back: wait for the next quiet moment
-                    with self.transaction() as conn:
+                    with self._transaction(self._conn()) as conn:  # not the public one
                         before = conn.total_changes
                         conn.execute(
                             f"INSERT INTO {table} ({table}, rank) VALUES ('merge', ?)",
@@ -647,7 +724,6 @@ class SQLiteStore(SQLiteSearch, Store):
 
     def fts_problems(self) -> list[tuple[str, str, str]]:
         """Full-text rows that do not match their sources: (index, id, problem)."""
-        problems: list[tuple[str, str, str]] = []
         compare = self.fts_unchecked() is None
         checks = [
             ("messages_fts", "messages", "message_id", "msg#"),
@@ -656,10 +732,21 @@ class SQLiteStore(SQLiteSearch, Store):
             ("summaries_fts", "summaries", "rowid", ""),
             ("summaries_trigram", "summaries", "rowid", ""),
         ]
-        # FTS5's integrity check is an INSERT: it takes the write lock. Taken from the start,
-        # so no commit (the store's index merging, say) lands between the snapshot the other
-        # checks read and the write lock (a read transaction cannot take it then).
-        with self.transaction() as conn:
+        # FTS5's integrity check is an INSERT: it takes the write lock, which a read
+        # transaction cannot once another commit (the store's index merging, say) landed
+        # after its snapshot; then the whole check runs again on a new one.
+        for _ in range(20):
+            try:
+                return self._fts_problems(checks, compare)
+            except _SnapshotMoved:
+                time.sleep(0.01)
+        return self._fts_problems(checks, compare)
+
+    def _fts_problems(
+        self, checks: list[tuple[str, str, str, str]], compare: bool
+    ) -> list[tuple[str, str, str]]:
+        problems: list[tuple[str, str, str]] = []
+        with self.read() as conn:
             (upto,) = conn.execute(
                 "SELECT upto FROM index_state WHERE name = 'messages_trigram'"
             ).fetchone()
@@ -695,6 +782,10 @@ class SQLiteStore(SQLiteSearch, Store):
                     conn.execute(
                         f"INSERT INTO {fts} ({fts}, rank) VALUES ('integrity-check', {rank})"
                     )
+                except sqlite3.OperationalError as exc:
+                    if "locked" in str(exc) or "busy" in str(exc):
+                        raise _SnapshotMoved from exc
+                    problems.append((fts, "-", f"index does not match its source text ({exc})"))
                 except sqlite3.DatabaseError as exc:
                     problems.append((fts, "-", f"index does not match its source text ({exc})"))
         return problems
@@ -757,11 +848,16 @@ def standalone(path: Path) -> Iterator[SQLiteStore]:
         yield store
     finally:
         store.close()
+        Path(f"{path}-writers").unlink(missing_ok=True)  # no one else writes it
     try:
         with closing(sqlite3.connect(path)) as conn:
             conn.execute("PRAGMA journal_mode = DELETE")
     except sqlite3.Error as exc:
         raise StoreError(f"cannot leave {path} as one self-contained file: {exc}") from exc
+
+
+class _SnapshotMoved(Exception):
+    """A check's read snapshot fell behind a commit: run it again."""
 
 
 #: SQLite's codes for a damaged file: a page that does not read as SQLite wrote it.
