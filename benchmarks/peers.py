@@ -13,8 +13,9 @@ rounds (``--rounds``, 3 by default: each figure is the median of the rounds):
    catch-up of its deferred indexes, shown apart); hermes-lcm ``_ingest_messages``, the call
    every one of its hooks makes with the host's growing list.
 2. *a host's turn* at N stored messages (compacted as a host's would be by then), two new
-   messages and a 32k-token window: lossless ``Engine.after_turn(token_budget=32000)`` as in
-   ``turn.py``; hermes-lcm as Hermes drives a context engine with a 32k window: the host's
+   messages and a window of ``--budget`` tokens (32k): lossless ``Engine.after_turn`` with
+   that ``token_budget``, as in ``turn.py``; hermes-lcm as Hermes drives a context engine
+   with that window (``context_length``, compressing at 75% of it): the host's
    list grows by the turn, ``should_compress_preflight`` (hermes-lcm's per-turn ingest),
    ``update_from_response`` and ``should_compress``, and ``compress`` when it fires, its
    result becoming the host's list.
@@ -159,7 +160,8 @@ class HermesLcm:
         return f"{found.group(1) if found else '?'} ({commit[:12] or 'not a git checkout'})"
 
     def open(self, db: Path, *, context_length: int = BUDGET) -> Any:
-        """An engine on *db* bound to the session, as Hermes starts one (a 32k window)."""
+        """An engine on *db* bound to the session, as Hermes starts one for a model with a
+        window of *context_length* tokens."""
         config = self.config.LCMConfig(database_path=str(db))
         engine = self.engine.LCMEngine(config=config, hermes_home=str(db.parent / "home"))
         engine.on_session_start(SESSION, platform="cli", context_length=context_length)
@@ -188,9 +190,10 @@ def load_hermes_lcm(path: str | None) -> HermesLcm | str:
 class HermesHost:
     """Hermes's working list of messages over one hermes-lcm engine."""
 
-    def __init__(self, peer: HermesLcm, db: Path) -> None:
+    def __init__(self, peer: HermesLcm, db: Path, window: int = BUDGET) -> None:
         self.peer = peer
-        self.engine = peer.open(db)
+        self.engine = peer.open(db, context_length=window)
+        self.compressions = 0
         self.messages: list[dict[str, Any]] = [dict(SYSTEM)]
         self.tokens = self.count(self.messages)
 
@@ -221,6 +224,7 @@ class HermesHost:
         fire = self.engine.should_compress_preflight(self.messages)
         self.engine.update_from_response({"prompt_tokens": self.tokens})
         if fire or self.engine.should_compress(self.tokens):
+            self.compressions += 1
             self.messages = self.engine.compress(self.messages, current_tokens=self.tokens)
             self.tokens = self.count(self.messages)
 
@@ -315,22 +319,32 @@ def bulk(peer: HermesLcm, work: Path, size: int, rounds: int) -> dict[str, Any]:
 
 
 def fill_hermes(host: HermesHost, messages: list[dict[str, str]]) -> None:
-    """The history given to the host's list 5,000 messages at a time, each time compressed
-    as far as hermes-lcm goes (as ``turn.fill`` compacts lossless's)."""
-    for i in range(0, len(messages), CHUNK):
-        host.messages.extend(dict(m) for m in messages[i : i + CHUNK])
-        host.tokens = host.count(host.messages)
-        host.compress_fully()
+    """The history at a host's pace: the list grows by the compression threshold's worth of
+    tokens, then Hermes calls ``compress`` once, and so on; the rest is stored at the end.
+    (Once hermes-lcm's summary message alone is over the threshold, a real host would call
+    ``compress`` on every turn; the fill spares it that, so its history is built cheaper than
+    a host would build it, never dearer.)"""
+    grown = 0
+    for message in messages:
+        host.messages.append(dict(message))
+        tokens = int(host.peer.tokens.count_message_tokens(message))
+        host.tokens += tokens
+        grown += tokens
+        if grown >= host.engine.threshold_tokens:
+            host.messages = host.engine.compress(host.messages, current_tokens=host.tokens)
+            host.tokens = host.count(host.messages)
+            grown = 0
+    host.engine._ingest_messages(host.messages)
 
 
 def turns_and_assembly(
-    peer: HermesLcm, work: Path, size: int, turns: int, rounds: int, repeat: int
+    peer: HermesLcm, work: Path, size: int, turns: int, rounds: int, repeat: int, budget: int
 ) -> dict[str, Any]:
     engine = open_lossless(work / f"turn-l-{size}.db")
-    host = HermesHost(peer, work / f"turn-h-{size}.db")
+    host = HermesHost(peer, work / f"turn-h-{size}.db", window=budget)
     try:
         started = time.perf_counter()
-        fill(engine, SESSION, size)
+        fill(engine, SESSION, size, budget)
         fill_l = time.perf_counter() - started
         filler = text_messages(min(size, 20_000), seed=11)  # turn.fill's history
         history = [filler[i % len(filler)] for i in range(size)]
@@ -341,14 +355,15 @@ def turns_and_assembly(
         per: dict[str, list[dict[str, float]]] = {"lossless": [], "hermes_lcm": []}
 
         def lossless_turn(pair: list[dict[str, str]]) -> object:
-            return engine.after_turn(SESSION, pair, token_budget=BUDGET)
+            return engine.after_turn(SESSION, pair, token_budget=budget)
 
+        host.compressions = 0
         for r in range(rounds):
             pairs = [new[2 * (r * turns + t) : 2 * (r * turns + t) + 2] for t in range(turns)]
             per["lossless"].append(percentiles(each(lossless_turn, pairs)))
             per["hermes_lcm"].append(percentiles(each(host.turn, pairs)))
-        filled = partial(engine.assemble, SESSION, BUDGET, format="openai")
-        unfilled = partial(engine.assemble, SESSION, BUDGET, format="openai", fill=False)
+        filled = partial(engine.assemble, SESSION, budget, format="openai")
+        unfilled = partial(engine.assemble, SESSION, budget, format="openai", fill=False)
         assembly: dict[str, list[float]] = {
             "lossless": [],
             "lossless_unfilled": [],
@@ -370,6 +385,9 @@ def turns_and_assembly(
             },
             "assembly_p50_ms": {who: median(v) for who, v in assembly.items()},
             "hermes_lcm_messages_in_list": len(host.messages),
+            "hermes_lcm_tokens_in_list": host.tokens,
+            "hermes_lcm_compress_calls_in_turns": host.compressions,
+            "window": budget,
             "hermes_lcm_leaf_summaries_without_sources": [lost, leaves],
             "rounds": per,
         }
@@ -466,9 +484,12 @@ def main() -> None:
     parser.add_argument("--hermes-lcm", help="a checkout of hermes-lcm (its repository root)")
     parser.add_argument("--bulk", default="10000,100000", help="messages per bulk ingest")
     parser.add_argument("--sizes", default="10000,100000", help="stored before the turns")
-    parser.add_argument("--turns", type=int, default=300, help="turns timed per round")
+    parser.add_argument("--turns", type=int, default=100, help="turns timed per round")
     parser.add_argument("--search-sizes", default="10000,100000", help="corpus sizes searched")
     parser.add_argument("--backlogs", default="10000,40000,100000", help="uncompacted backlogs")
+    parser.add_argument(
+        "--budget", type=int, default=BUDGET, help="the window of the turns (both engines)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
     parser.add_argument("--repeat", type=int, default=50, help="calls per search/assembly round")
     args = parser.parse_args()
@@ -520,12 +541,14 @@ def main() -> None:
             )
             print(table[-2], table[-1], sep="\n", flush=True)
         for size in ints(args.sizes):
-            t = turns_and_assembly(peer, work, size, args.turns, args.rounds, args.repeat)
+            t = turns_and_assembly(
+                peer, work, size, args.turns, args.rounds, args.repeat, args.budget
+            )
             results["turn"].append(t)
             for q in ("p50", "p99"):
                 table.append(
                     row(
-                        f"a turn at {size:,} stored, {q}",
+                        f"a turn at {size:,} stored ({args.budget // 1000}k window), {q}",
                         t[f"lossless_{q}"],
                         t[f"hermes_lcm_{q}"],
                         "ms",
@@ -547,8 +570,13 @@ def main() -> None:
             )
             print(*table[-4:], sep="\n", flush=True)
             lost, leaves = t["hermes_lcm_leaf_summaries_without_sources"]
-            if lost:
-                print(f"  hermes-lcm: {lost} of {leaves} leaf summaries record no source message")
+            print(
+                f"  hermes-lcm: compress called in {t['hermes_lcm_compress_calls_in_turns']} of"
+                f" {args.turns * args.rounds} turns; the host's list holds"
+                f" {t['hermes_lcm_tokens_in_list']:,} tokens for a {args.budget:,}-token window;"
+                f" {lost} of {leaves} leaf summaries record no source message",
+                flush=True,
+            )
         queries: dict[str, str] = {}
         for size in ints(args.search_sizes):
             if not queries:
