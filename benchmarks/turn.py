@@ -52,15 +52,15 @@ def sized(request: SummaryRequest) -> str:
     return ("summary " * (request.target_tokens // 2))[: request.target_tokens * 4]
 
 
-def fill(engine: Engine, conversation: str, size: int) -> None:
-    """*size* messages in *conversation*, compacted as a host's would be by then."""
+def fill(engine: Engine, conversation: str, size: int, budget: int = BUDGET) -> None:
+    """*size* messages in *conversation*, compacted as a host's with *budget* would be by then."""
     filler = text_messages(min(size, 20_000), seed=11)
     done = 0
     while done < size:
         chunk = filler[: min(len(filler), size - done)]
         engine.ingest_batch(conversation, chunk)
         done += len(chunk)
-        engine.compact(conversation, until=BUDGET)
+        engine.compact(conversation, until=budget)
     engine.store.catch_up_indexes()
 
 

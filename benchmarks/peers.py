@@ -1,0 +1,642 @@
+"""lossless and hermes-lcm (Hermes Agent's lossless-context plugin) side by side, one run.
+
+    python benchmarks/peers.py --hermes-lcm PATH      # PATH: a checkout of hermes-lcm
+    python benchmarks/peers.py --hermes-lcm PATH --sizes 10000 --bulk 10000 --backlogs 10000
+
+Without ``--hermes-lcm`` (or when PATH holds no importable hermes-lcm) it says why it skips
+and exits 0. Both engines get the same generated messages and the same instant summarizer
+(an answer of the requested size, at once: the time is each engine's own), on SQLite, with
+their default settings (lossless ``Config()``, hermes-lcm ``LCMConfig()``), in alternating
+rounds (``--rounds``, 3 by default: each figure is the median of the rounds):
+
+1. *bulk ingest* of N messages, 5,000 per call: lossless ``Engine.ingest_batch`` (and the
+   catch-up of its deferred indexes, shown apart); hermes-lcm ``_ingest_messages``, the call
+   every one of its hooks makes with the host's growing list.
+2. *a host's turn* at N stored messages (compacted as a host's would be by then), two new
+   messages and a window of ``--budget`` tokens (32k): lossless ``Engine.after_turn`` with
+   that ``token_budget``, as in ``turn.py``; hermes-lcm as Hermes drives a context engine
+   with that window (``context_length``, compressing at 75% of it): the host's
+   list grows by the turn, ``should_compress_preflight`` (hermes-lcm's per-turn ingest),
+   ``update_from_response`` and ``should_compress``, and ``compress`` when it fires, its
+   result becoming the host's list.
+3. *assembly* of the active context after those turns: lossless ``Engine.assemble`` (32k,
+   OpenAI shape; default settings, which fill the room with detail, and ``fill=False``, what
+   lossless's Hermes integration hands Hermes); hermes-lcm ``_assemble_context`` (what
+   ``compress`` returns to Hermes: the summaries, then the host's tail; it has no public
+   assembly).
+4. *search* of a Zipf corpus (``common.corpus_messages``) of N messages, compacted the same
+   way: a common word and a rare two-word query, as the agent's tool call: lossless
+   ``lcm_grep`` through the toolbox (``call_json``, the session's scope, what the Hermes
+   integration runs); hermes-lcm ``handle_tool_call("lcm_grep", ...)`` with the host's list.
+   The first search after the store was filled is shown apart.
+5. *one full compaction* of an uncompacted backlog of M messages: lossless ``compact()``;
+   hermes-lcm ``compress`` over the host's list (again until it no longer shortens it).
+
+Hermes Agent itself is not needed: when ``agent.context_engine`` cannot be imported, a
+stand-in base class takes its place (hermes-lcm's own CI does the same). tiktoken is not a
+Hermes dependency, so hermes-lcm counts tokens by characters here, as in a plain Hermes
+install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from collections import Counter
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from lossless import Config, Engine
+from lossless.summarize import ScriptedSummarizer
+from lossless.toolbox import ToolScope, call_json
+
+from common import (
+    corpus_messages,
+    load_average,
+    machine,
+    percentiles,
+    revision,
+    save,
+    text_messages,
+)
+from turn import BUDGET, fill, sized
+
+SESSION = "host"
+CHUNK = 5_000
+SYSTEM = {"role": "system", "content": "You are a careful coding assistant."}
+
+
+# --- loading hermes-lcm ------------------------------------------------------------------------
+
+
+class _ContextEngineStandIn:
+    """What hermes-lcm needs of Hermes Agent's ``ContextEngine`` base class."""
+
+    last_prompt_tokens = 0
+    last_completion_tokens = 0
+    last_total_tokens = 0
+    compression_count = 0
+    threshold_tokens = 0
+    context_length = 0
+
+    def on_session_reset(self) -> None:
+        self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
+        self.compression_count = 0
+
+    def get_status(self) -> dict[str, Any]:
+        return {"compression_count": self.compression_count}
+
+
+def _ensure_context_engine() -> str:
+    """Hermes Agent's base class, or the stand-in; which one."""
+    try:
+        importlib.import_module("agent.context_engine")
+        return "Hermes Agent's agent.context_engine"
+    except ImportError:
+        pass
+    package = types.ModuleType("agent")
+    package.__path__ = []
+    module = types.ModuleType("agent.context_engine")
+    module.ContextEngine = _ContextEngineStandIn  # type: ignore[attr-defined]
+    package.context_engine = module  # type: ignore[attr-defined]
+    sys.modules["agent"] = package
+    sys.modules["agent.context_engine"] = module
+    return "a stand-in base class (Hermes Agent not installed)"
+
+
+class HermesLcm:
+    """hermes-lcm's modules, loaded from a checkout as the package ``hermes_lcm`` (its
+    ``__init__`` registers with a Hermes host, so it is not run), with the instant summarizer
+    in place of the Hermes auxiliary model."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.base = _ensure_context_engine()
+        package = types.ModuleType("hermes_lcm")
+        package.__path__ = [str(path)]
+        package.__package__ = "hermes_lcm"
+        sys.modules["hermes_lcm"] = package
+        self.engine: Any = cast(Any, importlib.import_module("hermes_lcm.engine"))
+        self.config: Any = cast(Any, importlib.import_module("hermes_lcm.config"))
+        self.tokens: Any = cast(Any, importlib.import_module("hermes_lcm.tokens"))
+        escalation: Any = cast(Any, importlib.import_module("hermes_lcm.escalation"))
+        self.tokens._encoder_checked = True  # no tiktoken: a plain Hermes install has none
+        self.tokens._encoder = None
+        self.calls = 0
+
+        def instant(
+            prompt: str, max_tokens: int, model: str = "", timeout: float | None = None
+        ) -> str:
+            # hermes-lcm asks for twice its target (max_tokens = budget * 2): answer the target
+            self.calls += 1
+            target = max(1, max_tokens // 2)
+            return ("summary " * (target // 2))[: target * 4]
+
+        escalation._call_llm_for_summary = instant
+        self.version = self._version()
+
+    def _version(self) -> str:
+        commit = ""
+        with contextlib.suppress(OSError):
+            commit = subprocess.run(
+                ["git", "-C", str(self.path), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+        found = re.search(r"^version:\s*(\S+)", (self.path / "plugin.yaml").read_text(), re.M)
+        return f"{found.group(1) if found else '?'} ({commit[:12] or 'not a git checkout'})"
+
+    def open(self, db: Path, *, context_length: int = BUDGET) -> Any:
+        """An engine on *db* bound to the session, as Hermes starts one for a model with a
+        window of *context_length* tokens."""
+        config = self.config.LCMConfig(database_path=str(db))
+        engine = self.engine.LCMEngine(config=config, hermes_home=str(db.parent / "home"))
+        engine.on_session_start(SESSION, platform="cli", context_length=context_length)
+        return engine
+
+
+def load_hermes_lcm(path: str | None) -> HermesLcm | str:
+    """The loaded hermes-lcm, or why not."""
+    if not path:
+        return "no --hermes-lcm PATH given (a checkout of hermes-lcm)"
+    root = Path(path).expanduser().resolve()
+    missing = [
+        f for f in ("engine.py", "store.py", "tools.py", "plugin.yaml") if not (root / f).exists()
+    ]
+    if missing:
+        return f"{root} holds no hermes-lcm checkout (missing {', '.join(missing)})"
+    try:
+        return HermesLcm(root)
+    except Exception as exc:  # noqa: BLE001 - any failure to import is a reason to skip
+        return f"hermes-lcm at {root} cannot be imported: {type(exc).__name__}: {exc}"
+
+
+# --- the host's side of hermes-lcm --------------------------------------------------------------
+
+
+class HermesHost:
+    """Hermes's working list of messages over one hermes-lcm engine."""
+
+    def __init__(self, peer: HermesLcm, db: Path, window: int = BUDGET) -> None:
+        self.peer = peer
+        self.engine = peer.open(db, context_length=window)
+        self.compressions = 0
+        self.messages: list[dict[str, Any]] = [dict(SYSTEM)]
+        self.tokens = self.count(self.messages)
+
+    def count(self, messages: list[dict[str, Any]]) -> int:
+        return int(self.peer.tokens.count_messages_tokens(messages))
+
+    def ingest(self, new: list[dict[str, Any]]) -> None:
+        """The store takes what the host's list gained (what every hook does first)."""
+        self.messages.extend(dict(m) for m in new)
+        self.engine._ingest_messages(self.messages)
+
+    def compress_fully(self) -> int:
+        """``compress`` until it no longer shortens the list; the calls made."""
+        calls = 0
+        while True:
+            before = len(self.messages)
+            self.messages = self.engine.compress(self.messages, current_tokens=self.tokens)
+            self.tokens = self.count(self.messages)
+            calls += 1
+            if len(self.messages) >= before:
+                return calls
+
+    def turn(self, pair: list[dict[str, Any]]) -> None:
+        """One turn as Hermes drives the engine; the host's running token estimate (Hermes
+        keeps one too) is in the time, two messages' worth or the compressed list's."""
+        self.messages.extend(dict(m) for m in pair)
+        self.tokens += self.count(pair)
+        fire = self.engine.should_compress_preflight(self.messages)
+        self.engine.update_from_response({"prompt_tokens": self.tokens})
+        if fire or self.engine.should_compress(self.tokens):
+            self.compressions += 1
+            self.messages = self.engine.compress(self.messages, current_tokens=self.tokens)
+            self.tokens = self.count(self.messages)
+
+    def search(self, query: str) -> str:
+        out: str = self.engine.handle_tool_call(
+            "lcm_grep", {"query": query}, messages=self.messages
+        )
+        return out
+
+    def assemble(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self.engine._assemble_context(
+            self.messages[0], self.messages[1:]
+        )
+        return out
+
+    def lost_lineage(self) -> tuple[int, int]:
+        """Leaf summaries recording no source message, and all leaf summaries."""
+        rows = self.engine._dag._conn.execute(
+            "SELECT source_ids FROM summary_nodes WHERE source_type = 'messages'"
+        ).fetchall()
+        return sum(1 for (ids,) in rows if ids in ("[]", "")), len(rows)
+
+    def close(self) -> None:
+        self.engine.shutdown()
+
+
+def open_lossless(db: Path) -> Engine:
+    return Engine.open(db, config=Config(), summarizer=ScriptedSummarizer(default=sized))
+
+
+def lossless_search(engine: Engine, query: str) -> str:
+    return call_json(
+        lambda: ToolScope.of(engine, conversation=SESSION), "lcm_grep", {"pattern": query}
+    )
+
+
+# --- measuring ---------------------------------------------------------------------------------
+
+
+def timed(action: Callable[[], Any]) -> float:
+    """Milliseconds *action* took."""
+    started = time.perf_counter()
+    action()
+    return (time.perf_counter() - started) * 1000
+
+
+T = TypeVar("T")
+
+
+def each(action: Callable[[T], object], items: Iterable[T]) -> list[float]:
+    """Milliseconds *action* took on each of *items*."""
+    return [timed(partial(action, item)) for item in items]
+
+
+def again(action: Callable[[], object], times: int) -> list[float]:
+    """Milliseconds each of *times* calls of *action* took."""
+    return [timed(action) for _ in range(times)]
+
+
+def median(values: list[float]) -> float:
+    return round(statistics.median(values), 4)
+
+
+def bulk(peer: HermesLcm, work: Path, size: int, rounds: int) -> dict[str, Any]:
+    messages = text_messages(size, seed=21)
+    lossless_rates: list[float] = []
+    with_catch_up: list[float] = []
+    hermes_rates: list[float] = []
+    for r in range(rounds):
+        with open_lossless(work / f"bulk-l-{size}-{r}.db") as engine:
+            started = time.perf_counter()
+            for i in range(0, size, CHUNK):
+                engine.ingest_batch(SESSION, messages[i : i + CHUNK])
+            seconds = time.perf_counter() - started
+            engine.store.catch_up_indexes()
+            total = time.perf_counter() - started
+        lossless_rates.append(size / seconds)
+        with_catch_up.append(size / total)
+        host = HermesHost(peer, work / f"bulk-h-{size}-{r}.db")
+        started = time.perf_counter()
+        for i in range(0, size, CHUNK):
+            host.ingest(messages[i : i + CHUNK])
+        hermes_rates.append(size / (time.perf_counter() - started))
+        host.close()
+    return {
+        "messages": size,
+        "lossless_msg_s": round(statistics.median(lossless_rates)),
+        "lossless_with_catch_up_msg_s": round(statistics.median(with_catch_up)),
+        "hermes_lcm_msg_s": round(statistics.median(hermes_rates)),
+        "runs": {"lossless": lossless_rates, "hermes_lcm": hermes_rates},
+    }
+
+
+def fill_hermes(host: HermesHost, messages: list[dict[str, str]]) -> None:
+    """The history at a host's pace: the list grows by the compression threshold's worth of
+    tokens, then Hermes calls ``compress`` once, and so on; the rest is stored at the end.
+    (Once hermes-lcm's summary message alone is over the threshold, a real host would call
+    ``compress`` on every turn; the fill spares it that, so its history is built cheaper than
+    a host would build it, never dearer.)"""
+    grown = 0
+    for message in messages:
+        host.messages.append(dict(message))
+        tokens = int(host.peer.tokens.count_message_tokens(message))
+        host.tokens += tokens
+        grown += tokens
+        if grown >= host.engine.threshold_tokens:
+            host.messages = host.engine.compress(host.messages, current_tokens=host.tokens)
+            host.tokens = host.count(host.messages)
+            grown = 0
+    host.engine._ingest_messages(host.messages)
+
+
+def turns_and_assembly(
+    peer: HermesLcm, work: Path, size: int, turns: int, rounds: int, repeat: int, budget: int
+) -> dict[str, Any]:
+    engine = open_lossless(work / f"turn-l-{size}.db")
+    host = HermesHost(peer, work / f"turn-h-{size}.db", window=budget)
+    try:
+        started = time.perf_counter()
+        fill(engine, SESSION, size, budget)
+        fill_l = time.perf_counter() - started
+        filler = text_messages(min(size, 20_000), seed=11)  # turn.fill's history
+        history = [filler[i % len(filler)] for i in range(size)]
+        started = time.perf_counter()
+        fill_hermes(host, history)
+        fill_h = time.perf_counter() - started
+        new = text_messages(turns * rounds * 2, seed=12)
+        per: dict[str, list[dict[str, float]]] = {"lossless": [], "hermes_lcm": []}
+
+        def lossless_turn(pair: list[dict[str, str]]) -> object:
+            return engine.after_turn(SESSION, pair, token_budget=budget)
+
+        host.compressions = 0
+        for r in range(rounds):
+            pairs = [new[2 * (r * turns + t) : 2 * (r * turns + t) + 2] for t in range(turns)]
+            per["lossless"].append(percentiles(each(lossless_turn, pairs)))
+            per["hermes_lcm"].append(percentiles(each(host.turn, pairs)))
+        filled = partial(engine.assemble, SESSION, budget, format="openai")
+        unfilled = partial(engine.assemble, SESSION, budget, format="openai", fill=False)
+        assembly: dict[str, list[float]] = {
+            "lossless": [],
+            "lossless_unfilled": [],
+            "hermes_lcm": [],
+        }
+        for _ in range(rounds):
+            assembly["lossless"].append(percentiles(again(filled, repeat))["p50_ms"])
+            assembly["lossless_unfilled"].append(percentiles(again(unfilled, repeat))["p50_ms"])
+            assembly["hermes_lcm"].append(percentiles(again(host.assemble, repeat))["p50_ms"])
+        lost, leaves = host.lost_lineage()
+        return {
+            "stored": size,
+            "turns_per_round": turns,
+            "fill_s": {"lossless": round(fill_l, 1), "hermes_lcm": round(fill_h, 1)},
+            **{
+                f"{who}_{q}": median([p[f"{q}_ms"] for p in per[who]])
+                for who in per
+                for q in ("p50", "p99")
+            },
+            "assembly_p50_ms": {who: median(v) for who, v in assembly.items()},
+            "hermes_lcm_messages_in_list": len(host.messages),
+            "hermes_lcm_tokens_in_list": host.tokens,
+            "hermes_lcm_compress_calls_in_turns": host.compressions,
+            "window": budget,
+            "hermes_lcm_leaf_summaries_without_sources": [lost, leaves],
+            "rounds": per,
+        }
+    finally:
+        engine.close()
+        host.close()
+
+
+def rare_pair(messages: list[dict[str, str]]) -> str:
+    """Two words each in 2-10 of *messages*, found together in one of them."""
+    words = [set(re.findall(r"[a-z]+", m["content"].lower())) for m in messages]
+    df = Counter(w for ws in words for w in ws)
+    for ws in words:
+        rare = sorted(w for w in ws if 2 <= df[w] <= 10 and len(w) > 4)
+        if len(rare) >= 2:
+            return f"{rare[0]} {rare[1]}"
+    raise RuntimeError("no rare pair of words in the corpus")
+
+
+def search(
+    peer: HermesLcm, work: Path, size: int, rounds: int, repeat: int, queries: dict[str, str]
+) -> dict[str, Any]:
+    corpus = corpus_messages(size)
+    engine = open_lossless(work / f"search-l-{size}.db")
+    host = HermesHost(peer, work / f"search-h-{size}.db")
+    try:
+        for i in range(0, size, CHUNK):
+            engine.ingest_batch(SESSION, corpus[i : i + CHUNK])
+            engine.compact(SESSION, until=BUDGET)
+        fill_hermes(host, corpus)
+        out: dict[str, Any] = {"stored": size, "queries": queries}
+        first = next(iter(queries.values()))
+        out["first_search_ms"] = {
+            "lossless": round(timed(partial(lossless_search, engine, first)), 2),
+            "hermes_lcm": round(timed(partial(host.search, first)), 2),
+        }
+        for kind, query in queries.items():
+            ours, theirs = partial(lossless_search, engine, query), partial(host.search, query)
+            samples: dict[str, list[float]] = {"lossless": [], "hermes_lcm": []}
+            for _ in range(rounds):
+                samples["lossless"].append(percentiles(again(ours, repeat))["p50_ms"])
+                samples["hermes_lcm"].append(percentiles(again(theirs, repeat))["p50_ms"])
+            out[kind] = {who: median(v) for who, v in samples.items()}
+            out[kind]["hits"] = {
+                "lossless": len(json.loads(ours())["hits"]),
+                "hermes_lcm": len(json.loads(theirs())["results"]),
+            }
+        return out
+    finally:
+        engine.close()
+        host.close()
+
+
+def backlog(peer: HermesLcm, work: Path, size: int, rounds: int) -> dict[str, Any]:
+    messages = text_messages(size, seed=13)
+    seconds: dict[str, list[float]] = {"lossless": [], "hermes_lcm": []}
+    calls: dict[str, int] = {}
+    for r in range(rounds):
+        summarizer = ScriptedSummarizer(default=sized)
+        with Engine.open(
+            work / f"backlog-l-{size}-{r}.db", config=Config(), summarizer=summarizer
+        ) as engine:
+            for i in range(0, size, CHUNK):
+                engine.ingest_batch(SESSION, messages[i : i + CHUNK])
+            seconds["lossless"].append(timed(partial(engine.compact, SESSION)) / 1000)
+        calls["lossless"] = summarizer.calls
+        host = HermesHost(peer, work / f"backlog-h-{size}-{r}.db")
+        host.ingest(messages)
+        host.tokens = host.count(host.messages)
+        peer.calls = 0
+        seconds["hermes_lcm"].append(timed(host.compress_fully) / 1000)
+        calls["hermes_lcm"] = peer.calls
+        host.close()
+    return {
+        "backlog": size,
+        "lossless_s": median(seconds["lossless"]),
+        "hermes_lcm_s": median(seconds["hermes_lcm"]),
+        "summarizer_calls": calls,
+        "runs": seconds,
+    }
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+
+def row(label: str, ours: float, theirs: float, unit: str, higher_is_better: bool) -> str:
+    ratio = ours / theirs if higher_is_better else theirs / ours
+    flag = "" if ratio >= 1 else "  <- lossless behind"
+    return f"| {label} | {ours:,.4g} {unit} | {theirs:,.4g} {unit} | {ratio:.2f}x{flag} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hermes-lcm", help="a checkout of hermes-lcm (its repository root)")
+    parser.add_argument("--bulk", default="10000,100000", help="messages per bulk ingest")
+    parser.add_argument("--sizes", default="10000,100000", help="stored before the turns")
+    parser.add_argument("--turns", type=int, default=100, help="turns timed per round")
+    parser.add_argument("--search-sizes", default="10000,100000", help="corpus sizes searched")
+    parser.add_argument("--backlogs", default="10000,40000,100000", help="uncompacted backlogs")
+    parser.add_argument(
+        "--budget", type=int, default=BUDGET, help="the window of the turns (both engines)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
+    parser.add_argument("--repeat", type=int, default=50, help="calls per search/assembly round")
+    args = parser.parse_args()
+    peer = load_hermes_lcm(args.hermes_lcm)
+    if isinstance(peer, str):
+        print(f"peers.py: skipped, {peer}")
+        return
+
+    def ints(text: str) -> list[int]:
+        return [int(s) for s in text.split(",") if s]
+
+    work = Path(tempfile.mkdtemp(prefix="lossless-peers-"))
+    results: dict[str, Any] = {
+        "lossless": revision(),
+        "hermes_lcm": peer.version,
+        "hermes_base_class": peer.base,
+        "load_before": load_average(),
+        "bulk": [],
+        "turn": [],
+        "search": [],
+        "backlog": [],
+    }
+    print(f"lossless {results['lossless']} against hermes-lcm {peer.version} ({peer.base});")
+    print(
+        f"load {results['load_before']}, {machine()['cpu']}, {machine()['cores']} cores", flush=True
+    )
+    table: list[str] = []
+    try:
+        for size in ints(args.bulk):
+            b = bulk(peer, work, size, args.rounds)
+            results["bulk"].append(b)
+            table.append(
+                row(
+                    f"bulk ingest, {size:,} messages",
+                    b["lossless_msg_s"],
+                    b["hermes_lcm_msg_s"],
+                    "msg/s",
+                    True,
+                )
+            )
+            table.append(
+                row(
+                    f"bulk ingest, {size:,}, lossless with its index catch-up",
+                    b["lossless_with_catch_up_msg_s"],
+                    b["hermes_lcm_msg_s"],
+                    "msg/s",
+                    True,
+                )
+            )
+            print(table[-2], table[-1], sep="\n", flush=True)
+        for size in ints(args.sizes):
+            t = turns_and_assembly(
+                peer, work, size, args.turns, args.rounds, args.repeat, args.budget
+            )
+            results["turn"].append(t)
+            for q in ("p50", "p99"):
+                table.append(
+                    row(
+                        f"a turn at {size:,} stored ({args.budget // 1000}k window), {q}",
+                        t[f"lossless_{q}"],
+                        t[f"hermes_lcm_{q}"],
+                        "ms",
+                        False,
+                    )
+                )
+            a = t["assembly_p50_ms"]
+            table.append(
+                row(f"assembly at {size:,}, p50", a["lossless"], a["hermes_lcm"], "ms", False)
+            )
+            table.append(
+                row(
+                    f"assembly at {size:,}, lossless fill=False (as for Hermes), p50",
+                    a["lossless_unfilled"],
+                    a["hermes_lcm"],
+                    "ms",
+                    False,
+                )
+            )
+            print(*table[-4:], sep="\n", flush=True)
+            lost, leaves = t["hermes_lcm_leaf_summaries_without_sources"]
+            print(
+                f"  hermes-lcm: compress called in {t['hermes_lcm_compress_calls_in_turns']} of"
+                f" {args.turns * args.rounds} turns; the host's list holds"
+                f" {t['hermes_lcm_tokens_in_list']:,} tokens for a {args.budget:,}-token window;"
+                f" {lost} of {leaves} leaf summaries record no source message",
+                flush=True,
+            )
+        queries: dict[str, str] = {}
+        for size in ints(args.search_sizes):
+            if not queries:
+                queries = {
+                    "common word": "error",
+                    "rare two words": rare_pair(corpus_messages(10_000)),
+                }
+            s = search(peer, work, size, args.rounds, args.repeat, queries)
+            results["search"].append(s)
+            f = s["first_search_ms"]
+            table.append(
+                row(
+                    f"first search after filling {size:,}",
+                    f["lossless"],
+                    f["hermes_lcm"],
+                    "ms",
+                    False,
+                )
+            )
+            for kind, query in queries.items():
+                hits = s[kind]["hits"]
+                table.append(
+                    row(
+                        f"search {kind} ({query}) at {size:,}, p50; hits"
+                        f" {hits['lossless']} / {hits['hermes_lcm']}",
+                        s[kind]["lossless"],
+                        s[kind]["hermes_lcm"],
+                        "ms",
+                        False,
+                    )
+                )
+            print(*table[-1 - len(queries) :], sep="\n", flush=True)
+        for size in ints(args.backlogs):
+            c = backlog(peer, work, size, args.rounds)
+            results["backlog"].append(c)
+            table.append(
+                row(
+                    f"full compaction of a {size:,} backlog",
+                    c["lossless_s"],
+                    c["hermes_lcm_s"],
+                    "s",
+                    False,
+                )
+            )
+            print(table[-1], f"  (summarizer calls {c['summarizer_calls']})", flush=True)
+        results["load_after"] = load_average()
+        print()
+        print(
+            f"lossless {results['lossless']} / hermes-lcm {peer.version};"
+            f" load {results['load_before']} → {results['load_after']};"
+            f" medians of {args.rounds} rounds; ratio > 1: lossless faster"
+        )
+        print("| workload | lossless | hermes-lcm | ratio |")
+        print("|---|---|---|---|")
+        print("\n".join(table))
+        results["table"] = table
+        print(f"results: {save('peers', results)}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
