@@ -45,6 +45,13 @@ _PART_INSERT = (
     " tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+#: A conversation's last seq, last context ordinal and context version (0, -1 and its
+#: version when it has none yet), as three columns of a SELECT; its id three times.
+_POSITION = (
+    "(SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
+    " (SELECT coalesce(max(ordinal), -1) FROM context_items WHERE conversation_id = ?),"
+    " (SELECT context_version FROM conversations WHERE conversation_id = ?)"
+)
 #: Conversations whose context a store keeps in memory (the most recently used).
 CONTEXTS_KEPT = 256
 #: How long a term's document count is trusted (it moves slowly; it only steers the search).

@@ -21,6 +21,7 @@ from .connection import Connection
 from .core import (
     _MESSAGE_INSERT,
     _PART_INSERT,
+    _POSITION,
     _TOOL_PARTS,
     DEFER_TRIGRAM_AT,
     NO_LIMIT,
@@ -276,11 +277,7 @@ class MessageStore(StoreCore):
         context ordinal (0 and -1 when it has none), and its context version."""
         first_id = self._allocate_ids(conn, "messages", messages)
         seq0, ord0, version = conn.execute(
-            "SELECT (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
-            " (SELECT coalesce(max(ordinal), -1) FROM context_items"
-            "  WHERE conversation_id = ?),"
-            " (SELECT context_version FROM conversations WHERE conversation_id = ?)",
-            (conversation_id, conversation_id, conversation_id),
+            f"SELECT {_POSITION}", (conversation_id, conversation_id, conversation_id)
         ).fetchone()
         part_id = self._allocate_ids(conn, "message_parts", parts) if parts else 0
         return first_id, part_id, int(seq0), int(ord0), int(version)

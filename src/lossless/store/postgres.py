@@ -32,6 +32,7 @@ from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store
 from .connection import Connection
+from .core import _POSITION
 from .migrations import STEPS
 from .pg_migrations import CONTEXT_TSV, neighbour_text
 from .pg_search import PgSearch
@@ -434,9 +435,7 @@ class PostgresStore(PgSearch, Store):
         row = conn.execute(
             "SELECT lossless_take_ids('message_ids', ?),"
             " CASE WHEN ? > 0 THEN lossless_take_ids('part_ids', ?) ELSE 0 END,"
-            " (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?),"
-            " (SELECT coalesce(max(ordinal), -1) FROM context_items WHERE conversation_id = ?),"
-            " (SELECT context_version FROM conversations WHERE conversation_id = ?)",
+            f" {_POSITION}",
             (messages, parts, parts, conversation_id, conversation_id, conversation_id),
         ).fetchone()
         assert row is not None
