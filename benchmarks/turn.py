@@ -8,9 +8,10 @@
 ``--turns`` turns of ``after_turn`` with two new messages and a 32k-token budget, compacting
 when the budget says so, with an instant summarizer (the time is lossless's own). Reported:
 p50 / p95 / p99 per turn, p99/p50, and the *floor*: two rows inserted into a bare SQLite
-table with an FTS5 index, one transaction, timed the same way in the same run. On PostgreSQL,
-``context_items``' dead row versions after the turns (the server's statistics) say what
-renumbering would have left behind.
+table with an FTS5 index, one transaction, timed the same way (and with the same gap between
+turns) in the same run; on PostgreSQL also its own floor, two rows into a bare table with a
+stored ``tsvector`` and its GIN index. On PostgreSQL, ``context_items``' dead row versions
+after the turns (the server's statistics) say what renumbering would have left behind.
 
 *Backlog*: one ``compact()`` over an uncompacted history of M messages; the time for 4×
 the work should be at most about 6× (linear, not quadratic).
@@ -77,8 +78,10 @@ def turns(engine: Engine, conversation: str, count: int, gap: float = 0.0) -> li
     return samples
 
 
-def floor(work: Path, count: int) -> dict[str, float]:
-    """Two rows into a bare SQLite table with an FTS5 index, one transaction per turn."""
+def floor(work: Path, count: int, gap: float = 0.0) -> dict[str, float]:
+    """Two rows into a bare SQLite table with an FTS5 index, one transaction per turn, the
+    turns *gap* seconds apart as the turns timed against it are (a pause leaves the caches
+    colder: both sides pay it)."""
     conn = sqlite3.connect(work / "floor.db", isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -96,8 +99,42 @@ def floor(work: Path, count: int) -> dict[str, float]:
             conn.execute("INSERT INTO f (rowid, content) VALUES (?, ?)", (row, m["content"]))
         conn.execute("COMMIT")
         samples.append((time.perf_counter() - started) * 1000)
+        if gap:
+            time.sleep(gap)
     conn.close()
     return percentiles(samples)
+
+
+def pg_floor(count: int, gap: float = 0.0) -> dict[str, float]:
+    """The same on PostgreSQL: two rows into a bare table with a stored ``tsvector`` column
+    and its GIN index, one transaction per turn (one round trip each statement)."""
+    schema = f"bench_floor_{uuid.uuid4().hex[:8]}"
+    url = create_pg_schema(schema)
+    import psycopg
+
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE m (id bigserial PRIMARY KEY, role text, content text,"
+                " tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', content)) STORED)"
+            )
+            conn.execute("CREATE INDEX m_tsv ON m USING gin (tsv)")
+            messages = text_messages(count * 2, seed=12)
+            samples = []
+            for t in range(count):
+                started = time.perf_counter()
+                with conn.transaction():
+                    for m in messages[2 * t : 2 * t + 2]:
+                        conn.execute(
+                            "INSERT INTO m (role, content) VALUES (%s, %s)",
+                            (m["role"], m["content"]),
+                        )
+                samples.append((time.perf_counter() - started) * 1000)
+                if gap:
+                    time.sleep(gap)
+        return percentiles(samples)
+    finally:
+        drop_pg_schema(schema)
 
 
 def postgres_reachable() -> bool:
@@ -186,13 +223,19 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="lossless-turn-"))
     results: dict[str, Any] = {"machine": machine(), "turn": [], "backlog": []}
     try:
-        results["floor"] = floor(work, args.turns)
+        results["floor"] = floor(work, args.turns, args.gap / 1000)
         f = results["floor"]
         print(f"floor (2 rows + FTS5, one transaction): p50 {f['p50_ms']:.3f} ms")
         for backend in args.backends.split(","):
             if backend == "postgresql" and not postgres_reachable():
                 print(f"postgresql: skipped, no server at {PG_URL} (set LOSSLESS_BENCH_PG)")
                 continue
+            if backend == "postgresql":
+                results["pg_floor"] = pg_floor(args.turns, args.gap / 1000)
+                print(
+                    "floor on PostgreSQL (2 rows + tsvector GIN, one transaction):"
+                    f" p50 {results['pg_floor']['p50_ms']:.3f} ms"
+                )
             for size in (int(s) for s in args.sizes.split(",")):
                 row = turn_run(work, backend, size, args.turns, args.gap / 1000)
                 results["turn"].append(row)
@@ -200,7 +243,14 @@ def main() -> None:
                     f"{backend:>10} {size:>9,} stored: after_turn p50 {row['p50_ms']:.2f} ms"
                     f" p95 {row['p95_ms']:.2f} p99 {row['p99_ms']:.2f}"
                     f" (p99/p50 {row['p99_over_p50']}, p50/floor"
-                    f" {row['p50_ms'] / f['p50_ms']:.1f}); fill {row['fill_s']} s"
+                    f" {row['p50_ms'] / f['p50_ms']:.1f}"
+                    + (
+                        f", p50/PostgreSQL floor"
+                        f" {row['p50_ms'] / results['pg_floor']['p50_ms']:.1f}"
+                        if backend == "postgresql"
+                        else ""
+                    )
+                    + f"); fill {row['fill_s']} s"
                     + (
                         f"; context_items dead rows {row['context_items_dead_rows']:,}"
                         if row["context_items_dead_rows"] is not None

@@ -81,11 +81,19 @@ def test_substrings_and_cjk_go_through_the_trigram_index(engine: Engine) -> None
 
 
 def test_substring_search_sees_messages_of_a_large_import(engine: Engine) -> None:
-    engine.ingest_batch("s", [{"role": "user", "content": f"row {i} zqxjk{i}"} for i in range(300)])
+    rows = [{"role": "user", "content": f"row {i} zqxjk{i}"} for i in range(300)]
+    engine.ingest_batch("s", rows, finish_indexes=False)
     # large batches defer SQLite's trigram index (PostgreSQL keeps its own on every write)
     deferred = 300 if engine.store.backend == "sqlite" else 0
     assert engine.store.pending_index_rows() == deferred
     assert [h.id for h in engine.grep("qxjk299", conversation="s").hits] == ["msg#300"]
+    assert [h.id for h in engine.grep("qxjk0", conversation="s").hits] == ["msg#1"]
+    # the search read the rows not yet indexed; it never made their entries itself
+    assert engine.store.pending_index_rows() == deferred
+    # by default a large batch's entries are made once its transaction has committed
+    engine.ingest_batch("t", rows)
+    assert engine.store.pending_index_rows() == 0
+    assert [h.id for h in engine.grep("qxjk299", conversation="t").hits] == ["msg#600"]
 
 
 def test_regex_mode_matches_and_is_bounded(engine: Engine) -> None:

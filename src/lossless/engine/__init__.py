@@ -34,7 +34,7 @@ from ..ingest.reconcile import Progress, ReconcileReport, reconcile_file
 from ..model import Conversation, IngestResult, NormalizedMessage, StoredMessage
 from ..redact import Redactor, Sealer, restore, tagger
 from ..services import ConversationLocks, Services
-from ..store import Store, open_store
+from ..store import DEFER_TRIGRAM_AT, Store, open_store
 from ..summarize import Summarizer
 from ..summarize.providers import build_summarizer
 from ..tokens import HeuristicTokenCounter, TokenCounter
@@ -265,11 +265,17 @@ class Engine(Reads, Recall, Upkeep):
         *,
         format: str | None = None,
         external_ids: Sequence[str | None] | None = None,
+        finish_indexes: bool = True,
     ) -> IngestResult:
         """Store several messages in one transaction (all or nothing), in order.
 
         Items may be messages of any supported shape, or messages already passed through
         :meth:`normalize` (to set each one's id, time or metadata).
+
+        A large batch is written without its substring and context index entries, which are
+        made after the transaction has committed (a search meanwhile reads those rows
+        itself, never waiting for them). With *finish_indexes* false they are left for
+        :meth:`finish_indexes`, to be made once after an import of many batches.
         """
         items = list(messages)
         if external_ids is not None and len(external_ids) != len(items):
@@ -284,7 +290,10 @@ class Engine(Reads, Recall, Upkeep):
             )
             for i, m in enumerate(items)
         ]
-        return self._append(conversation, norms)
+        result = self._append(conversation, norms)
+        if finish_indexes and len(norms) >= DEFER_TRIGRAM_AT:
+            self.store.catch_up_indexes()
+        return result
 
     def _append(
         self, conversation: ConversationRef, norms: list[NormalizedMessage]

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from ..errors import NoStore
 from .base import Store
+from .core import DEFER_TRIGRAM_AT
 from .sqlite import SQLiteStore
 
-__all__ = ["NoStore", "SQLiteStore", "Store", "is_postgres_url", "open_store"]
+__all__ = ["DEFER_TRIGRAM_AT", "NoStore", "SQLiteStore", "Store", "is_postgres_url", "open_store"]
 
 
 def is_postgres_url(target: str | os.PathLike[str]) -> bool:

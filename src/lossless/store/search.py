@@ -316,8 +316,6 @@ class SearchStore(StoreCore):
         if not needle:
             return [], False
         key = key_column(table)
-        if table == "messages":
-            self.catch_up_indexes()
         extra, params = scope_sql(table, scope)
         extra = by_key(extra)  # keep the key plan
         # The index is asked for the longest run of the needle without LIKE's wildcards: no

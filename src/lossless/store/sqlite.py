@@ -29,6 +29,7 @@ from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store, in_chunks
 from .connection import Connection
+from .fts5_structure import STRUCTURE_ROWID, segments_per_level
 from .migrations import MIGRATIONS
 from .sqlite_search import SQLiteSearch
 
@@ -62,8 +63,19 @@ MERGE_IDLE_SECONDS = 0.02
 #: How long closing a store spends at most on the merging still due (a process that writes
 #: once and exits, as a host's hook does, merges there).
 CLOSE_MERGE_SECONDS = 0.05
+#: A level of a full-text index holding this many segments is merged without waiting for a
+#: pause: FTS5 merges a level whole inside the write that gives it its 16th segment, and a
+#: level's segments can hold most of the index (hundreds of milliseconds of work).
+MERGE_PRESSURE = 8
+#: Once the store's thread has left the indexes unmerged for :data:`MERGE_PRESSURE` commits,
+#: every this many commits a writer looks at their levels (and merges a step where pressed).
+PRESSURE_EVERY = 4
 #: A WAL larger than this is checkpointed and truncated after the commit that grew it.
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
+#: How often the store's thread checkpoints the WAL while writes go on (a passive checkpoint
+#: runs beside the writer; SQLite's automatic one, inside the commit that passes its size, is
+#: off).
+CHECKPOINT_SECONDS = 0.1
 
 
 def _busy_hint(error: str) -> str:
@@ -166,6 +178,8 @@ class SQLiteStore(SQLiteSearch, Store):
         self._merge_due = threading.Event()
         self._merger: threading.Thread | None = None
         self._last_commit = 0.0
+        self._checkpointed = 0.0
+        self._commits_unmerged = 0
         self._waiting_guard = threading.Lock()
         self._writers_waiting = 0
         memory = str(self.path) == ":memory:"
@@ -191,8 +205,9 @@ class SQLiteStore(SQLiteSearch, Store):
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.execute("PRAGMA foreign_keys = ON")
                 conn.execute("PRAGMA cache_size = -65536")  # 64 MiB: batches touch many pages
-                # Checkpoint every 32 MiB of WAL rather than 4: fewer stalls inside bulk writes.
-                conn.execute("PRAGMA wal_autocheckpoint = 8192")
+                # No checkpoint inside a commit: the store's thread checkpoints beside the
+                # writers (see _checkpoint), and closing does what is left.
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
             except sqlite3.Error as exc:
                 damage = _damage(self.path, exc)
                 if damage is not None:
@@ -219,6 +234,8 @@ class SQLiteStore(SQLiteSearch, Store):
             if self._merge_due.is_set():
                 with contextlib.suppress(StoreError, sqlite3.Error):
                     self.merge_indexes(seconds=CLOSE_MERGE_SECONDS)
+            with contextlib.suppress(StoreError, sqlite3.Error):
+                self._checkpoint(force=True)
         with self._lock:
             self._closed = True
             for conn in self._connections:
@@ -301,6 +318,12 @@ class SQLiteStore(SQLiteSearch, Store):
             self._limit_wal(conn)
             if not getattr(self._local, "merging", False):
                 self._last_commit = time.monotonic()
+                self._commits_unmerged += 1
+                if (
+                    self._commits_unmerged >= MERGE_PRESSURE
+                    and self._commits_unmerged % PRESSURE_EVERY == 0
+                ):
+                    self._merge_pressed(conn)
                 self._wake_merger()
 
     # --- index upkeep ---------------------------------------------------------------------
@@ -325,15 +348,70 @@ class SQLiteStore(SQLiteSearch, Store):
             if self._merger is not me:
                 return  # closing: close() merges what is left, bounded
             self._merge_due.clear()
-            while (
-                self._merger is me
-                and (quiet := time.monotonic() - self._last_commit) < MERGE_IDLE_SECONDS
-            ):
-                time.sleep(MERGE_IDLE_SECONDS - quiet)
             try:
+                # A pause in the writes, or a level nearing FTS5's crisis merge; meanwhile
+                # the WAL is checkpointed beside the writers.
+                while self._merger is me:
+                    self._checkpoint()
+                    quiet = time.monotonic() - self._last_commit
+                    if quiet >= MERGE_IDLE_SECONDS or self._pressed():
+                        break
+                    time.sleep(MERGE_IDLE_SECONDS - quiet)
                 self.merge_indexes(stop=lambda: self._merger is not me)
+                self._checkpoint()
+                if not self._pressed():
+                    self._commits_unmerged = 0
             except (StoreError, sqlite3.Error):  # best effort: the next commit tries again
-                logger.debug("index merge on %s failed", self.path, exc_info=True)
+                logger.debug("index upkeep on %s failed", self.path, exc_info=True)
+
+    def _merge_pressed(self, conn: sqlite3.Connection) -> None:
+        """After a commit, still in this writer's turn, when the store's thread has not kept
+        up (writes without a pause leave it little time; the GIL less): one merge step of
+        each index with a level nearing FTS5's crisis merge, each its own transaction — a
+        few milliseconds now rather than a whole level's merge inside some later write."""
+        try:
+            pressed = [table for table in FTS_TABLES if self._pressed(table)]
+            if not pressed:
+                self._commits_unmerged = 0
+            for table in pressed:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(
+                        f"INSERT INTO {table} ({table}, rank) VALUES ('merge', ?)", (MERGE_PAGES,)
+                    )
+                    conn.execute("COMMIT")
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+        except sqlite3.Error:  # best effort: the thread or a later write goes on
+            logger.debug("index merge on %s failed", self.path, exc_info=True)
+
+    def _pressed(self, table: str | None = None) -> bool:
+        """Whether a level of *table*'s index (any index's) holds :data:`MERGE_PRESSURE`
+        segments or more (read from its structure record; one this reader does not know
+        counts as not)."""
+        conn = self._conn()
+        for name in FTS_TABLES if table is None else (table,):
+            row = conn.execute(
+                f"SELECT block FROM {name}_data WHERE id = ?", (STRUCTURE_ROWID,)
+            ).fetchone()
+            try:
+                levels = segments_per_level(bytes(row[0])) if row else []
+            except ValueError:
+                continue
+            if max(levels, default=0) >= MERGE_PRESSURE:
+                return True
+        return False
+
+    def _checkpoint(self, *, force: bool = False) -> None:
+        """Copy the WAL into the database beside the writers (a passive checkpoint: it waits
+        for no one), at most every :data:`CHECKPOINT_SECONDS` unless *force*. Done often, the
+        next write starts the WAL again from its beginning, so it stays small; a WAL that
+        readers keep from starting again is truncated after a commit (:meth:`_limit_wal`)."""
+        if not force and time.monotonic() - self._checkpointed < CHECKPOINT_SECONDS:
+            return
+        self._checkpointed = time.monotonic()
+        self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def merge_indexes(
         self, *, seconds: float | None = None, stop: Callable[[], bool] | None = None
@@ -341,7 +419,9 @@ class SQLiteStore(SQLiteSearch, Store):
         """Merge the full-text indexes' segments where a level holds several (FTS5's
         ``merge`` command, :data:`MERGE_PAGES` pages per step, each step its own short
         write transaction, so writers interleave); until nothing is left to merge, *seconds*
-        have passed or *stop* says so. The steps that did work."""
+        have passed or *stop* says so. With *stop* (the store's thread), it also gives way to
+        a waiting writer, and to writes going on unless a level of the index is pressed
+        (:data:`MERGE_PRESSURE`). The steps that did work."""
         deadline = None if seconds is None else time.monotonic() + seconds
         steps = 0
         self._local.merging = True
@@ -352,7 +432,10 @@ class SQLiteStore(SQLiteSearch, Store):
                 ):
                     if stop is not None and (
                         self._writers_waiting
-                        or time.monotonic() - self._last_commit < MERGE_IDLE_SECONDS
+                        or (
+                            time.monotonic() - self._last_commit < MERGE_IDLE_SECONDS
+                            and not self._pressed(table)
+                        )
                     ):
                         break  # writers are back: wait for the next quiet moment
                     with self._transaction(self._conn()) as conn:  # not the public one
@@ -365,6 +448,8 @@ class SQLiteStore(SQLiteSearch, Store):
                     if not worked:
                         break
                     steps += 1
+                    if stop is not None:
+                        self._checkpoint()
         finally:
             self._local.merging = False
         return steps

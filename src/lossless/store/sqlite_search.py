@@ -93,8 +93,6 @@ class SQLiteSearch(SearchStore):
         key = key_column(table)
         where, params = scope_sql(table, scope)
         index, rank = self._index(table, order)
-        if index == "messages_ctx_fts":  # large batches leave it behind: caught up first
-            self.catch_up_indexes()
         if order == "recency":  # (no BM25: its weights count each word's rows everywhere)
             words = self._word_query(query)
             expected, rows = self._expected_rows(table, query)
@@ -227,7 +225,7 @@ class SQLiteSearch(SearchStore):
 
     def _contains_where(self, table: str, needle: str, run: str) -> tuple[str, list[Any], str]:
         # Only the run, and in a LIKE without ESCAPE: see SearchStore.substring_search.
-        return f"s.{key_column(table)} IN ({_trigram_rows(table)})", [f"%{run}%"], run
+        return f"s.{key_column(table)} IN ({_trigram_rows(table)})", _trigram_args(table, run), run
 
     def _rows_containing(
         self, table: str, needle: str, run: str, scope: SearchScope, limit: int
@@ -240,7 +238,7 @@ class SQLiteSearch(SearchStore):
         fetch = limit if run == needle else limit * 4
         ids = self.fetchall(
             f"SELECT * FROM ({_trigram_rows(table)}) LIMIT {SORTED_CANDIDATES + 1}",
-            [f"%{run}%"],
+            _trigram_args(table, run),
         )
         where, params = scope_sql(table, scope)
         if len(ids) <= SORTED_CANDIDATES:
@@ -254,13 +252,11 @@ class SQLiteSearch(SearchStore):
             f"SELECT {hit_columns(table)}, s.content FROM {table} s"
             f" WHERE +s.{key} IN ({_trigram_rows(table)}){by_time(where, scope)}"
             f" ORDER BY {newest_first(table)} LIMIT ?",
-            [f"%{run}%", *params, fetch],
+            [*_trigram_args(table, run), *params, fetch],
         )
 
     def _literal_where(self, table: str, literal: str) -> tuple[str, list[Any]]:
-        if table == "messages":
-            self.catch_up_indexes()
-        return f"s.{key_column(table)} IN ({_trigram_rows(table)})", [f"%{literal}%"]
+        return f"s.{key_column(table)} IN ({_trigram_rows(table)})", _trigram_args(table, literal)
 
 
 def _idf(holding: int, rows: int) -> float:
@@ -269,10 +265,25 @@ def _idf(holding: int, rows: int) -> float:
 
 
 def _trigram_rows(table: str) -> str:
-    """The rows whose text may contain a LIKE pattern (one ``?``): what the trigram index
-    finds, and the rows holding a NUL character, past which it cannot see."""
+    """The rows whose text may contain a LIKE pattern (the parameters:
+    :func:`_trigram_args`): what the trigram index finds, the rows holding a NUL character,
+    past which it cannot see, and, of the messages a large batch left for
+    :meth:`~.sqlite.SQLiteStore.catch_up_indexes` (above its mark), those the pattern
+    matches: a search reads them rather than waiting for the index to catch up."""
     key = key_column(table)
-    return (
+    rows = (
         f"SELECT rowid FROM {table}_trigram WHERE content LIKE ?"
         f" UNION ALL SELECT {key} FROM {table} WHERE instr(content, char(0)) > 0"
     )
+    if table == "messages":
+        rows += (
+            " UNION ALL SELECT message_id FROM messages WHERE message_id >"
+            " (SELECT upto FROM index_state WHERE name = 'messages_trigram')"
+            " AND content LIKE ?"
+        )
+    return rows
+
+
+def _trigram_args(table: str, run: str) -> list[Any]:
+    """The parameters of :func:`_trigram_rows` for rows holding *run* (no wildcards)."""
+    return [f"%{run}%"] * (2 if table == "messages" else 1)
