@@ -130,6 +130,9 @@ def _configure(raw: psycopg.Connection[Any]) -> None:
     # often) would otherwise switch to a generic plan that cannot tell a rare word from a
     # common one, and walk every row for a word in twenty.
     raw.execute("SET plan_cache_mode = force_custom_plan")
+    # Every statement the store runs is short: compiling one (JIT, for a plan whose estimate
+    # passes jit_above_cost: a search over a million rows) costs more than running it.
+    raw.execute("SET jit = off")
     raw.adapters.register_loader("numeric", NumberLoader)
     for name in ("text", "varchar"):
         raw.adapters.register_loader(name, ExactTextLoader)

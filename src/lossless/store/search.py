@@ -337,7 +337,7 @@ class SearchStore(StoreCore):
             where = f"s.{key} > ? AND {self._find}(lower(s.content), lower(?)) > 0"
         # The window's few matches sorted by time ("|| ''" keeps the time index out of the
         # plan: the window is the newest rows by id).
-        rows = self.fetchall(
+        rows = self._search_rows(
             f"SELECT {hit_columns(table)}, s.content FROM {table} s WHERE {where}{extra}"
             f" ORDER BY ({time_column(table)} || '') DESC, s.{key} DESC LIMIT ?",
             [newest - SHORT_NEEDLE_ROWS, probe, *params, limit if run == needle else limit * 4],
@@ -353,10 +353,11 @@ class SearchStore(StoreCore):
         that). As :func:`hit_columns` and ``content``."""
         where, args, looked = self._contains_where(table, needle, run)
         extra, params = scope_sql(table, scope)
-        return self.fetchall(
+        return self._search_rows(
             f"SELECT {hit_columns(table)}, s.content FROM {table} s WHERE {where}{by_key(extra)}"
             f" ORDER BY {newest_first(table)} LIMIT ?",
             [*args, *params, limit if looked == needle else limit * 4],
+            substring=True,
         )
 
     def scan_newest(
@@ -385,12 +386,12 @@ class SearchStore(StoreCore):
             f"SELECT {hit_columns(table)}, s.content, s.{key} FROM {table} s"
             f" WHERE s.{key} < ?{extra} ORDER BY s.{key} DESC LIMIT {int(page)}"
         )
-        return self._pages(sql, params)
+        return self._pages(sql, params, substring=containing is not None)
 
-    def _pages(self, sql: str, params: list[Any]) -> Iterator[list[TextRow]]:
+    def _pages(self, sql: str, params: list[Any], *, substring: bool) -> Iterator[list[TextRow]]:
         below = 1 << 62  # newest first, a page at a time by row id: no sort, no OFFSET
         while True:
-            rows = self.fetchall(sql, [below, *params])
+            rows = self._search_rows(sql, [below, *params], substring=substring)
             if not rows:
                 return
             below = rows[-1][7]
@@ -490,6 +491,13 @@ class SearchStore(StoreCore):
             [*params, limit, offset],
         )
         return [FrameRow(*r) for r in rows]
+
+    def _search_rows(
+        self, sql: str, params: Sequence[Any], *, substring: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """Run one query of a text search; *substring*: its rows come through the substring
+        index (a back end may steer how such a query is planned)."""
+        return self.fetchall(sql, params)
 
     def score_scale(self, table: str, terms: Sequence[str]) -> float:
         """What a word search's scores of *table* are multiplied by to stand beside the
