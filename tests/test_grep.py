@@ -572,3 +572,26 @@ def test_an_archived_conversation_leaves_the_stores_search_but_not_its_familys(
     assert engine.rename("live", "  Quokka\n release  ").title == "Quokka release"
     with pytest.raises(ArgumentError, match="needs some text"):
         engine.rename("live", " \n ")
+
+
+def test_a_question_is_not_looked_for_as_one_substring(engine: Engine) -> None:
+    # A run of words with whole words inside it is found through those words; looking for
+    # the whole run as one substring (a read of every row holding its common trigrams)
+    # would find nothing they did not.
+    engine.ingest("q", {"role": "user", "content": "the deploy worker hit a timeout again"})
+    asked: list[str] = []
+    substring_search = engine.store.substring_search
+
+    def spy(table: str, needle: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(needle)
+        return substring_search(table, needle, *args, **kwargs)
+
+    engine.store.substring_search = spy  # type: ignore[method-assign]
+    question = "how did we fix the timeout error in the deploy worker?"
+    assert engine.grep(question, conversation="q", sort="relevance").hits
+    assert engine.grep("nothing of this was ever said here", conversation="q").hits == []
+    assert asked == []
+    # a short run may be a piece of longer words: still looked for as written
+    mid = engine.ingest("q", {"role": "user", "content": "xxello worldyy"}).message_ids[0]
+    assert [h.id for h in engine.grep("ello world", conversation="q").hits] == [f"msg#{mid}"]
+    assert asked

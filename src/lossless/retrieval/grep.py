@@ -570,8 +570,14 @@ def _search(
             else:
                 found = _fair(store, table, pattern, _ranked(store, table, pattern, within, limit))
         # Substrings the word index cannot see (inside a word, CJK): one token, or nothing
-        # found by its words (a question's words are not a substring of anything they missed).
-        if cjk or not found or (len(found) < limit and len(needle.split()) == 1):
+        # found by its words. Not for a longer run of words with whole words inside it (a
+        # question): text holding it as written holds those words, which the index was asked
+        # for; looking for the whole run as one substring would cost a read of every row
+        # holding its common trigrams, to find nothing. Summaries (long texts, each checked
+        # in full) are searched so for a token only when its words found none.
+        tokens = needle.split()
+        few = not found if table == "summaries" else len(found) < limit
+        if cjk or (few and len(tokens) == 1) or (not found and not _worded(store, tokens)):
             seen = {h.id for h in found}
             rows, cut = store.substring_search(table, needle, within, limit)
             found += [h for h in (_hit(r, needle) for r in rows) if h.id not in seen]
@@ -584,6 +590,16 @@ def _search(
         # Stable: ties keep the order the index gave them (newest first), page after page.
         hits.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9))
     return GrepResult(hits[:limit], truncated=truncated)
+
+
+#: A run of at least this many words is found through its words alone (see :func:`_search`).
+WORDED_RUN = 4
+
+
+def _worded(store: Store, tokens: list[str]) -> bool:
+    """Whether a run of *tokens* is long enough, with words the index keeps inside it (its
+    first and last tokens may be pieces of longer words), to be found through its words."""
+    return len(tokens) >= WORDED_RUN and bool(store.index_terms(" ".join(tokens[1:-1])))
 
 
 def _fair(store: Store, table: str, pattern: str, hits: list[GrepHit]) -> list[GrepHit]:
