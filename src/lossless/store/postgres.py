@@ -461,12 +461,10 @@ class PostgresStore(PgSearch, Store):
         assert isinstance(conn, PgConnection)
         conv_id, first_id, seq0 = msg_rows[0][1], msg_rows[0][0], msg_rows[0][2] - 1
         with conn.raw.pipeline():
-            # A plan for thousands of rows is costed high enough to be compiled (JIT), which
-            # takes longer than running it; and each row's foreign-key checks (the server's
-            # own prepared statements) would be planned again for every row under the
-            # connection's force_custom_plan (set for searches), which costs more than the
-            # check.
-            conn.execute("SET LOCAL jit = off")
+            # Each row's foreign-key checks (the server's own prepared statements) would be
+            # planned again for every row under the connection's force_custom_plan (set for
+            # searches), which costs more than the check. (JIT, which would compile a plan
+            # for thousands of rows, is off for the whole session.)
             conn.execute("SET LOCAL plan_cache_mode = auto")
             columns = [_column(msg_rows, i) for i in (0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
             conn.execute(_BATCH_INSERT, (*columns, conv_id, seq0 - 1, seq0, conv_id))
