@@ -180,6 +180,7 @@ class SQLiteStore(SQLiteSearch, Store):
         self._last_commit = 0.0
         self._checkpointed = 0.0
         self._commits_unmerged = 0
+        self._unmerged = False  # commits since the thread last merged (close() finishes)
         self._waiting_guard = threading.Lock()
         self._writers_waiting = 0
         memory = str(self.path) == ":memory:"
@@ -231,7 +232,7 @@ class SQLiteStore(SQLiteSearch, Store):
             self._merger = None
             self._merge_due.set()
             merger.join()
-            if self._merge_due.is_set():
+            if self._unmerged:
                 with contextlib.suppress(StoreError, sqlite3.Error):
                     self.merge_indexes(seconds=CLOSE_MERGE_SECONDS)
             with contextlib.suppress(StoreError, sqlite3.Error):
@@ -332,6 +333,7 @@ class SQLiteStore(SQLiteSearch, Store):
         """After a commit: the full-text indexes may have segments to merge; a thread of the
         store's own does it, so no writer waits for a merge inside its transaction (the
         indexes' automatic merging is off, migration m019)."""
+        self._unmerged = True
         self._merge_due.set()
         if self._merger is None and not self._closed and str(self.path) != ":memory:":
             with self._lock:
@@ -345,9 +347,11 @@ class SQLiteStore(SQLiteSearch, Store):
         me = threading.current_thread()
         while True:
             self._merge_due.wait()
+            # Cleared before looking: a close() that comes after this sets it again, and its
+            # signal is never lost (cleared after the look, the thread could wait for ever).
+            self._merge_due.clear()
             if self._merger is not me:
                 return  # closing: close() merges what is left, bounded
-            self._merge_due.clear()
             try:
                 # A pause in the writes, or a level nearing FTS5's crisis merge; meanwhile
                 # the WAL is checkpointed beside the writers.
@@ -357,7 +361,10 @@ class SQLiteStore(SQLiteSearch, Store):
                     if quiet >= MERGE_IDLE_SECONDS or self._pressed():
                         break
                     time.sleep(MERGE_IDLE_SECONDS - quiet)
+                self._unmerged = False  # set again by any commit from here on
                 self.merge_indexes(stop=lambda: self._merger is not me)
+                if self._merger is not me:
+                    self._unmerged = True  # stopped by close(): it merges what is left
                 self._checkpoint()
                 if not self._pressed():
                     self._commits_unmerged = 0
