@@ -30,6 +30,8 @@ __all__ = ["PgSearch"]
 #: from the word index and sorted by time, rather than by walking rows newest first.
 FEW_SHARE = 0.02
 FEW_ROWS = 2_000
+#: A ranked search of the summaries ranks at most this many of those that match, the newest.
+SUMMARY_RANK_CANDIDATES = 400
 
 _PHRASE = re.compile(r'"([^"]+)"')
 
@@ -82,12 +84,26 @@ class PgSearch(SearchStore):
             vector += " || coalesce(s.context_tsv, ''::tsvector)"
         terms = _PHRASE.findall(query) if order != "recency" else []
         rank, extra, values = self._weighted_rank(vector, terms)
+        words = self._word_query(query)
+        bound, bound_params = "", []
+        if table == "summaries" and order != "recency":
+            # Ranking reads each candidate's tsvector (a summary's is long, stored out of
+            # line): the newest SUMMARY_RANK_CANDIDATES that match are ranked, found through
+            # the index alone (an ARRAY subquery, planned on its own).
+            bound = (
+                f" AND s.{key} = ANY(ARRAY(SELECT s.{key} FROM {table} s WHERE s.content_tsv"
+                f" @@ websearch_to_tsquery('english'::regconfig, ?){where}"
+                f" ORDER BY {newest_first(table)} LIMIT {SUMMARY_RANK_CANDIDATES}))"
+            )
+            bound_params = [words, *params]
+        # Newest first has no score (nor a rank to compute for each match before the sort).
+        score = "NULL" if order == "recency" else f"-{rank}"
         sql = (
-            f"SELECT {hit_columns(table)}, s.content, -{rank} AS score"
+            f"SELECT {hit_columns(table)}, s.content, {score} AS score"
             f" FROM {table} s, websearch_to_tsquery('english'::regconfig, ?) q{extra}"
-            f" WHERE {matches}{where} ORDER BY {by} LIMIT ?"
+            f" WHERE {matches}{where}{bound} ORDER BY {by} LIMIT ?"
         )
-        return self._search_rows(sql, [self._word_query(query), *values, *params, limit])
+        return self._search_rows(sql, [words, *values, *params, *bound_params, limit])
 
     def _search_rows(
         self, sql: str, params: Sequence[Any], *, substring: bool = False
