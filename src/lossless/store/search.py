@@ -82,8 +82,9 @@ __all__ = [
 #: best-ranked first, a message's surroundings counting too (for summaries, as ``rank``).
 WordOrder = Literal["recency", "rank", "context"]
 
-#: Short needles (one or two characters) are searched in at most this many newest rows.
-SHORT_NEEDLE_ROWS = 20_000
+#: Short needles (one or two characters) are searched in at most this many newest rows of
+#: each table (a summary's text is some twenty messages' long: about as much text is read).
+SHORT_NEEDLE_ROWS = {"messages": 20_000, "summaries": 1_000}
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PHRASE = re.compile(r'"([^"]+)"')
 
@@ -311,8 +312,8 @@ class SearchStore(StoreCore):
         """Up to *limit* rows of *table* whose text contains *needle* (case-insensitive),
         newest first (by time), through the trigram index; needles of one or two characters
         (too short for trigrams: a two-character CJK word) are looked for in the newest
-        :data:`SHORT_NEEDLE_ROWS` rows only. Returns the rows and whether the search stopped
-        there (was bounded)."""
+        :data:`SHORT_NEEDLE_ROWS` rows of the table only. Returns the rows and whether the
+        search stopped there (was bounded)."""
         if not needle:
             return [], False
         key = key_column(table)
@@ -329,7 +330,8 @@ class SearchStore(StoreCore):
             rows = self._rows_containing(table, needle, run, scope, limit)
             return [TextRow(*r) for r in rows if wanted in r[6].lower()][:limit], False
         (newest,) = self.fetchall(f"SELECT coalesce(max({key}), 0) FROM {table}")[0]
-        bounded = newest > SHORT_NEEDLE_ROWS
+        window = SHORT_NEEDLE_ROWS[table]
+        bounded = newest > window
         probe = run or needle
         if probe.lower() == probe.upper():  # CJK and digits have no case: no lower() per row
             where = f"s.{key} > ? AND {self._find}(s.content, ?) > 0"
@@ -340,7 +342,7 @@ class SearchStore(StoreCore):
         rows = self._search_rows(
             f"SELECT {hit_columns(table)}, s.content FROM {table} s WHERE {where}{extra}"
             f" ORDER BY ({time_column(table)} || '') DESC, s.{key} DESC LIMIT ?",
-            [newest - SHORT_NEEDLE_ROWS, probe, *params, limit if run == needle else limit * 4],
+            [newest - window, probe, *params, limit if run == needle else limit * 4],
         )
         return [TextRow(*r) for r in rows if wanted in r[6].lower()][:limit], bounded
 
