@@ -222,7 +222,6 @@ def _segments(engine: Engine, table: str = "messages_fts") -> int:
 def test_sqlite_merges_its_word_indexes_off_the_writers_path(db_path: Path) -> None:
     with Engine.open(db_path, config=Config()) as engine:
         engine.store._wake_merger = lambda: None  # type: ignore[method-assign]  # held back
-        engine.store._merge_pressed = lambda conn: None  # type: ignore[method-assign]
         for n in range(40):
             engine.ingest("s", {"role": "user", "content": f"crane {n} moves the blue container"})
         # each write left a segment; only FTS5's crisis merge (16 on one level) merged them
@@ -261,28 +260,8 @@ def test_the_structure_reader_counts_every_segment_of_an_index(db_path: Path) ->
 
     with Engine.open(db_path, config=Config()) as engine:
         engine.store._wake_merger = lambda: None  # type: ignore[method-assign]
-        engine.store._merge_pressed = lambda conn: None  # type: ignore[method-assign]
         for n in range(30):
             engine.ingest("s", {"role": "user", "content": f"crane {n} moves the blue container"})
         for table in FTS_TABLES:
             assert sum(_levels(engine, table)) == _segments(engine, table)
         assert max(_levels(engine, "messages_fts")) >= 9  # nothing merged them but FTS5's crisis
-
-
-def test_writers_merge_a_pressed_level_when_the_thread_cannot(db_path: Path) -> None:
-    # Writes with no pause leave the store's thread no time: the writers themselves merge a
-    # step where a level nears FTS5's crisis merge (16), so no write meets a whole level's
-    # merge; the index stays whole.
-    from lossless.store import sqlite as sqlite_store
-
-    with Engine.open(db_path, config=Config()) as engine:
-        engine.store._wake_merger = lambda: None  # type: ignore[method-assign]
-        most = 0
-        for n in range(120):
-            engine.ingest("s", {"role": "user", "content": f"crane {n} moves the blue container"})
-            most = max(most, *_levels(engine, "messages_fts"), *_levels(engine, "messages_trigram"))
-        limit = sqlite_store.MERGE_PRESSURE + sqlite_store.PRESSURE_EVERY
-        assert most <= limit, f"a level held {most} segments"
-        hits = engine.grep("blue container", conversation="s", limit=200).hits
-        assert len(hits) == 120
-        assert engine.store.fts_problems() == []

@@ -67,9 +67,6 @@ CLOSE_MERGE_SECONDS = 0.05
 #: pause: FTS5 merges a level whole inside the write that gives it its 16th segment, and a
 #: level's segments can hold most of the index (hundreds of milliseconds of work).
 MERGE_PRESSURE = 8
-#: Once the store's thread has left the indexes unmerged for :data:`MERGE_PRESSURE` commits,
-#: every this many commits a writer looks at their levels (and merges a step where pressed).
-PRESSURE_EVERY = 4
 #: A WAL larger than this is checkpointed and truncated after the commit that grew it.
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
 #: How often the store's thread checkpoints the WAL while writes go on (a passive checkpoint
@@ -179,7 +176,6 @@ class SQLiteStore(SQLiteSearch, Store):
         self._merger: threading.Thread | None = None
         self._last_commit = 0.0
         self._checkpointed = 0.0
-        self._commits_unmerged = 0
         self._unmerged = False  # commits since the thread last merged (close() finishes)
         self._waiting_guard = threading.Lock()
         self._writers_waiting = 0
@@ -319,12 +315,6 @@ class SQLiteStore(SQLiteSearch, Store):
             self._limit_wal(conn)
             if not getattr(self._local, "merging", False):
                 self._last_commit = time.monotonic()
-                self._commits_unmerged += 1
-                if (
-                    self._commits_unmerged >= MERGE_PRESSURE
-                    and self._commits_unmerged % PRESSURE_EVERY == 0
-                ):
-                    self._merge_pressed(conn)
                 self._wake_merger()
 
     # --- index upkeep ---------------------------------------------------------------------
@@ -366,32 +356,8 @@ class SQLiteStore(SQLiteSearch, Store):
                 if self._merger is not me:
                     self._unmerged = True  # stopped by close(): it merges what is left
                 self._checkpoint()
-                if not self._pressed():
-                    self._commits_unmerged = 0
             except (StoreError, sqlite3.Error):  # best effort: the next commit tries again
                 logger.debug("index upkeep on %s failed", self.path, exc_info=True)
-
-    def _merge_pressed(self, conn: sqlite3.Connection) -> None:
-        """After a commit, still in this writer's turn, when the store's thread has not kept
-        up (writes without a pause leave it little time; the GIL less): one merge step of
-        each index with a level nearing FTS5's crisis merge, each its own transaction — a
-        few milliseconds now rather than a whole level's merge inside some later write."""
-        try:
-            pressed = [table for table in FTS_TABLES if self._pressed(table)]
-            if not pressed:
-                self._commits_unmerged = 0
-            for table in pressed:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.execute(
-                        f"INSERT INTO {table} ({table}, rank) VALUES ('merge', ?)", (MERGE_PAGES,)
-                    )
-                    conn.execute("COMMIT")
-                finally:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-        except sqlite3.Error:  # best effort: the thread or a later write goes on
-            logger.debug("index merge on %s failed", self.path, exc_info=True)
 
     def _pressed(self, table: str | None = None) -> bool:
         """Whether a level of *table*'s index (any index's) holds :data:`MERGE_PRESSURE`
