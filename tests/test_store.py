@@ -243,25 +243,3 @@ def test_sqlite_merges_when_writes_pause(db_path: Path) -> None:
         while _segments(engine) > 5 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert _segments(engine) <= 5
-
-
-def _levels(engine: Engine, table: str) -> list[int]:
-    from lossless.store.fts5_structure import STRUCTURE_ROWID, segments_per_level
-
-    with engine.store.read() as conn:
-        record = conn.execute(
-            f"SELECT block FROM {table}_data WHERE id = ?", (STRUCTURE_ROWID,)
-        ).fetchone()[0]
-    return segments_per_level(bytes(record))
-
-
-def test_the_structure_reader_counts_every_segment_of_an_index(db_path: Path) -> None:
-    from lossless.store.sqlite import FTS_TABLES
-
-    with Engine.open(db_path, config=Config()) as engine:
-        engine.store._wake_merger = lambda: None  # type: ignore[method-assign]
-        for n in range(30):
-            engine.ingest("s", {"role": "user", "content": f"crane {n} moves the blue container"})
-        for table in FTS_TABLES:
-            assert sum(_levels(engine, table)) == _segments(engine, table)
-        assert max(_levels(engine, "messages_fts")) >= 9  # nothing merged them but FTS5's crisis

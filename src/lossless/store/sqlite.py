@@ -29,7 +29,6 @@ from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store, in_chunks
 from .connection import Connection
-from .fts5_structure import STRUCTURE_ROWID, segments_per_level
 from .migrations import MIGRATIONS
 from .sqlite_search import SQLiteSearch
 
@@ -63,10 +62,6 @@ MERGE_IDLE_SECONDS = 0.02
 #: How long closing a store spends at most on the merging still due (a process that writes
 #: once and exits, as a host's hook does, merges there).
 CLOSE_MERGE_SECONDS = 0.05
-#: A level of a full-text index holding this many segments is merged without waiting for a
-#: pause: FTS5 merges a level whole inside the write that gives it its 16th segment, and a
-#: level's segments can hold most of the index (hundreds of milliseconds of work).
-MERGE_PRESSURE = 8
 #: A WAL larger than this is checkpointed and truncated after the commit that grew it.
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
 #: How often the store's thread checkpoints the WAL while writes go on (a passive checkpoint
@@ -343,12 +338,11 @@ class SQLiteStore(SQLiteSearch, Store):
             if self._merger is not me:
                 return  # closing: close() merges what is left, bounded
             try:
-                # A pause in the writes, or a level nearing FTS5's crisis merge; meanwhile
-                # the WAL is checkpointed beside the writers.
+                # A pause in the writes; meanwhile the WAL is checkpointed beside the writers.
                 while self._merger is me:
                     self._checkpoint()
                     quiet = time.monotonic() - self._last_commit
-                    if quiet >= MERGE_IDLE_SECONDS or self._pressed():
+                    if quiet >= MERGE_IDLE_SECONDS:
                         break
                     time.sleep(MERGE_IDLE_SECONDS - quiet)
                 self._unmerged = False  # set again by any commit from here on
@@ -358,23 +352,6 @@ class SQLiteStore(SQLiteSearch, Store):
                 self._checkpoint()
             except (StoreError, sqlite3.Error):  # best effort: the next commit tries again
                 logger.debug("index upkeep on %s failed", self.path, exc_info=True)
-
-    def _pressed(self, table: str | None = None) -> bool:
-        """Whether a level of *table*'s index (any index's) holds :data:`MERGE_PRESSURE`
-        segments or more (read from its structure record; one this reader does not know
-        counts as not)."""
-        conn = self._conn()
-        for name in FTS_TABLES if table is None else (table,):
-            row = conn.execute(
-                f"SELECT block FROM {name}_data WHERE id = ?", (STRUCTURE_ROWID,)
-            ).fetchone()
-            try:
-                levels = segments_per_level(bytes(row[0])) if row else []
-            except ValueError:
-                continue
-            if max(levels, default=0) >= MERGE_PRESSURE:
-                return True
-        return False
 
     def _checkpoint(self, *, force: bool = False) -> None:
         """Copy the WAL into the database beside the writers (a passive checkpoint: it waits
@@ -393,8 +370,7 @@ class SQLiteStore(SQLiteSearch, Store):
         ``merge`` command, :data:`MERGE_PAGES` pages per step, each step its own short
         write transaction, so writers interleave); until nothing is left to merge, *seconds*
         have passed or *stop* says so. With *stop* (the store's thread), it also gives way to
-        a waiting writer, and to writes going on unless a level of the index is pressed
-        (:data:`MERGE_PRESSURE`). The steps that did work."""
+        a waiting writer and to writes going on. The steps that did work."""
         deadline = None if seconds is None else time.monotonic() + seconds
         steps = 0
         self._local.merging = True
@@ -405,10 +381,7 @@ class SQLiteStore(SQLiteSearch, Store):
                 ):
                     if stop is not None and (
                         self._writers_waiting
-                        or (
-                            time.monotonic() - self._last_commit < MERGE_IDLE_SECONDS
-                            and not self._pressed(table)
-                        )
+                        or time.monotonic() - self._last_commit < MERGE_IDLE_SECONDS
                     ):
                         break  # writers are back: wait for the next quiet moment
                     with self._transaction(self._conn()) as conn:  # not the public one
