@@ -44,6 +44,15 @@ class ContextStore(MessageStore):
         before and nothing changed it since; else the size of the active context)."""
         outside = not self._in_transaction()
         held = self._kept_context(conversation_id) if outside else None
+        if held is not None:
+            # The version alone, one statement (on PostgreSQL one round trip, where a
+            # snapshot's BEGIN and COMMIT would be two more): unchanged, the kept list is it.
+            found = self.fetchall(
+                "SELECT context_version FROM conversations WHERE conversation_id = ?",
+                (conversation_id,),
+            )
+            if found and found[0][0] is not None and int(found[0][0]) == held[0]:
+                return list(held[1])
         with self.read() as conn:
             row = conn.execute(
                 "SELECT context_version FROM conversations WHERE conversation_id = ?",
