@@ -30,7 +30,7 @@ import re
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import regex
@@ -240,10 +240,9 @@ class GrepHit:
     literal: bool = dataclasses.field(default=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``covers`` only for summaries)."""
-        out = asdict(self)
-        for private in ("text", "around", "literal"):
-            del out[private]
+        """JSON-ready form (``covers`` only for summaries). Every field is a plain value: read
+        one by one, not deep-copied (``asdict`` took 40% of a search's time)."""
+        out = {name: getattr(self, name) for name in _HIT_FIELDS}
         if out["covers"] is None:
             del out["covers"]
         return out
@@ -254,6 +253,12 @@ class GrepHit:
             return self
         snippet = _snippet(self.text, self.around, literal=self.literal)
         return dataclasses.replace(self, snippet=snippet, text=None, around=None)
+
+
+#: What a hit's JSON form holds: its fields but the text and what its snippet is made around.
+_HIT_FIELDS = tuple(
+    f.name for f in dataclasses.fields(GrepHit) if f.name not in ("text", "around", "literal")
+)
 
 
 @dataclass(frozen=True)
