@@ -54,6 +54,8 @@ _POSITION = (
 )
 #: Conversations whose context a store keeps in memory (the most recently used).
 CONTEXTS_KEPT = 256
+#: Texts whose index terms a store remembers (see :meth:`StoreCore.index_terms`).
+TERMS_KEPT = 4096
 #: How long a term's document count is trusted (it moves slowly; it only steers the search).
 TERM_CACHE_SECONDS = 300.0
 
@@ -220,9 +222,23 @@ class StoreCore(ABC):
         """Index what large batches left out; returns rows indexed."""
         return 0
 
-    @abstractmethod
     def index_terms(self, text: str) -> list[str]:
-        """The distinct terms the word index makes of *text* (stemmed, folded)."""
+        """The distinct terms the word index makes of *text* (stemmed, folded). The same text
+        always gives the same terms: the store remembers the last :data:`TERMS_KEPT` texts'
+        (a search asks for a word's terms several times, and each asking is several
+        statements)."""
+        kept: dict[str, list[str]] = self.__dict__.setdefault("_terms_kept", {})
+        terms = kept.get(text)
+        if terms is None:
+            terms = self._index_terms(text)
+            if len(kept) >= TERMS_KEPT:
+                kept.clear()
+            kept[text] = terms
+        return list(terms)
+
+    @abstractmethod
+    def _index_terms(self, text: str) -> list[str]:
+        """:meth:`index_terms`, asked of the engine's own tokenizer."""
 
     @abstractmethod
     def _term_counts(self, table: str, terms: Sequence[str]) -> dict[str, int]:

@@ -519,7 +519,7 @@ class PostgresStore(PgSearch, Store):
 
     # --- search statistics ---------------------------------------------------------------
 
-    def index_terms(self, text: str) -> list[str]:
+    def _index_terms(self, text: str) -> list[str]:
         """The distinct lexemes ``to_tsvector('english', ...)`` makes of *text*."""
         return [
             r[0]

@@ -667,7 +667,7 @@ class SQLiteStore(SQLiteSearch, Store):
                     "UPDATE index_state SET upto = ? WHERE name = 'messages_trigram'", (top,)
                 )
 
-    def index_terms(self, text: str) -> list[str]:
+    def _index_terms(self, text: str) -> list[str]:
         """The distinct terms the porter full-text index makes of *text* (stemmed, folded),
         in no particular order: a scratch FTS table in this connection's temp database."""
         conn = self._conn()
