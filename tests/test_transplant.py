@@ -464,3 +464,22 @@ def test_the_cli_dry_run_apply_and_refusal(run_cli, db: str, engine: Engine) -> 
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     else:  # PostgreSQL checks its own pages; the store's invariants are the doctor's
         assert check(engine.store) == []
+
+
+def test_a_large_transplant_is_fully_indexed_when_it_returns(db: str) -> None:
+    # 64 or more copied messages are written as a large batch, whose substring and context
+    # index entries come after its transaction: the transplant makes them before it returns
+    # (no search makes them any more), so ranked search finds the copies at once.
+    eng = Engine.open(db, config=SMALL, summarizer=ScriptedSummarizer(default=counter()))
+    try:
+        for i in range(80):
+            eng.ingest("big", {"role": "user", "content": f"big turn {i}: wombat ledger " * 3})
+        eng.compact("big")
+        eng.ingest("dest", {"role": "user", "content": "a session of its own"})
+        plan = eng.transplant("big", "dest", apply=True)
+        assert len(plan.message_ids) >= 64
+        assert eng.store.pending_index_rows() == 0
+        hits = eng.grep("wombat", conversation="dest", family=False, sort="relevance").hits
+        assert hits
+    finally:
+        eng.close()

@@ -441,7 +441,9 @@ class Engine(Reads, Recall, Upkeep):
         conversations with their messages, summary DAG and active context, one transaction
         per conversation; importing again brings only what is new (see
         :mod:`lossless.ingest.peers`)."""
-        return import_peer_store(self.services, source, path)
+        reports = import_peer_store(self.services, source, path)
+        self.finish_indexes()  # what its large batches left for after their transactions
+        return reports
 
     def import_path(
         self,

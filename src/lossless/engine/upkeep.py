@@ -86,9 +86,12 @@ class Upkeep(Facade):
         be refused). With *apply*, a refused transplant raises
         :class:`~lossless.transplant.TransplantError` and changes nothing.
         """
-        return transplant_conversation(
+        plan = transplant_conversation(
             self.services, self.conversation(source), self.conversation(target), apply_it=apply
         )
+        if plan.applied:  # the copies of a large batch: their index entries now, not later
+            self.finish_indexes()
+        return plan
 
     def rewrite(
         self,

@@ -27,6 +27,10 @@ _CONTEXT_READ = (
 )
 
 
+#: A conversation's context version (see :meth:`StoreCore._context_changed`).
+_VERSION = "SELECT context_version FROM conversations WHERE conversation_id = ?"
+
+
 class ContextStore(MessageStore):
     """Each conversation's active context (over the messages its items point at).
 
@@ -47,17 +51,11 @@ class ContextStore(MessageStore):
         if held is not None:
             # The version alone, one statement (on PostgreSQL one round trip, where a
             # snapshot's BEGIN and COMMIT would be two more): unchanged, the kept list is it.
-            found = self.fetchall(
-                "SELECT context_version FROM conversations WHERE conversation_id = ?",
-                (conversation_id,),
-            )
+            found = self.fetchall(_VERSION, (conversation_id,))
             if found and found[0][0] is not None and int(found[0][0]) == held[0]:
                 return list(held[1])
         with self.read() as conn:
-            row = conn.execute(
-                "SELECT context_version FROM conversations WHERE conversation_id = ?",
-                (conversation_id,),
-            ).fetchone()
+            row = conn.execute(_VERSION, (conversation_id,)).fetchone()
             version = None if row is None else int(row[0])
             if held is not None and held[0] == version:
                 return list(held[1])
