@@ -256,36 +256,14 @@ def instant_summary(request: Any) -> str:
     return ("summary " * (target // 2))[: target * 4]
 
 
-def compacted_store(size: int, *, summarizer: str = "scripted", rebuild: bool = False) -> Path:
-    """A store whose conversation ``bench`` holds *size* messages, compacted, built once.
-
-    The history is :func:`corpus_messages` ingested with ``Engine.ingest_batch`` 5,000 at a
-    time, each chunk followed by a full compaction (so the context compaction reads stays
-    small), then :func:`agent_tail` as the last messages and a last compaction: the active
-    context is a few summaries and a ~64-message fresh tail of tool calls and results. The
-    trigram index is caught up at the end, as after an import. *summarizer* is ``scripted``
-    (:func:`instant_summary`: summaries of the target size, at once) or ``extractive`` (the
-    offline default). The store is kept in ``benchmarks/out/stores/`` with a JSON file of how
-    it was built; later calls return it as it is.
-    """
+def _build_conversation(target: str | Path, size: int, summarizer: str) -> dict[str, Any]:
+    """Fill the empty store at *target* as :func:`compacted_store` says; how it was built."""
     import time
 
     from lossless import Config, Engine
     from lossless.summarize import ScriptedSummarizer
     from lossless.summarize.extractive import ExtractiveSummarizer
 
-    STORES.mkdir(parents=True, exist_ok=True)
-    path = STORES / f"conversation-{size}-{summarizer}.db"
-    meta_path = path.with_suffix(".json")
-    if (
-        not rebuild
-        and path.exists()
-        and meta_path.exists()
-        and json.loads(meta_path.read_text()).get("version") == STORE_VERSION
-    ):
-        return path
-    for stale in (path, meta_path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        stale.unlink(missing_ok=True)
     tail = agent_tail()
     history = max(0, size - len(tail))
     chosen = (
@@ -293,11 +271,9 @@ def compacted_store(size: int, *, summarizer: str = "scripted", rebuild: bool = 
         if summarizer == "scripted"
         else ExtractiveSummarizer()
     )
-    building = path.with_name(path.name + ".building")
-    building.unlink(missing_ok=True)
     ingest_s = compact_s = 0.0
     started = time.perf_counter()
-    with Engine.open(building, config=Config(), summarizer=chosen) as engine:
+    with Engine.open(target, config=Config(), summarizer=chosen) as engine:
         done = 0
         while done < history:
             count = min(_INGEST_CHUNK, history - done)
@@ -322,7 +298,7 @@ def compacted_store(size: int, *, summarizer: str = "scripted", rebuild: bool = 
         compact_s += t2 - t1
         conv = engine.conversation(SESSION)
         items = engine.context(conv.conversation_id)
-        meta = {
+        return {
             "version": STORE_VERSION,
             "messages": engine.store.message_count(conv.conversation_id),
             "summarizer": summarizer,
@@ -335,6 +311,35 @@ def compacted_store(size: int, *, summarizer: str = "scripted", rebuild: bool = 
             "trigram_catch_up_s": round(catch_up_s, 1),
             "build_s": round(time.perf_counter() - started, 1),
         }
+
+
+def compacted_store(size: int, *, summarizer: str = "scripted", rebuild: bool = False) -> Path:
+    """A store whose conversation ``bench`` holds *size* messages, compacted, built once.
+
+    The history is :func:`corpus_messages` ingested with ``Engine.ingest_batch`` 5,000 at a
+    time, each chunk followed by a full compaction (so the context compaction reads stays
+    small), then :func:`agent_tail` as the last messages and a last compaction: the active
+    context is a few summaries and a ~64-message fresh tail of tool calls and results. The
+    trigram index is caught up at the end, as after an import. *summarizer* is ``scripted``
+    (:func:`instant_summary`: summaries of the target size, at once) or ``extractive`` (the
+    offline default). The store is kept in ``benchmarks/out/stores/`` with a JSON file of how
+    it was built; later calls return it as it is.
+    """
+    STORES.mkdir(parents=True, exist_ok=True)
+    path = STORES / f"conversation-{size}-{summarizer}.db"
+    meta_path = path.with_suffix(".json")
+    if (
+        not rebuild
+        and path.exists()
+        and meta_path.exists()
+        and json.loads(meta_path.read_text()).get("version") == STORE_VERSION
+    ):
+        return path
+    for stale in (path, meta_path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        stale.unlink(missing_ok=True)
+    building = path.with_name(path.name + ".building")
+    building.unlink(missing_ok=True)
+    meta = _build_conversation(building, size, summarizer)
     building.rename(path)
     meta_path.write_text(json.dumps(meta, indent=2))
     return path
@@ -404,8 +409,6 @@ def postgres_store(size: int, *, summarizer: str = "scripted", rebuild: bool = F
     that comment matches the SQLite store's and every table has the source's row count; a copy
     of an older build is dropped and made again, an interrupted one is continued.
     """
-    from psycopg import sql
-
     from lossless.migrate_store import MigrationError, MigrationProgress, migrate_store
     from lossless.store import open_store
 
@@ -413,11 +416,8 @@ def postgres_store(size: int, *, summarizer: str = "scripted", rebuild: bool = F
     stamp = json.dumps(store_info(path), sort_keys=True)
     schema = f"lossless_bench_{size}_{summarizer}"
     url = pg_url(schema)
-    with pg_admin() as conn:
-        row = conn.execute(
-            "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = %s",
-            (schema,),
-        ).fetchone()
+    exists, comment = _schema_comment(schema)
+    row = (comment,) if exists else None
     if row is not None and (rebuild or (row[0] is not None and row[0] != stamp)):
         drop_pg_schema(schema)  # a copy of another build of the SQLite store
         row = None
@@ -458,6 +458,17 @@ def postgres_store(size: int, *, summarizer: str = "scripted", rebuild: bool = F
                 target.close()
     finally:
         source.close()
+    _vacuum_and_stamp(schema, stamp)
+    print(f"  copied in {time.perf_counter() - started:.0f} s (with VACUUM ANALYZE)", flush=True)
+    return url
+
+
+def _vacuum_and_stamp(schema: str, stamp: str) -> None:
+    """VACUUM ANALYZE every table of *schema* (as autovacuum would in time: planner
+    statistics, visibility map), then record *stamp* as the schema's comment: the store in it
+    is complete."""
+    from psycopg import sql
+
     with pg_admin() as conn:
         tables = conn.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
@@ -467,5 +478,52 @@ def postgres_store(size: int, *, summarizer: str = "scripted", rebuild: bool = F
         conn.execute(
             sql.SQL("COMMENT ON SCHEMA {} IS {}").format(sql.Identifier(schema), sql.Literal(stamp))
         )
-    print(f"  copied in {time.perf_counter() - started:.0f} s (with VACUUM ANALYZE)", flush=True)
+
+
+def _schema_comment(schema: str) -> tuple[bool, str | None]:
+    """Whether *schema* exists, and its comment."""
+    with pg_admin() as conn:
+        row = conn.execute(
+            "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = %s",
+            (schema,),
+        ).fetchone()
+    return (row is not None, None if row is None else row[0])
+
+
+def built_postgres_store(size: int, *, summarizer: str = "scripted", rebuild: bool = False) -> str:
+    """The URL of a store built as :func:`compacted_store` builds one, but in PostgreSQL itself
+    (the schema ``lossless_bench_<size>_<summarizer>_built``), made once.
+
+    For sizes whose SQLite copy would take too long to make and copy (10M messages): the
+    messages go in with ``Engine.ingest_batch`` and are compacted on the server. Every table is
+    then vacuumed and analyzed, and the schema's comment records how it was built; a schema
+    without that comment (an interrupted build) is dropped and built again.
+    """
+    import time
+
+    schema = f"lossless_bench_{size}_{summarizer}_built"
+    url = pg_url(schema)
+    exists, comment = _schema_comment(schema)
+    if (
+        exists
+        and comment is not None
+        and not rebuild
+        and json.loads(comment).get("version") == STORE_VERSION
+    ):
+        return url
+    drop_pg_schema(schema)
+    started = time.perf_counter()
+    print(f"  building {size:,} messages in PostgreSQL schema {schema}", flush=True)
+    meta = _build_conversation(create_pg_schema(schema), size, summarizer)
+    _vacuum_and_stamp(schema, json.dumps(meta, sort_keys=True))
+    print(f"  built in {time.perf_counter() - started:.0f} s (with VACUUM ANALYZE)", flush=True)
     return url
+
+
+def built_store_info(size: int, summarizer: str) -> dict[str, Any]:
+    """How a store made by :func:`built_postgres_store` was built."""
+    exists, comment = _schema_comment(f"lossless_bench_{size}_{summarizer}_built")
+    if not exists or comment is None:
+        raise LookupError(f"no built {size:,}-message store in PostgreSQL")
+    info: dict[str, Any] = json.loads(comment)
+    return info

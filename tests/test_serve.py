@@ -286,6 +286,39 @@ def test_the_same_over_http_with_its_token(db: str, config: Path, tmp_path: Path
         assert process.wait(60) == 0
 
 
+def test_a_hundred_hosts_connecting_at_once_are_all_served(
+    db: str, config: Path, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    process, url = _start_http(db, config, token_file)
+    hosts = 100
+    start = threading.Barrier(hosts)
+    failures: list[str] = []
+    stored: dict[int, int] = {}
+
+    def host(i: int) -> None:
+        client = ServeClient.http(url, token_file.read_text().strip())
+        start.wait()
+        try:
+            for t in range(3):
+                client.after_turn(f"host-{i}", turn(t), token_budget=700)
+            stored[i] = client.status(f"host-{i}")["messages"]
+        except Exception as exc:
+            failures.append(f"host {i}: {type(exc).__name__}: {exc}")
+
+    try:
+        threads = [threading.Thread(target=host, args=(i,)) for i in range(hosts)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert failures == []
+        assert stored == dict.fromkeys(range(hosts), 6)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+
+
 def test_http_refuses_an_address_off_loopback(db: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "lossless", "--db", db, "serve", "--http", "0.0.0.0:0"],
