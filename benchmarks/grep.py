@@ -19,6 +19,9 @@ of ``retrieval.grep.grep``) with ``truncated`` set.
 (``common.postgres_store``: copied once with ``migrate_store`` into the schema
 ``lossless_bench_<size>_<summarizer>`` of ``LOSSLESS_BENCH_PG``, by default
 postgresql://postgres@127.0.0.1:5432/test, and kept); results go to ``grep-postgres.json``.
+With ``--pg-store built`` the store is built in PostgreSQL itself the same way
+(``common.built_postgres_store``, schema ``lossless_bench_<size>_<summarizer>_built``): for
+10M messages, which would take hours to build in SQLite and copy.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from lossless.retrieval.grep import grep as grep_store
 from common import (
     RARE_WORD,
     SESSION,
+    built_postgres_store,
+    built_store_info,
     compacted_store,
     load_average,
     percentiles,
@@ -141,12 +146,24 @@ def main() -> None:
         default="sqlite",
         help="the cached SQLite store, or its copy in PostgreSQL (common.postgres_store)",
     )
+    parser.add_argument(
+        "--pg-store",
+        choices=("copy", "built"),
+        default="copy",
+        help="with --backend postgres: the SQLite store's copy, or one built in PostgreSQL"
+        " itself (common.built_postgres_store: for 10M messages, too many to build and copy)",
+    )
     args = parser.parse_args()
-    path = compacted_store(args.size, summarizer=args.summarizer)
-    info = store_info(path)
-    target: str | Path = path
-    if args.backend == "postgres":
-        target = postgres_store(args.size, summarizer=args.summarizer)
+    target: str | Path
+    if args.backend == "postgres" and args.pg_store == "built":
+        target = built_postgres_store(args.size, summarizer=args.summarizer)
+        info = built_store_info(args.size, args.summarizer)
+    else:
+        path = compacted_store(args.size, summarizer=args.summarizer)
+        info = store_info(path)
+        target = path
+        if args.backend == "postgres":
+            target = postgres_store(args.size, summarizer=args.summarizer)
     bound_s = inspect.signature(grep_store).parameters["max_seconds"].default
     bound_rows = inspect.signature(grep_store).parameters["max_rows"].default
     load_before = load_average()
@@ -253,6 +270,8 @@ def main() -> None:
         "regex": regex_rows,
     }
     name = "grep" if args.backend == "sqlite" else f"grep-{args.backend}"
+    if args.backend == "postgres" and args.pg_store == "built":
+        name += f"-built-{args.size}"
     print(f"results: {save(name, results)}")
 
 

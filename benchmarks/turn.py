@@ -13,6 +13,10 @@ turns) in the same run; on PostgreSQL also its own floor, two rows into a bare t
 stored ``tsvector`` and its GIN index. On PostgreSQL, ``context_items``' dead row versions
 after the turns (the server's statistics) say what renumbering would have left behind.
 
+With ``--store built``, PostgreSQL's turns go to the conversation of the store
+``common.built_postgres_store`` keeps (built once the way ``grep.py``'s store is: 5,000
+messages at a time, each compacted; for 10M messages, which take long to fill).
+
 *Backlog*: one ``compact()`` over an uncompacted history of M messages; the time for 4×
 the work should be at most about 6× (linear, not quadratic).
 
@@ -36,6 +40,9 @@ from lossless.summarize import ScriptedSummarizer, SummaryRequest
 
 from common import (
     PG_URL,
+    SESSION,
+    built_postgres_store,
+    built_store_info,
     create_pg_schema,
     drop_pg_schema,
     machine,
@@ -159,6 +166,28 @@ def dead_context_rows(engine: Engine) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
+def built_turn_run(size: int, count: int, gap: float) -> dict[str, Any]:
+    """The turns in the conversation of :func:`common.built_postgres_store` (kept: each run
+    adds its turns' messages to it)."""
+    target = built_postgres_store(size, summarizer="scripted")
+    summarizer = ScriptedSummarizer(default=sized)
+    with Engine.open(target, config=Config(), summarizer=summarizer) as engine:
+        stored = engine.store.message_count(engine.conversation(SESSION).conversation_id)
+        samples = turns(engine, SESSION, count, gap)
+    stats = percentiles(samples)
+    return {
+        "backend": "postgresql",
+        "store": "built",
+        "stored": stored,
+        "turns": count,
+        "gap_ms": gap * 1000,
+        "fill_s": built_store_info(size, "scripted")["build_s"],
+        **stats,
+        "p99_over_p50": round(stats["p99_ms"] / stats["p50_ms"], 1),
+        "context_items_dead_rows": None,
+    }
+
+
 def turn_run(work: Path, backend: str, size: int, count: int, gap: float) -> dict[str, Any]:
     schema = None
     if backend == "postgresql":
@@ -219,6 +248,13 @@ def main() -> None:
         default=0.0,
         help="milliseconds between turns, not timed (a host waits seconds for its model)",
     )
+    parser.add_argument(
+        "--store",
+        choices=("fresh", "built"),
+        default="fresh",
+        help="PostgreSQL: a store filled for this run, or the kept one of"
+        " common.built_postgres_store (10M messages take long to fill)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lossless-turn-"))
     results: dict[str, Any] = {"machine": machine(), "turn": [], "backlog": []}
@@ -237,7 +273,10 @@ def main() -> None:
                     f" p50 {results['pg_floor']['p50_ms']:.3f} ms"
                 )
             for size in (int(s) for s in args.sizes.split(",")):
-                row = turn_run(work, backend, size, args.turns, args.gap / 1000)
+                if args.store == "built" and backend == "postgresql":
+                    row = built_turn_run(size, args.turns, args.gap / 1000)
+                else:
+                    row = turn_run(work, backend, size, args.turns, args.gap / 1000)
                 results["turn"].append(row)
                 print(
                     f"{backend:>10} {size:>9,} stored: after_turn p50 {row['p50_ms']:.2f} ms"

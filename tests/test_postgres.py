@@ -15,7 +15,7 @@ from lossless import Config, Engine, StoreError
 from lossless.retrieval.grep import GrepError
 from lossless.store import open_store
 from lossless.store.pg_migrations import PG_MIGRATIONS
-from lossless.store.postgres import redact_url, translate
+from lossless.store.postgres import bind, prepare, redact_url, translate
 
 
 @pytest.fixture
@@ -159,6 +159,22 @@ def test_placeholders_are_translated_outside_quotes_only() -> None:
         "SELECT %s WHERE a LIKE '%%?%%' AND b = \"?\""
     )
     assert redact_url("postgresql://u:p@h/db") == "postgresql://u:***@h/db"
+
+
+def test_a_list_of_values_is_one_array_parameter_whatever_its_length(url: str) -> None:
+    sql = "SELECT x FROM t WHERE a = ? AND x IN (?, ?, ?) AND y NOT IN (?,?) AND z IN (?)"
+    text, groups = prepare(sql)
+    assert text == (
+        "SELECT x FROM t WHERE a = %s AND x = ANY(%s) AND y <> ALL(%s) AND z IN (%s)"
+    )
+    assert bind([0, 1, 2, 3, "p", "q\x00", 9], groups) == [0, [1, 2, 3], ["p", "q\ue0000"], 9]
+    assert prepare("SELECT 'IN (?, ?)', ? WHERE b LIKE '%s'")[1] == ()
+    with Engine.open(url, config=Config()) as engine:
+        ids = engine.ingest_batch("s", [{"role": "user", "content": f"m {i}"} for i in range(700)])
+        wanted = list(reversed(ids.message_ids))  # lists of 500 and 200 ids
+        found = engine.messages_by_id(wanted)
+        assert [m.message_id for m in found] == wanted
+        assert [m.content for m in found][:2] == ["m 699", "m 698"]
 
 
 def test_one_process_compacts_a_conversation_and_a_turn_elsewhere_leaves_it_to_that_one(

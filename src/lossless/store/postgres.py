@@ -81,6 +81,56 @@ def translate(sql: str) -> str:
     return "".join(out)
 
 
+#: ``IN (%s, %s, ...)`` of two or more placeholders (``%s`` not after another ``%``).
+_IN_LIST = re.compile(r"\b(NOT\s+)?IN\s*\(\s*(?<!%)%s(?:\s*,\s*(?<!%)%s)+\s*\)", re.I)
+_MARK = re.compile(r"(?<!%)%s")
+
+
+@lru_cache(maxsize=4096)
+def prepare(sql: str) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """*sql* as psycopg takes it (:func:`translate`), with every list of two or more
+    placeholders, ``IN (?, ?, ...)``, made one array parameter: ``= ANY(%s)`` (``NOT IN``:
+    ``<> ALL(%s)``). The same statement then reads the same whatever the list's length, so
+    psycopg parses it once and may prepare it (it parses a statement of more than 50
+    parameters again on every call), and the server gets one parameter, not hundreds.
+    Returns the statement and, for each list, the index of its first parameter and how many
+    it had (see :func:`bind`)."""
+    text = translate(sql)
+    groups: list[tuple[int, int]] = []
+    out: list[str] = []
+    at = 0
+    for found in _IN_LIST.finditer(text):
+        first = len(_MARK.findall(text, 0, found.start()))
+        groups.append((first, len(_MARK.findall(found.group(0)))))
+        out.append(text[at : found.start()])
+        out.append("<> ALL(%s)" if found.group(1) else "= ANY(%s)")
+        at = found.end()
+    out.append(text[at:])
+    return "".join(out), tuple(groups)
+
+
+def bind(params: Sequence[Any], groups: tuple[tuple[int, int], ...]) -> list[Any]:
+    """*params* for a statement of :func:`prepare`: each list's values as one list, every text
+    as stored (:func:`escape_text`)."""
+    values = _params(params)
+    if not groups:
+        return values
+    out: list[Any] = []
+    at = 0
+    for first, count in groups:
+        out.extend(values[at:first])
+        out.append(values[first : first + count])
+        at = first + count
+    out.extend(values[at:])
+    return out
+
+
+def run(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
+    """Execute the store's ``?`` statement *sql* on *raw*."""
+    text, groups = prepare(sql)
+    return raw.execute(text, bind(params, groups))
+
+
 def redact_url(url: str) -> str:
     """*url* with its password replaced by ``***`` (for messages and reports)."""
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
@@ -149,7 +199,7 @@ class PgConnection:
         self.raw = raw
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self.raw.execute(translate(sql), _params(params))
+        return run(self.raw, sql, params)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
         cur = self.raw.cursor()
@@ -347,7 +397,7 @@ class PostgresStore(PgSearch, Store):
         if self._pool.closed:
             raise StoreError(f"the store {self.location} is closed; open it again")
         with self._pool.connection() as raw:
-            return list(raw.execute(translate(sql), _params(params)).fetchall())
+            return list(run(raw, sql, params).fetchall())
 
     # --- schema ----------------------------------------------------------------------------
 
