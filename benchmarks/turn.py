@@ -13,9 +13,10 @@ turns) in the same run; on PostgreSQL also its own floor, two rows into a bare t
 stored ``tsvector`` and its GIN index. On PostgreSQL, ``context_items``' dead row versions
 after the turns (the server's statistics) say what renumbering would have left behind.
 
-With ``--store built``, PostgreSQL's turns go to the conversation of the store
-``common.built_postgres_store`` keeps (built once the way ``grep.py``'s store is: 5,000
-messages at a time, each compacted; for 10M messages, which take long to fill).
+With ``--store built``, the turns go to the conversation of the kept store ``grep.py`` reads
+(scripted summaries: ``common.compacted_store``, on PostgreSQL ``common.built_postgres_store``,
+built in the server), built once 5,000 messages at a time, each compacted: for 10M messages,
+which take long to fill. Each run adds its turns' messages to that store.
 
 *Backlog*: one ``compact()`` over an uncompacted history of M messages; the time for 4×
 the work should be at most about 6× (linear, not quadratic).
@@ -43,12 +44,14 @@ from common import (
     SESSION,
     built_postgres_store,
     built_store_info,
+    compacted_store,
     create_pg_schema,
     drop_pg_schema,
     machine,
     percentiles,
     pg_admin,
     save,
+    store_info,
     text_messages,
 )
 
@@ -166,22 +169,28 @@ def dead_context_rows(engine: Engine) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
-def built_turn_run(size: int, count: int, gap: float) -> dict[str, Any]:
-    """The turns in the conversation of :func:`common.built_postgres_store` (kept: each run
-    adds its turns' messages to it)."""
-    target = built_postgres_store(size, summarizer="scripted")
+def built_turn_run(backend: str, size: int, count: int, gap: float) -> dict[str, Any]:
+    """The turns in the conversation of the kept store built as ``grep.py``'s is
+    (:func:`common.compacted_store` for SQLite, :func:`common.built_postgres_store` for
+    PostgreSQL; scripted summaries). Each run adds its turns' messages to it."""
+    if backend == "postgresql":
+        target: str | Path = built_postgres_store(size, summarizer="scripted")
+        info = built_store_info(size, "scripted")
+    else:
+        target = compacted_store(size, summarizer="scripted")
+        info = store_info(target)
     summarizer = ScriptedSummarizer(default=sized)
     with Engine.open(target, config=Config(), summarizer=summarizer) as engine:
         stored = engine.store.message_count(engine.conversation(SESSION).conversation_id)
         samples = turns(engine, SESSION, count, gap)
     stats = percentiles(samples)
     return {
-        "backend": "postgresql",
+        "backend": backend,
         "store": "built",
         "stored": stored,
         "turns": count,
         "gap_ms": gap * 1000,
-        "fill_s": built_store_info(size, "scripted")["build_s"],
+        "fill_s": info["build_s"],
         **stats,
         "p99_over_p50": round(stats["p99_ms"] / stats["p50_ms"], 1),
         "context_items_dead_rows": None,
@@ -252,8 +261,8 @@ def main() -> None:
         "--store",
         choices=("fresh", "built"),
         default="fresh",
-        help="PostgreSQL: a store filled for this run, or the kept one of"
-        " common.built_postgres_store (10M messages take long to fill)",
+        help="a store filled for this run, or the kept one grep.py reads (scripted"
+        " summaries; PostgreSQL: built in the server) — 10M messages take long to fill",
     )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lossless-turn-"))
@@ -273,8 +282,8 @@ def main() -> None:
                     f" p50 {results['pg_floor']['p50_ms']:.3f} ms"
                 )
             for size in (int(s) for s in args.sizes.split(",")):
-                if args.store == "built" and backend == "postgresql":
-                    row = built_turn_run(size, args.turns, args.gap / 1000)
+                if args.store == "built":
+                    row = built_turn_run(backend, size, args.turns, args.gap / 1000)
                 else:
                     row = turn_run(work, backend, size, args.turns, args.gap / 1000)
                 results["turn"].append(row)

@@ -164,9 +164,7 @@ def test_placeholders_are_translated_outside_quotes_only() -> None:
 def test_a_list_of_values_is_one_array_parameter_whatever_its_length(url: str) -> None:
     sql = "SELECT x FROM t WHERE a = ? AND x IN (?, ?, ?) AND y NOT IN (?,?) AND z IN (?)"
     text, groups = prepare(sql)
-    assert text == (
-        "SELECT x FROM t WHERE a = %s AND x = ANY(%s) AND y <> ALL(%s) AND z IN (%s)"
-    )
+    assert text == ("SELECT x FROM t WHERE a = %s AND x = ANY(%s) AND y <> ALL(%s) AND z IN (%s)")
     assert bind([0, 1, 2, 3, "p", "q\x00", 9], groups) == [0, [1, 2, 3], ["p", "q\ue0000"], 9]
     assert prepare("SELECT 'IN (?, ?)', ? WHERE b LIKE '%s'")[1] == ()
     with Engine.open(url, config=Config()) as engine:

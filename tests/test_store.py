@@ -85,6 +85,33 @@ def test_an_exception_inside_a_transaction_leaves_nothing_behind(engine: Engine)
     assert engine.store.fetchall(f"SELECT count(*) FROM {fts}")[0][0] == 0
 
 
+def test_a_pipelined_write_counts_its_rows_and_fails_whole(engine: Engine) -> None:
+    # On PostgreSQL the statements go out together and an error comes back late (at the
+    # next result read, or at COMMIT): the whole write must still be undone, and a row count
+    # must still be the statement's.
+    conv = engine.conversation("s", create=True)
+    kept = [engine.normalize({"role": "user", "content": f"kept {i}"}) for i in range(2)]
+    engine.store.append_messages(conv, kept)
+    with engine.store.pipelined_transaction() as conn:
+        cur = conn.execute(
+            "UPDATE messages SET role = role WHERE conversation_id = ?", (conv.conversation_id,)
+        )
+        assert cur.rowcount == 2
+    lost = engine.normalize({"role": "user", "content": "undone"})
+    with (
+        pytest.raises(Exception, match=r"(?i)foreign key"),
+        engine.store.pipelined_transaction() as conn,
+    ):
+        engine.store.append_messages(conv, [lost])
+        conn.execute(
+            "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+            " created_at) VALUES (?, 999, 'message', 987654321, '2026-01-01')",
+            (conv.conversation_id,),
+        )
+    assert [m.content for m in engine.messages(conv.conversation_id)] == ["kept 0", "kept 1"]
+    assert engine.store.fetchall("SELECT count(*) FROM context_items")[0][0] == 2
+
+
 def test_a_failed_nested_step_rolls_back_only_itself(engine: Engine) -> None:
     conv = engine.conversation("s", create=True)
     first = engine.normalize({"role": "user", "content": "kept"})

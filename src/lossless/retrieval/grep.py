@@ -30,6 +30,7 @@ import re
 import time
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -563,12 +564,12 @@ def _search(
     }
     if scope == "files":
         return GrepResult(_files(store, pattern, within, limit))
-    hits: list[GrepHit] = []
-    truncated = False
     cjk = bool(_CJK.search(pattern))
     needle = pattern.replace('"', " ").strip()
-    for table in tables[scope]:
+
+    def search(table: str) -> tuple[list[GrepHit], bool]:
         found: list[GrepHit] = []
+        cut = False
         if not cjk:
             if sort == "recency":
                 found = _newest(store, table, pattern, within, limit)
@@ -586,8 +587,26 @@ def _search(
             seen = {h.id for h in found}
             rows, cut = store.substring_search(table, needle, within, limit)
             found += [h for h in (_hit(r, needle) for r in rows) if h.id not in seen]
-            truncated |= cut
+        return found, cut
+
+    # Both tables at once: the summaries in a thread of the search's own while this one
+    # searches the messages (each waits on its database, not on Python), unless this thread
+    # is in a transaction, which another thread would not see.
+    hits: list[GrepHit] = []
+    truncated = False
+    later = None
+    names = tables[scope]
+    if len(names) > 1 and not store.in_transaction():
+        later = _searching().submit(search, names[-1])
+        names = names[:-1]
+    for table in names:
+        found, cut = search(table)
         hits += found
+        truncated |= cut
+    if later is not None:
+        found, cut = later.result()
+        hits += found
+        truncated |= cut
     if sort == "recency":  # newest first, those with every word before the others
         hits.sort(key=lambda h: h.created_at, reverse=True)
         hits.sort(key=lambda h: h.tier)
@@ -597,6 +616,14 @@ def _search(
     return GrepResult(hits[:limit], truncated=truncated)
 
 
+@functools.cache
+def _searching() -> ThreadPoolExecutor:
+    """The threads a search of messages and summaries searches the summaries in."""
+    return ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="lossless-grep")
+
+
+#: Threads searching summaries beside the messages, for all searches of the process.
+SEARCH_THREADS = 4
 #: A run of at least this many words is found through its words alone (see :func:`_search`).
 WORDED_RUN = 4
 

@@ -100,6 +100,12 @@ class StoreCore(ABC):
     def transaction(self) -> AbstractContextManager[Connection]:
         """A write transaction on a connection of this thread; nested calls are savepoints."""
 
+    def pipelined_transaction(self) -> AbstractContextManager[Connection]:
+        """A write transaction whose statements may go to the server together, each waited
+        for only when its result is read (PostgreSQL's pipeline mode: a few round trips for a
+        turn's writes). Single statements only: no scripts. Elsewhere :meth:`transaction`."""
+        return self.transaction()
+
     @abstractmethod
     def read(self) -> AbstractContextManager[Connection]:
         """A consistent snapshot for several reads (joins an open transaction)."""
@@ -115,6 +121,11 @@ class StoreCore(ABC):
     @abstractmethod
     def _in_transaction(self) -> bool:
         """Whether this thread is inside a transaction or snapshot of this store."""
+
+    def in_transaction(self) -> bool:
+        """Whether this thread is inside a transaction or snapshot of this store (another
+        thread's reads would not see what it wrote, nor share its snapshot)."""
+        return self._in_transaction()
 
     # --- the contexts kept in memory (see :class:`.context.ContextStore`) ------------------
 

@@ -315,7 +315,7 @@ class MessageStore(StoreCore):
         skipped. Returns the new message ids and the number skipped.
         """
         conv_id = conversation.conversation_id
-        with self.transaction() as conn:
+        with self.pipelined_transaction() as conn:
             self._lock_conversation(conn, conv_id)
             ext_ids = [m.external_id for m in messages if m.external_id is not None]
             seen = self.existing_external_ids(conv_id, ext_ids) if ext_ids else set()

@@ -17,6 +17,7 @@ from .search import (
     SearchScope,
     SearchStore,
     WordOrder,
+    by_time,
     hit_columns,
     key_column,
     newest_first,
@@ -26,10 +27,16 @@ from .search import (
 
 __all__ = ["PgSearch"]
 
-#: A word query expected in at most this share of the rows (or this many rows) is answered
-#: from the word index and sorted by time, rather than by walking rows newest first.
-FEW_SHARE = 0.02
-FEW_ROWS = 2_000
+#: Newest first, a word query's matches are found through the word index and sorted by time
+#: when that costs less than walking the time index until *limit* of them are found: E
+#: matches cost E times a sorted match's cost; a walk, limit * rows / E rows walked. The cost
+#: of a sorted match over that of a walked row, measured at 1M messages (25 ms for 6,329
+#: sorted; 6.9 ms walking about 8,000) and 3,421 summaries (33 ms for 1,524 sorted, each
+#: summary's long tsvector read out of line; 4.2 ms walking 115).
+SORTED_MATCH_COST = {"messages": 4.6, "summaries": 0.6}
+#: The newest rows a walk reads before the older ones are searched through the word index.
+WALK_FIRST_ROWS = 256
+WALK_MAX_ROWS = 1 << 16
 #: A ranked search of the summaries ranks at most this many of those that match, the newest.
 SUMMARY_RANK_CANDIDATES = 400
 
@@ -65,15 +72,19 @@ class PgSearch(SearchStore):
         where, params = scope_sql(table, scope)
         key = key_column(table)
         by = f"score, s.{key} DESC"  # ties newest first, the same on every page
+        walked: tuple[str, list[Any]] | None = None
         if order == "recency":
-            # Newest first (by time, the key breaking ties) by walking a time index
-            # backwards, each row's tsvector checked, suits words in many rows; for a query
-            # matching few that walk reads the whole table (the planner cannot tell: it
-            # guesses a word's share), so the word index is used and its few matches
-            # sorted ("|| ''" keeps the time indexes out of the plan).
-            by = newest_first(table)
-            if self._few(table, query):
-                by = f"({time_column(table)} || '') DESC, s.{key} DESC"
+            # Newest first: a query matching few rows has them found by the word index and
+            # sorted by time ("|| ''" keeps the time indexes out of the plan). One matching
+            # many is looked for first among the newest rows, walking the time index, each
+            # row's tsvector checked: about as many rows as should hold *limit* matches,
+            # twice over. A walk is not bounded by itself (an estimate that was wrong, or
+            # matches all long ago, would have it read the whole table), so when those rows
+            # hold too few, the older ones are searched through the word index.
+            by = f"({time_column(table)} || '') DESC, s.{key} DESC"
+            expected, rows = self._expected_rows(table, query)
+            if expected * expected * SORTED_MATCH_COST[table] > limit * max(rows, 1):
+                walked = self._newest_stretch(table, scope, int(limit * 2 * rows / expected))
         matches = "s.content_tsv @@ q"
         vector = "setweight(s.content_tsv, 'A')"
         if table == "messages" and order == "context":
@@ -101,9 +112,41 @@ class PgSearch(SearchStore):
         sql = (
             f"SELECT {hit_columns(table)}, s.content, {score} AS score"
             f" FROM {table} s, websearch_to_tsquery('english'::regconfig, ?) q{extra}"
-            f" WHERE {matches}{where}{bound} ORDER BY {by} LIMIT ?"
+            f" WHERE {matches}{where}{bound}"
         )
-        return self._search_rows(sql, [words, *values, *params, *bound_params, limit])
+        args = [words, *values, *params, *bound_params]
+        if walked is None:
+            return self._search_rows(f"{sql} ORDER BY {by} LIMIT ?", [*args, limit])
+        # The newest stretch walked; then, if it held too few, the rows before it sorted.
+        stretch, edge = walked
+        found = self._search_rows(
+            f"{sql} AND {stretch} >= (?, ?) ORDER BY {newest_first(table)} LIMIT ?",
+            [*args, *edge, limit],
+        )
+        if len(found) < limit:
+            found += self._search_rows(
+                f"{sql} AND {stretch} < (?, ?) ORDER BY {by} LIMIT ?",
+                [*args, *edge, limit - len(found)],
+            )
+        return found
+
+    def _newest_stretch(
+        self, table: str, scope: SearchScope, size: int
+    ) -> tuple[str, list[Any]] | None:
+        """The newest *size* rows of *table* in *scope* (at least :data:`WALK_FIRST_ROWS`,
+        at most :data:`WALK_MAX_ROWS`) as a lower bound on (time, key): the row expression
+        and the last row's values; ``None`` when the scope holds no more rows than that."""
+        where, params = scope_sql(table, scope)
+        key, when = key_column(table), time_column(table)
+        size = min(max(size, WALK_FIRST_ROWS), WALK_MAX_ROWS)
+        last = self.fetchall(
+            f"SELECT {when}, s.{key} FROM {table} s WHERE TRUE{by_time(where, scope)}"
+            f" ORDER BY {newest_first(table)} LIMIT 1 OFFSET ?",
+            [*params, size - 1],
+        )
+        if not last:
+            return None
+        return f"({when}, s.{key})", [last[0][0], last[0][1]]
 
     def _search_rows(
         self, sql: str, params: Sequence[Any], *, substring: bool = False
@@ -145,12 +188,6 @@ class PgSearch(SearchStore):
             froms += f", websearch_to_tsquery('english'::regconfig, ?) q{n}"
             values.append(f'"{term}"')
         return "(" + " + ".join(parts) + ")", froms, values
-
-    def _few(self, table: str, query: str) -> bool:
-        """Whether a word query matches few rows: at most :data:`FEW_SHARE` of them (or
-        :data:`FEW_ROWS`), as :meth:`_expected_rows` estimates."""
-        expected, rows = self._expected_rows(table, query)
-        return expected <= max(FEW_ROWS, rows * FEW_SHARE)
 
     def _contains_where(self, table: str, needle: str, run: str) -> tuple[str, list[Any], str]:
         # pg_trgm's GIN index serves ILIKE (any needle: its wildcards are escaped), so the

@@ -18,6 +18,7 @@ Statements are written with ``?`` placeholders; :func:`translate` turns them int
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -192,14 +193,53 @@ def _configure(raw: psycopg.Connection[Any]) -> None:
         raw.adapters.register_loader(name, ExactTextLoader)
 
 
+class _Pending:
+    """A cursor of a statement sent in pipeline mode: its rows are read as any cursor's (that
+    waits for them), and its row count waits for the statement's result too."""
+
+    def __init__(self, cursor: psycopg.Cursor[Any], pipeline: psycopg.Pipeline) -> None:
+        self._cursor = cursor
+        self._pipeline = pipeline
+
+    @property
+    def rowcount(self) -> int:
+        self._pipeline.sync()
+        return int(self._cursor.rowcount)
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> Any:
+        return self._cursor.fetchall()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cursor)
+
+
 class PgConnection:
     """A pooled psycopg connection that takes the store's ``?`` statements."""
 
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
+        #: The pipeline the connection's statements go through, if it is in pipeline mode.
+        self.pipeline: psycopg.Pipeline | None = None
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return run(self.raw, sql, params)
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        cursor = run(self.raw, sql, params)
+        return cursor if self.pipeline is None else _Pending(cursor, self.pipeline)
+
+    @contextlib.contextmanager
+    def pipelined(self) -> Iterator[None]:
+        """Pipeline mode for the block (nothing more when the connection is in it already:
+        leaving a nested pipeline would wait for every result sent so far)."""
+        if self.pipeline is not None:
+            yield
+            return
+        with self.raw.pipeline() as self.pipeline:
+            try:
+                yield
+            finally:
+                self.pipeline = None
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
         cur = self.raw.cursor()
@@ -345,7 +385,7 @@ class PostgresStore(PgSearch, Store):
         return self._current() is not None
 
     @contextmanager
-    def _checkout(self, *, snapshot: bool) -> Iterator[PgConnection]:
+    def _checkout(self, *, snapshot: bool, pipelined: bool = False) -> Iterator[PgConnection]:
         if self._pool.closed:
             raise StoreError(f"the store {self.location} is closed; open it again")
         psycopg = self._psycopg
@@ -358,7 +398,10 @@ class PostgresStore(PgSearch, Store):
         raw.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ if snapshot else None
         raw.read_only = True if snapshot else None
         try:
-            with raw.transaction():
+            # In pipeline mode a statement whose result is not read yet (an insert, an
+            # update) goes out with the next one, and BEGIN with the first: a round trip
+            # only where a result is read, plus COMMIT.
+            with conn.pipelined() if pipelined else contextlib.nullcontext(), raw.transaction():
                 yield conn
         except psycopg.OperationalError as exc:
             raise StoreError(
@@ -377,6 +420,18 @@ class PostgresStore(PgSearch, Store):
                 yield conn
             return
         with self._checkout(snapshot=False) as conn:
+            yield conn
+
+    @contextmanager
+    def pipelined_transaction(self) -> Iterator[PgConnection]:
+        """A write transaction in pipeline mode (see :meth:`StoreCore.pipelined_transaction`);
+        inside another transaction, a savepoint of it."""
+        conn = self._current()
+        if conn is not None:
+            with conn.raw.transaction():
+                yield conn
+            return
+        with self._checkout(snapshot=False, pipelined=True) as conn:
             yield conn
 
     @contextmanager
@@ -514,7 +569,7 @@ class PostgresStore(PgSearch, Store):
         # message the batch follows gets its next.
         assert isinstance(conn, PgConnection)
         conv_id, first_id, seq0 = msg_rows[0][1], msg_rows[0][0], msg_rows[0][2] - 1
-        with conn.raw.pipeline():
+        with conn.pipelined():
             # Each row's foreign-key checks (the server's own prepared statements) would be
             # planned again for every row under the connection's force_custom_plan (set for
             # searches), which costs more than the check. (JIT, which would compile a plan
