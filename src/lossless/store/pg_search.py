@@ -43,6 +43,11 @@ SUMMARY_RANK_CANDIDATES = 400
 _PHRASE = re.compile(r'"([^"]+)"')
 
 
+def _as_words(query: str) -> str:
+    """*query* with each phrase of several words made those words, each required."""
+    return _PHRASE.sub(lambda m: " AND ".join(f'"{w}"' for w in m.group(1).split()), query)
+
+
 class PgSearch(SearchStore):
     """Search through PostgreSQL's ``tsvector`` and ``pg_trgm`` indexes."""
 
@@ -82,19 +87,24 @@ class PgSearch(SearchStore):
             # matches all long ago, would have it read the whole table), so when those rows
             # hold too few, the older ones are searched through the word index.
             by = f"({time_column(table)} || '') DESC, s.{key} DESC"
-            expected, rows = self._expected_rows(table, query)
+            # (A phrase is estimated as its words all in the row: more than hold it in
+            # order, so a common phrase is walked too; the bound keeps a wrong guess cheap.)
+            expected, rows = self._expected_rows(table, _as_words(query))
             if expected * expected * SORTED_MATCH_COST[table] > limit * max(rows, 1):
                 walked = self._newest_stretch(table, scope, int(limit * 2 * rows / expected))
         matches = "s.content_tsv @@ q"
-        vector = "setweight(s.content_tsv, 'A')"
+        # A row's own words carry no weight class (D): ranked alone, D weighs what a row's
+        # own text does (1), and no weighted copy of each candidate's tsvector is made.
+        vector, weights = "s.content_tsv", "'{1, 1, 1, 1}'::float4[]"
         if table == "messages" and order == "context":
             # Ranked with its surroundings, a message's neighbours count too, for less than its
             # own words (weights {D, C, B, A}: about D, next C and far C, prev B, its own text
             # A); otherwise the words must be in the message itself.
             matches = "(s.content_tsv @@ q OR s.context_tsv @@ q)"
-            vector += " || coalesce(s.context_tsv, ''::tsvector)"
+            vector = "setweight(s.content_tsv, 'A') || coalesce(s.context_tsv, ''::tsvector)"
+            weights = f"'{{{ABOUT_WEIGHT}, {NEXT_WEIGHT}, {PREV_WEIGHT}, 1}}'::float4[]"
         terms = _PHRASE.findall(query) if order != "recency" else []
-        rank, extra, values = self._weighted_rank(vector, terms)
+        rank, extra, values = self._weighted_rank(vector, weights, terms)
         words = self._word_query(query)
         bound, bound_params = "", []
         if table == "summaries" and order != "recency":
@@ -165,15 +175,17 @@ class PgSearch(SearchStore):
             conn.execute("RESET enable_indexscan")
             return rows
 
-    def _weighted_rank(self, vector: str, terms: Sequence[str]) -> tuple[str, str, list[Any]]:
-        """The rank of a row's *vector* for a query of *terms*, like BM25: each term's
+    def _weighted_rank(
+        self, vector: str, weights: str, terms: Sequence[str]
+    ) -> tuple[str, str, list[Any]]:
+        """The rank of a row's *vector* (its classes weighted by *weights*, an array
+        expression) for a query of *terms*, like BM25: each term's
         ``ts_rank_cd`` (its occurrences, weighted by where they are: a row's own text weighs 1
         in every table, so summaries and messages stand side by side), saturated (flag 32:
         r / (r + 1)), times how rare the term is among the messages — what was said, the same
         weight for a summary as for a message. ``ts_rank_cd`` alone knows nothing of rarity: a
         word in every row would count as much as one in a single row. Returns the expression,
         the FROM items it needs and their parameters."""
-        weights = f"'{{{ABOUT_WEIGHT}, {NEXT_WEIGHT}, {PREV_WEIGHT}, 1}}'::float4[]"
         if not terms:
             return f"ts_rank_cd({weights}, {vector}, q)", "", []
         lexemes = {term: self.index_terms(term) for term in terms}
