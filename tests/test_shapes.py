@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -1347,7 +1348,7 @@ def test_an_item_of_an_unknown_kind_is_kept_verbatim_with_one_warning(
 def test_an_unknown_kind_is_named_in_one_warning_however_often_it_comes(
     engine: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    kind = f"item_kind_{os.getpid()}_{id(caplog)}"
+    kind = f"item_kind_{uuid.uuid4().hex}"  # never warned of before in this process
     with caplog.at_level(logging.WARNING, logger="lossless.ingest.shapes"):
         for n in range(3):
             engine.ingest("s", {"type": kind, "n": str(n)})
