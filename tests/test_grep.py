@@ -595,3 +595,28 @@ def test_a_question_is_not_looked_for_as_one_substring(engine: Engine) -> None:
     mid = engine.ingest("q", {"role": "user", "content": "xxello worldyy"}).message_ids[0]
     assert [h.id for h in engine.grep("ello world", conversation="q").hits] == [f"msg#{mid}"]
     assert asked
+
+
+def _grep_in_child(db: str, out: Any) -> None:
+    with Engine.open(db, config=Config()) as child:
+        out.put(len(child.grep("deploy", conversation="s").hits))
+
+
+def test_a_process_forked_after_a_search_searches_too(db: str) -> None:
+    # grep searches the summaries in threads of its own; a forked child has none of its
+    # parent's threads, and must not wait for them.
+    import multiprocessing
+
+    with Engine.open(db, config=Config()) as parent:
+        parent.ingest("s", {"role": "user", "content": "deploy the worker"})
+        assert len(parent.grep("deploy", conversation="s").hits) == 1
+    fork = multiprocessing.get_context("fork")
+    out = fork.Queue()
+    child = fork.Process(target=_grep_in_child, args=(db, out))
+    child.start()
+    child.join(60)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+    assert not hung, "the forked child's search never finished"
+    assert child.exitcode == 0 and out.get(timeout=5) == 1

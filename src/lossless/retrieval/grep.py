@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import importlib
 import itertools
+import os
 import re
 import time
 import warnings
@@ -618,8 +619,13 @@ def _search(
 
 @functools.cache
 def _searching() -> ThreadPoolExecutor:
-    """The threads a search of messages and summaries searches the summaries in."""
+    """The threads a search of messages and summaries searches the summaries in (this
+    process's own: a forked child has none of its parent's threads, and makes its own)."""
     return ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="lossless-grep")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_searching.cache_clear)
 
 
 #: Threads searching summaries beside the messages, for all searches of the process.
