@@ -617,6 +617,10 @@ def _search(
     return GrepResult(hits[:limit], truncated=truncated)
 
 
+#: Threads searching summaries beside the messages, for all searches of the process.
+SEARCH_THREADS = 4
+
+
 @functools.cache
 def _searching() -> ThreadPoolExecutor:
     """The threads a search of messages and summaries searches the summaries in (this
@@ -628,8 +632,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_searching.cache_clear)
 
 
-#: Threads searching summaries beside the messages, for all searches of the process.
-SEARCH_THREADS = 4
 #: A run of at least this many words is found through its words alone (see :func:`_search`).
 WORDED_RUN = 4
 

@@ -89,9 +89,9 @@ class PgSearch(SearchStore):
             by = f"({time_column(table)} || '') DESC, s.{key} DESC"
             # (A phrase is estimated as its words all in the row: more than hold it in
             # order, so a common phrase is walked too; the bound keeps a wrong guess cheap.)
-            expected, rows = self._expected_rows(table, _as_words(query))
-            if expected * expected * SORTED_MATCH_COST[table] > limit * max(rows, 1):
-                walked = self._newest_stretch(table, scope, int(limit * 2 * rows / expected))
+            first = self._walk_first(table, _as_words(query), limit, SORTED_MATCH_COST[table])
+            if first:
+                walked = self._newest_stretch(table, scope, first)
         matches = "s.content_tsv @@ q"
         # A row's own words carry no weight class (D): ranked alone, D weighs what a row's
         # own text does (1), and no weighted copy of each candidate's tsvector is made.

@@ -22,7 +22,7 @@ import contextlib
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -411,27 +411,23 @@ class PostgresStore(PgSearch, Store):
             self._local.conn = None
             self._pool.putconn(raw)
 
-    @contextmanager
-    def transaction(self) -> Iterator[PgConnection]:
+    def transaction(self) -> AbstractContextManager[PgConnection]:
         """A write transaction; nested calls become savepoints."""
-        conn = self._current()
-        if conn is not None:
-            with conn.raw.transaction():
-                yield conn
-            return
-        with self._checkout(snapshot=False) as conn:
-            yield conn
+        return self._write(pipelined=False)
 
-    @contextmanager
-    def pipelined_transaction(self) -> Iterator[PgConnection]:
+    def pipelined_transaction(self) -> AbstractContextManager[PgConnection]:
         """A write transaction in pipeline mode (see :meth:`StoreCore.pipelined_transaction`);
         inside another transaction, a savepoint of it."""
+        return self._write(pipelined=True)
+
+    @contextmanager
+    def _write(self, *, pipelined: bool) -> Iterator[PgConnection]:
         conn = self._current()
         if conn is not None:
             with conn.raw.transaction():
                 yield conn
             return
-        with self._checkout(snapshot=False, pipelined=True) as conn:
+        with self._checkout(snapshot=False, pipelined=pipelined) as conn:
             yield conn
 
     @contextmanager

@@ -261,6 +261,16 @@ class SearchStore(StoreCore):
             self, table: str, terms: Sequence[str]
         ) -> tuple[dict[str, int], int]: ...
 
+    def _walk_first(self, table: str, query: str, limit: int, sorted_cost: float) -> int:
+        """Newest first: 0 when sorting a word query's matches by time costs less than
+        walking the time index to *limit* of them (E matches cost E * *sorted_cost* rows
+        walked; a walk about limit * rows / E), else how many of the newest rows a walk
+        should read first (twice what should hold *limit* matches)."""
+        expected, rows = self._expected_rows(table, query)
+        if expected * expected * sorted_cost <= limit * rows:
+            return 0
+        return int(limit * 2 * rows / max(expected, 1.0))
+
     def _expected_rows(self, table: str, query: str) -> tuple[float, int]:
         """How many rows of *table* a word query is expected to match, from its terms'
         counts (the store's, cached) — every term (taken as independent: the rows times each

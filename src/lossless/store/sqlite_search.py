@@ -95,10 +95,8 @@ class SQLiteSearch(SearchStore):
         index, rank = self._index(table, order)
         if order == "recency":  # (no BM25: its weights count each word's rows everywhere)
             words = self._word_query(query)
-            expected, rows = self._expected_rows(table, query)
-            # Sorting E matches costs E reads of a row; walking to *limit* of them, about
-            # limit * rows / E entries of the time index: the cheaper is taken.
-            if expected * expected * SORTED_MATCH_COST[table] <= limit * rows:
+            first = self._walk_first(table, query, limit, SORTED_MATCH_COST[table])
+            if not first:
                 # Few matches: the index finds them (CROSS JOIN keeps it the outer loop; the
                 # other way round, each row would ask the index again), sorted by time.
                 sql = (
@@ -108,7 +106,6 @@ class SQLiteSearch(SearchStore):
                 )
                 return self.fetchall(sql, [words, *params, limit])
             matching = f"SELECT rowid FROM {index} WHERE {index} MATCH ? AND rowid BETWEEN ? AND ?"
-            first = int(limit * 2 * rows / max(expected, 1.0))
             return self._walk_newest(
                 table, scope, limit, lambda lo, hi: (matching, [words, lo, hi]), first
             )
