@@ -386,6 +386,16 @@ def create_pg_schema(schema: str) -> str:
     return url
 
 
+def fresh_store(backend: str, work: Path, name: str) -> tuple[str, str | None]:
+    """(path or URL, PostgreSQL schema to drop afterwards) of a fresh, empty store for one
+    run: a file *name*.db in *work*, or the schema ``<prefix><name>_<pid>``."""
+    if backend == "sqlite":
+        return str(work / f"{name}.db"), None
+    schema = f"{SCHEMA_PREFIX}{name.replace('-', '_')}_{os.getpid()}"
+    drop_pg_schema(schema)
+    return create_pg_schema(schema), schema
+
+
 def drop_pg_schema(schema: str) -> None:
     """Drop *schema* and everything in it."""
     pg_url(schema)  # checks the name
@@ -518,6 +528,21 @@ def built_postgres_store(size: int, *, summarizer: str = "scripted", rebuild: bo
     _vacuum_and_stamp(schema, json.dumps(meta, sort_keys=True))
     print(f"  built in {time.perf_counter() - started:.0f} s (with VACUUM ANALYZE)", flush=True)
     return url
+
+
+def kept_store(
+    backend: str, size: int, summarizer: str, *, pg_built: bool = False
+) -> tuple[str | Path, dict[str, Any]]:
+    """The kept store of *size* messages for *backend* (``sqlite``, or ``postgres`` /
+    ``postgresql``: the SQLite store's copy, or with *pg_built* one built in the server) and
+    how it was built."""
+    if backend != "sqlite" and pg_built:
+        return built_postgres_store(size, summarizer=summarizer), built_store_info(size, summarizer)
+    path = compacted_store(size, summarizer=summarizer)
+    info = store_info(path)
+    if backend == "sqlite":
+        return path, info
+    return postgres_store(size, summarizer=summarizer), info
 
 
 def built_store_info(size: int, summarizer: str) -> dict[str, Any]:

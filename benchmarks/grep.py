@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import time
-from pathlib import Path
 from typing import Any
 
 from lossless import Engine
@@ -38,15 +37,11 @@ from lossless.retrieval.grep import grep as grep_store
 from common import (
     RARE_WORD,
     SESSION,
-    built_postgres_store,
-    built_store_info,
-    compacted_store,
+    kept_store,
     load_average,
     percentiles,
-    postgres_store,
     revision,
     save,
-    store_info,
     vocabulary,
 )
 
@@ -154,16 +149,9 @@ def main() -> None:
         " itself (common.built_postgres_store: for 10M messages, too many to build and copy)",
     )
     args = parser.parse_args()
-    target: str | Path
-    if args.backend == "postgres" and args.pg_store == "built":
-        target = built_postgres_store(args.size, summarizer=args.summarizer)
-        info = built_store_info(args.size, args.summarizer)
-    else:
-        path = compacted_store(args.size, summarizer=args.summarizer)
-        info = store_info(path)
-        target = path
-        if args.backend == "postgres":
-            target = postgres_store(args.size, summarizer=args.summarizer)
+    target, info = kept_store(
+        args.backend, args.size, args.summarizer, pg_built=args.pg_store == "built"
+    )
     bound_s = inspect.signature(grep_store).parameters["max_seconds"].default
     bound_rows = inspect.signature(grep_store).parameters["max_rows"].default
     load_before = load_average()

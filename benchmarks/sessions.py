@@ -46,9 +46,8 @@ from lossless.doctor import check
 from lossless.serve.client import ServeClient
 
 from common import (
-    SCHEMA_PREFIX,
-    create_pg_schema,
     drop_pg_schema,
+    fresh_store,
     load_average,
     percentiles,
     pg_admin,
@@ -71,15 +70,6 @@ def turn_messages(session: int, turn: int) -> list[dict[str, str]]:
         {"role": m["role"], "content": f"[s{session:03d} t{turn:04d} m{k}] {m['content']}"}
         for k, m in enumerate(pair)
     ]
-
-
-def new_store(backend: str, work: Path, mode: str) -> tuple[str, str | None]:
-    """(URL or path, schema to drop afterwards) of a fresh, empty store."""
-    if backend == "sqlite":
-        return str(work / f"{mode}.db"), None
-    schema = f"{SCHEMA_PREFIX}sessions_{os.getpid()}_{mode}"
-    drop_pg_schema(schema)
-    return create_pg_schema(schema), schema
 
 
 def seed_history(target: str, sessions: int, history: int) -> None:
@@ -306,7 +296,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lossless-sessions-") as tmp:
         work = Path(tmp)
         for mode in modes:
-            target, schema = new_store(args.backend, work, mode)
+            target, schema = fresh_store(args.backend, work, f"sessions-{mode}")
             try:
                 seed_history(target, args.sessions, args.history)
                 figures = run_serve(target, args, work) if mode == "serve" else None

@@ -42,16 +42,13 @@ from lossless.summarize import ScriptedSummarizer, SummaryRequest
 from common import (
     PG_URL,
     SESSION,
-    built_postgres_store,
-    built_store_info,
-    compacted_store,
     create_pg_schema,
     drop_pg_schema,
+    kept_store,
     machine,
     percentiles,
     pg_admin,
     save,
-    store_info,
     text_messages,
 )
 
@@ -173,12 +170,7 @@ def built_turn_run(backend: str, size: int, count: int, gap: float) -> dict[str,
     """The turns in the conversation of the kept store built as ``grep.py``'s is
     (:func:`common.compacted_store` for SQLite, :func:`common.built_postgres_store` for
     PostgreSQL; scripted summaries). Each run adds its turns' messages to it."""
-    if backend == "postgresql":
-        target: str | Path = built_postgres_store(size, summarizer="scripted")
-        info = built_store_info(size, "scripted")
-    else:
-        target = compacted_store(size, summarizer="scripted")
-        info = store_info(target)
+    target, info = kept_store(backend, size, "scripted", pg_built=True)
     summarizer = ScriptedSummarizer(default=sized)
     with Engine.open(target, config=Config(), summarizer=summarizer) as engine:
         stored = engine.store.message_count(engine.conversation(SESSION).conversation_id)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import queue as queue_module
 import shutil
 import sys
@@ -43,10 +42,9 @@ from lossless import Config, Engine
 from lossless.doctor import check
 
 from common import (
-    SCHEMA_PREFIX,
     corpus_messages,
-    create_pg_schema,
     drop_pg_schema,
+    fresh_store,
     load_average,
     percentiles,
     revision,
@@ -129,19 +127,10 @@ def worker(
     )
 
 
-def new_store(backend: str, work: Path, cell: str) -> tuple[str, str | None]:
-    """(URL or path, PostgreSQL schema to drop afterwards) of a fresh, empty store."""
-    if backend == "sqlite":
-        return str(work / f"{cell}.db"), None
-    schema = f"{SCHEMA_PREFIX}writers_{os.getpid()}_{cell.replace('-', '_')}"
-    drop_pg_schema(schema)
-    return create_pg_schema(schema), schema
-
-
 def run_cell(backend: str, writers: int, target: str, args: argparse.Namespace) -> dict[str, Any]:
     """Start *writers* processes on a fresh store, collect their results, reconcile."""
     work = Path(tempfile.mkdtemp(prefix="lossless-writers-"))
-    url, schema = new_store(backend, work, f"{target}-{writers}")
+    url, schema = fresh_store(backend, work, f"writers-{target}-{writers}")
     procs: list[Any] = []
     try:
         with Engine.open(url, config=Config()) as engine:  # create, migrate, conversations
