@@ -281,6 +281,62 @@ def test_the_fresh_tail_is_the_last_messages_moved_back_to_the_start_of_their_us
     assert not requested & {f"msg#{i}" for i in turn}
 
 
+def _tail_as_defined(items: Sequence[ContextItem], count: int, max_tokens: int | None) -> int:
+    """The fresh tail's start as its definition reads, the whole context looked at each time:
+    what :func:`fresh_tail_start` (which reads only the tail) must agree with."""
+    positions = [i for i, it in enumerate(items) if it.item_type == "message"]
+    if count <= 0 or not positions:
+        return len(items)
+    start = positions[0] if len(positions) <= count else positions[-count]
+    back = start
+    while (
+        back > max(0, start - count)
+        and items[back].role != "user"
+        and items[back - 1].item_type == "message"
+    ):
+        back -= 1
+    if items[back].role == "user":
+        start = back
+    else:
+        while start > 0 and items[start].role == "tool" and items[start - 1].item_type == "message":
+            start -= 1
+    while max_tokens is not None and sum(it.tokens for it in items[start:]) > max_tokens:
+        later = [i for i in range(start + 1, len(items)) if items[i].role == "user"]
+        if not later:
+            break
+        start = later[0]
+    return start
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kinds=st.lists(
+        st.tuples(st.sampled_from(["user", "assistant", "tool", "summary"]), st.integers(1, 90)),
+        max_size=40,
+    ),
+    count=st.integers(0, 12),
+    max_tokens=st.one_of(st.none(), st.integers(1, 600)),
+)
+def test_the_fresh_tail_read_from_the_end_is_the_tail_as_defined(
+    kinds: list[tuple[str, int]], count: int, max_tokens: int | None
+) -> None:
+    items = [
+        ContextItem(
+            ordinal=i,
+            item_type="summary" if kind == "summary" else "message",
+            message_id=None if kind == "summary" else i,
+            summary_id=f"sum_{i:016x}" if kind == "summary" else None,
+            tokens=tokens,
+            role=None if kind == "summary" else kind,
+            depth=0 if kind == "summary" else None,
+            earliest_at="2026-01-01T00:00:00.000000Z",
+            latest_at="2026-01-01T00:00:00.000000Z",
+        )
+        for i, (kind, tokens) in enumerate(kinds)
+    ]
+    assert fresh_tail_start(items, count, max_tokens) == _tail_as_defined(items, count, max_tokens)
+
+
 def test_a_fresh_tail_count_of_zero_leaves_every_message_eligible(
     open_engine: EngineFactory,
 ) -> None:

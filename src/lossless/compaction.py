@@ -155,10 +155,18 @@ def fresh_tail_start(
     result is separated from its call). With *max_tokens*, whole turns leave the front of the
     tail while it is larger than that, down to the last turn.
     """
-    positions = [i for i, it in enumerate(items) if it.item_type == "message"]
-    if count <= 0 or not positions:
+    if count <= 0:
         return len(items)
-    start = positions[0] if len(positions) <= count else positions[-count]
+    # The count-th raw message from the end (or the first, when there are fewer): read from
+    # the end, so a long compacted history costs nothing here.
+    start, seen = -1, 0
+    for i in range(len(items) - 1, -1, -1):
+        if items[i].item_type == "message":
+            start, seen = i, seen + 1
+            if seen == count:
+                break
+    if start < 0:
+        return len(items)
     limit = max(0, start - count)
     back = start
     while back > limit and items[back].role != "user" and items[back - 1].item_type == "message":
@@ -169,10 +177,12 @@ def fresh_tail_start(
         while start > 0 and items[start].role == "tool" and items[start - 1].item_type == "message":
             start -= 1
     if max_tokens is not None:
-        while sum(it.tokens for it in items[start:]) > max_tokens:
+        size = sum(it.tokens for it in items[start:])
+        while size > max_tokens:
             nxt = next((i for i in range(start + 1, len(items)) if items[i].role == "user"), None)
             if nxt is None:
                 break
+            size -= sum(it.tokens for it in items[start:nxt])
             start = nxt
     return start
 
@@ -322,17 +332,20 @@ class Compactor:
         first = next((i for i in range(tail) if items[i].item_type == "message"), None)
         if first is None:
             return []
-        run_end = first
-        while run_end < tail and items[run_end].item_type == "message":
-            run_end += 1
+        # The chunk is capped: only what it takes of the raw run is read (a long backlog's
+        # run reaches to the tail, and each pass would walk it all).
         cap = self.config.leaf_chunk_tokens
         end, used = first, 0
-        while end < run_end and (end == first or used + items[end].tokens <= cap):
+        while (
+            end < tail
+            and items[end].item_type == "message"
+            and (end == first or used + items[end].tokens <= cap)
+        ):
             used += items[end].tokens
             end += 1
-        return list(items[first : self._pair_tools(items, first, end, run_end)])
+        return list(items[first : self._pair_tools(items, first, end, tail)])
 
-    def _pair_tools(self, items: Sequence[ContextItem], first: int, end: int, run_end: int) -> int:
+    def _pair_tools(self, items: Sequence[ContextItem], first: int, end: int, tail: int) -> int:
         """Move the chunk end so that no tool call in it has its result outside it.
 
         Calls are matched to the results that follow them, in order (so an id reused by a
@@ -346,7 +359,10 @@ class Compactor:
         context (a full compaction of a long backlog stays linear).
         """
         horizon = min(len(items), end + PAIR_WINDOW)
+        run_end = end  # where the raw run ends (at the tail at most), read as far as the window
         while True:
+            while run_end < min(tail, horizon) and items[run_end].item_type == "message":
+                run_end += 1
             found, complete = self._pair_within(items, first, end, run_end, horizon)
             if complete or horizon >= len(items):
                 return found
@@ -537,8 +553,11 @@ class Compactor:
     def _previous_context(
         self, items: Sequence[ContextItem], before: int, *, depth: int
     ) -> str | None:
-        for it in reversed(items):
-            if it.ordinal < before and it.item_type == "summary" and it.depth == depth:
+        # Ordinals increase along the context: start just before *before*, not at the end.
+        at = bisect.bisect_left(items, before, key=lambda it: it.ordinal)
+        for i in range(at - 1, -1, -1):
+            it = items[i]
+            if it.item_type == "summary" and it.depth == depth:
                 return self.store.get_summaries([str(it.summary_id)])[0].content
         return None
 
@@ -600,6 +619,9 @@ class Compactor:
         configured = cfg.condensed_target_tokens if condensed else cfg.leaf_target_tokens
         target = max(16, min(configured, int(input_tokens * CHUNK_TARGET_SHARE)))
         calls = 0
+        # The sources as the model reads them, made once: every rung's prompt holds them, and
+        # the deterministic fallback cuts them.
+        rendered = render_sources(sources, condensed=condensed)
 
         def make(level: Level, target_tokens: int, temperature: float) -> SummaryRequest:
             nonlocal calls
@@ -619,6 +641,7 @@ class Compactor:
                     target_tokens=target_tokens,
                     previous_context=previous,
                     condensed=condensed,
+                    rendered=rendered,
                 ),
                 previous_context=previous,
                 max_output_tokens=3 * target_tokens,
@@ -629,7 +652,7 @@ class Compactor:
             make,
             input_tokens=input_tokens,
             target_tokens=target,
-            source_text=render_sources(sources, condensed=condensed),
+            source_text=rendered,
             fallback_max_tokens=cfg.fallback_max_tokens,
             counter=self.services.tokens,
         )

@@ -115,8 +115,10 @@ def user_prompt(
     target_tokens: int,
     previous_context: str | None,
     condensed: bool,
+    rendered: str | None = None,
 ) -> str:
-    """The user prompt for one summary."""
+    """The user prompt for one summary (*rendered*: the sources as
+    :func:`render_sources` gives them, when the caller has them already)."""
     parts = [aim(depth)]
     if level == "aggressive":
         parts.append(_AGGRESSIVE)
@@ -129,7 +131,9 @@ def user_prompt(
             + inert(previous_context)
             + "\n</previous_context>"
         )
-    parts.append("<sources>\n" + render_sources(sources, condensed=condensed) + "\n</sources>")
+    if rendered is None:
+        rendered = render_sources(sources, condensed=condensed)
+    parts.append("<sources>\n" + rendered + "\n</sources>")
     return "\n\n".join(parts)
 
 
