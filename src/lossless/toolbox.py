@@ -173,14 +173,16 @@ def lcm_grep(
         offset=offset,
         include_archived=include_archived,
     )
-    hits: list[dict[str, Any]] = []
-    size = 0
-    for hit in result.hits:
-        lean = _lean(hit.to_dict())
-        size += len(json.dumps(lean, ensure_ascii=False))
-        if hits and size > GREP_RESULT_CHARS:
-            break
-        hits.append(lean)
+    leans = [_lean(hit.to_dict()) for hit in result.hits]
+    hits = leans
+    # Most pages fit whole: one measure of them all (each hit alone is shorter still).
+    if len(json.dumps(leans, ensure_ascii=False)) > GREP_RESULT_CHARS:
+        hits, size = [], 0
+        for lean in leans:
+            size += len(json.dumps(lean, ensure_ascii=False))
+            if hits and size > GREP_RESULT_CHARS:
+                break
+            hits.append(lean)
     more, next_offset = result.more, result.next_offset
     if len(hits) < len(result.hits):  # cut to size: the rest of this page is the next one
         more, next_offset = True, offset + len(hits)
