@@ -341,6 +341,7 @@ def compacted_store(size: int, *, summarizer: str = "scripted", rebuild: bool = 
     building.unlink(missing_ok=True)
     meta = _build_conversation(building, size, summarizer)
     building.rename(path)
+    Path(f"{building}-writers").unlink(missing_ok=True)  # the build's writers' lock file
     meta_path.write_text(json.dumps(meta, indent=2))
     return path
 

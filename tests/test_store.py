@@ -12,6 +12,7 @@ import pytest
 from conftest import postgres_base_url, postgres_schema
 from lossless import Config, Engine, StoreError
 from lossless.store import SQLiteStore, open_store
+from lossless.store.merge_pace import MergePace
 from lossless.store.migrations import MIGRATIONS
 
 
@@ -267,6 +268,88 @@ def test_sqlite_merges_when_writes_pause(db_path: Path) -> None:
         for n in range(40):
             engine.ingest("s", {"role": "user", "content": f"crane {n} moves the blue container"})
         deadline = time.monotonic() + 5
+        while _segments(engine) > 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _segments(engine) <= 5
+
+
+def test_a_merge_step_begins_only_when_the_pause_should_hold_it() -> None:
+    pace = MergePace()
+    assert pace.may_begin("messages_fts", 0.0)  # nothing known yet: merge
+    for t in (0.0, 1.0, 2.0, 3.0):  # a turn a second, each its burst of writes
+        pace.wrote(t)
+        pace.wrote(t + 0.005)  # the same turn: not a pause
+    assert pace.usual_pause() == pytest.approx(0.995)
+    pace.stepped("messages_fts", 0.4)
+    # a 0.4 s step fits early in the pause, not late in it, when the next turn is due
+    assert pace.may_begin("messages_fts", 3.005 + 0.3)
+    assert not pace.may_begin("messages_fts", 3.005 + 0.5)
+    # another index, whose steps are short, still merges late in the pause
+    pace.stepped("summaries_fts", 0.01)
+    assert pace.may_begin("summaries_fts", 3.005 + 0.7)
+    # two usual pauses without a write: the writes have stopped, any step may begin
+    assert not pace.may_begin("messages_fts", 3.005 + 1.5)
+    assert pace.may_begin("messages_fts", 3.005 + 2.0)
+    assert pace.idle_in(3.005 + 1.5) == pytest.approx(0.49)
+
+
+def test_a_step_no_pause_can_hold_runs_once_a_pause_so_merging_keeps_up() -> None:
+    pace = MergePace()
+    for t in (0.0, 0.1, 0.2, 0.3):
+        pace.wrote(t)
+    pace.stepped("messages_ctx_fts", 0.5)  # longer than the pauses themselves
+    pace.wrote(0.4)
+    assert pace.may_begin("messages_ctx_fts", 0.42)  # the first step of this pause
+    pace.stepped("messages_ctx_fts", 0.5)
+    assert not pace.may_begin("messages_ctx_fts", 0.43)  # not a second one
+
+
+def test_a_step_that_only_fits_before_the_burst_settles_still_runs_once_a_pause() -> None:
+    pace = MergePace()
+    for t in (0.0, 0.03, 0.06):  # turns 30 ms apart
+        pace.wrote(t)
+    pace.stepped("messages_fts", 0.01)  # fits 24 ms of a pause, but a step begins at 20 ms
+    pace.wrote(0.09)
+    assert pace.may_begin("messages_fts", 0.09 + 0.021)
+    pace.stepped("messages_fts", 0.01)
+    assert not pace.may_begin("messages_fts", 0.09 + 0.022)
+
+
+def test_one_short_pause_does_not_set_the_pace() -> None:
+    pace = MergePace()
+    t = 0.0
+    for pause in (1.0, 1.0, 0.05, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0):
+        pace.wrote(t)
+        t += pause
+    pace.wrote(t)
+    assert pace.usual_pause() == pytest.approx(1.0)
+
+
+def test_sqlite_merging_held_back_resumes_once_the_writes_stop(db_path: Path) -> None:
+    class HeldBack(MergePace):
+        def __init__(self, until: float) -> None:
+            super().__init__()
+            self.until = until
+            self.asked = 0
+
+        def may_begin(self, index: str, now: float) -> bool:
+            self.asked += 1
+            return now >= self.until
+
+        def idle_in(self, now: float) -> float | None:
+            return max(0.0, self.until - now)
+
+    with Engine.open(db_path, config=Config()) as engine:
+        store = engine.store
+        assert isinstance(store, SQLiteStore)
+        pace = HeldBack(time.monotonic() + 1.0)
+        store._pace = pace
+        for n in range(40):
+            engine.ingest("s", {"role": "user", "content": f"crane {n} moves the blue container"})
+        time.sleep(0.3)
+        assert pace.asked > 0 and _segments(engine) > 5  # held back, not merged
+        # no write comes to wake the thread: it comes back by itself when the pace says
+        deadline = time.monotonic() + 10
         while _segments(engine) > 5 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert _segments(engine) <= 5

@@ -29,6 +29,7 @@ from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store, in_chunks
 from .connection import Connection
+from .merge_pace import BURST_SECONDS, MergePace
 from .migrations import MIGRATIONS
 from .sqlite_search import SQLiteSearch
 
@@ -58,7 +59,7 @@ MERGE_PAGES = 64
 #: The index merging waits until no write has committed for this long (a host's turns come
 #: seconds apart, so it runs between them; a store written without pause still merges where
 #: a level holds 16 segments, inside the write, as FTS5 does).
-MERGE_IDLE_SECONDS = 0.02
+MERGE_IDLE_SECONDS = BURST_SECONDS
 #: How long closing a store spends at most on the merging still due (a process that writes
 #: once and exits, as a host's hook does, merges there).
 CLOSE_MERGE_SECONDS = 0.05
@@ -170,6 +171,8 @@ class SQLiteStore(SQLiteSearch, Store):
         self._merge_due = threading.Event()
         self._merger: threading.Thread | None = None
         self._last_commit = 0.0
+        self._pace = MergePace()  # which merge steps fit in the pauses between writes
+        self._held_back = False  # the thread's last merging left a step for a longer pause
         self._checkpointed = 0.0
         self._unmerged = False  # commits since the thread last merged (close() finishes)
         self._waiting_guard = threading.Lock()
@@ -310,6 +313,7 @@ class SQLiteStore(SQLiteSearch, Store):
             self._limit_wal(conn)
             if not getattr(self._local, "merging", False):
                 self._last_commit = time.monotonic()
+                self._pace.wrote(self._last_commit)
                 self._wake_merger()
 
     # --- index upkeep ---------------------------------------------------------------------
@@ -330,13 +334,15 @@ class SQLiteStore(SQLiteSearch, Store):
 
     def _merge_loop(self) -> None:
         me = threading.current_thread()
+        retry: float | None = None  # merging held back: look again when the writes stop
         while True:
-            self._merge_due.wait()
+            self._merge_due.wait(retry)
             # Cleared before looking: a close() that comes after this sets it again, and its
             # signal is never lost (cleared after the look, the thread could wait for ever).
             self._merge_due.clear()
             if self._merger is not me:
                 return  # closing: close() merges what is left, bounded
+            retry = None
             try:
                 # A pause in the writes; meanwhile the WAL is checkpointed beside the writers.
                 while self._merger is me:
@@ -347,8 +353,10 @@ class SQLiteStore(SQLiteSearch, Store):
                     time.sleep(MERGE_IDLE_SECONDS - quiet)
                 self._unmerged = False  # set again by any commit from here on
                 self.merge_indexes(stop=lambda: self._merger is not me)
-                if self._merger is not me:
-                    self._unmerged = True  # stopped by close(): it merges what is left
+                if self._merger is not me or self._held_back:
+                    self._unmerged = True  # what is left: close() or the next look merges it
+                if self._held_back:
+                    retry = self._pace.idle_in(time.monotonic())
                 self._checkpoint()
             except (StoreError, sqlite3.Error):  # best effort: the next commit tries again
                 logger.debug("index upkeep on %s failed", self.path, exc_info=True)
@@ -370,9 +378,12 @@ class SQLiteStore(SQLiteSearch, Store):
         ``merge`` command, :data:`MERGE_PAGES` pages per step, each step its own short
         write transaction, so writers interleave); until nothing is left to merge, *seconds*
         have passed or *stop* says so. With *stop* (the store's thread), it also gives way to
-        a waiting writer and to writes going on. The steps that did work."""
+        a waiting writer and to writes going on, and begins no step the pause between writes
+        should not hold (:class:`~lossless.store.merge_pace.MergePace`; ``_held_back`` says
+        whether one was left for later). The steps that did work."""
         deadline = None if seconds is None else time.monotonic() + seconds
         steps = 0
+        self._held_back = False
         self._local.merging = True
         try:
             for table in FTS_TABLES:
@@ -384,6 +395,10 @@ class SQLiteStore(SQLiteSearch, Store):
                         or time.monotonic() - self._last_commit < MERGE_IDLE_SECONDS
                     ):
                         break  # writers are back: wait for the next quiet moment
+                    if stop is not None and not self._pace.may_begin(table, time.monotonic()):
+                        self._held_back = True  # the next write is due before it would end
+                        break
+                    began = time.monotonic()
                     with self._transaction(self._conn()) as conn:  # not the public one
                         before = conn.total_changes
                         conn.execute(
@@ -393,6 +408,7 @@ class SQLiteStore(SQLiteSearch, Store):
                         worked = conn.total_changes - before >= 2
                     if not worked:
                         break
+                    self._pace.stepped(table, time.monotonic() - began)
                     steps += 1
                     if stop is not None:
                         self._checkpoint()
