@@ -14,6 +14,7 @@ from conftest import postgres_base_url, postgres_schema
 from lossless import Config, Engine, StoreError
 from lossless.retrieval.grep import GrepError
 from lossless.store import open_store
+from lossless.store.activity import requests_sql
 from lossless.store.pg_migrations import PG_MIGRATIONS
 from lossless.store.postgres import bind, prepare, redact_url, translate
 
@@ -258,3 +259,31 @@ def test_a_schema_without_a_store_is_an_error_when_asked_not_to_create(url: str)
         assert engine.conversations() == []
     with Engine.open(url, config=Config(), create=False) as engine:  # then found
         assert engine.conversations() == []
+
+
+def test_a_conversations_first_and_latest_requests_are_read_in_order_whatever_the_statistics(
+    url: str,
+) -> None:
+    # Compaction warms the resume summary, which asks for a conversation's first and latest
+    # requests. On tables never analyzed (autovacuum off) the planner reckons a conversation a
+    # few rows long, collects all of it through a bitmap and sorts it: a read that grew with
+    # the conversation (0.5 s at 400,000 messages) on every compaction.
+    with Engine.open(url, config=Config()) as engine:
+        turns = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i} of the plan"}
+            for i in range(6_000)
+        ]
+        engine.ingest_batch("s", turns)
+        conv = engine.conversation("s").conversation_id
+        store = engine.store
+        for newest_first in (False, True):
+            sql = requests_sql(newest_first=newest_first)
+            params = (conv, 5_000, 20)
+            plain = "\n".join(r[0] for r in store.fetchall(f"EXPLAIN {sql}", params))
+            assert "Sort" in plain  # the statistics' plan: every row collected, then sorted
+            walked = "\n".join(r[0] for r in store.fetch_in_order(f"EXPLAIN {sql}", params))
+            assert "Index Scan" in walked and "Sort" not in walked and "Bitmap" not in walked
+            found = store.user_requests(conv, 5_000, newest_first=newest_first, limit=20)
+            seqs = [r.seq for r in found]
+            expected = list(range(4_999, 4_959, -2)) if newest_first else list(range(1, 41, 2))
+            assert seqs == expected

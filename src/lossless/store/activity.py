@@ -41,6 +41,13 @@ _REQUEST = (
 )
 
 
+def requests_sql(*, newest_first: bool) -> str:
+    """The statement of :meth:`ActivityStore.user_requests` (parameters: the conversation,
+    *upto*, the limit)."""
+    order = "DESC" if newest_first else "ASC"
+    return f"{_REQUEST} AND seq <= ? AND length(trim(content)) > 0 ORDER BY seq {order} LIMIT ?"
+
+
 class ActivityStore(StoreCore):
     """Reads over a conversation's activity."""
 
@@ -63,10 +70,8 @@ class ActivityStore(StoreCore):
     ) -> list[Request]:
         """The first (or, with *newest_first*, the latest) *limit* requests at or before
         *upto*, in that order; blank messages are not requests."""
-        order = "DESC" if newest_first else "ASC"
-        rows = self.fetchall(
-            f"{_REQUEST} AND seq <= ? AND length(trim(content)) > 0 ORDER BY seq {order} LIMIT ?",
-            (conversation_id, upto, limit),
+        rows = self.fetch_in_order(
+            requests_sql(newest_first=newest_first), (conversation_id, upto, limit)
         )
         return [Request(int(seq), str(content)) for seq, content in rows]
 
@@ -85,7 +90,7 @@ class ActivityStore(StoreCore):
         if not openings:
             return []
         likes = " OR ".join(["lower(substr(ltrim(content), 1, 40)) LIKE ?"] * len(openings))
-        rows = self.fetchall(
+        rows = self.fetch_in_order(
             f"{_REQUEST} AND seq > ? AND seq <= ? AND ({likes}) ORDER BY seq DESC LIMIT ?",
             (conversation_id, after, upto, *openings, limit),
         )
@@ -131,7 +136,7 @@ class ActivityStore(StoreCore):
     def latest_checklist(self, conversation_id: int, after: int, upto: int) -> str | None:
         """The text of the latest message in ``after < seq <= upto`` with an unchecked box
         (``[ ]``) in it, if any."""
-        rows = self.fetchall(
+        rows = self.fetch_in_order(
             "SELECT content FROM messages WHERE conversation_id = ? AND seq > ? AND seq <= ?"
             " AND content LIKE '%[ ]%' ORDER BY seq DESC LIMIT 1",
             (conversation_id, after, upto),

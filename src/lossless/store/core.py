@@ -290,6 +290,13 @@ class StoreCore(ABC):
         with self.read() as conn:
             return list(conn.execute(sql, params).fetchall())
 
+    def fetch_in_order(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """A read that walks an index in its ``ORDER BY``'s order and stops at its ``LIMIT``
+        (a conversation's messages by ``seq``, the first or latest few that pass a filter),
+        whatever the planner's statistics say: the work follows the limit, not the
+        conversation's length. SQLite's planner walks the index by itself."""
+        return self.fetchall(sql, params)
+
     def row_count(self, table: str) -> int:
         """Rows in *table*, one of the store's own tables (named, never user text)."""
         if not table.isidentifier():
