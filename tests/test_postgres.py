@@ -287,3 +287,32 @@ def test_a_conversations_first_and_latest_requests_are_read_in_order_whatever_th
             seqs = [r.seq for r in found]
             expected = list(range(4_999, 4_959, -2)) if newest_first else list(range(1, 41, 2))
             assert seqs == expected
+
+
+def test_a_batchs_own_words_are_the_texts_and_the_doctor_checks_them(url: str) -> None:
+    # A batch writes each message's own words with its neighbours' (made once for a short
+    # text); every other write gets them from the trigger. Either way they are the words the
+    # stored text makes, and a row whose words are not is found and mended.
+    texts = ["short and plain", "with a NUL\x00inside it", "long " * 100, "\ue000 odd"]
+    with Engine.open(url, config=Config()) as engine:
+        engine.ingest_batch("s", [{"role": "user", "content": t} for t in texts])
+        engine.ingest("s", {"role": "assistant", "content": "one message alone"})
+        store = engine.store
+        assert store.fts_problems() == []
+        assert ["inside" in h.snippet for h in engine.grep("inside", conversation="s").hits] == [
+            True
+        ]
+        with store.transaction() as conn:
+            conn.execute(
+                "UPDATE messages SET content_tsv = to_tsvector('english', 'unrelated')"
+                " WHERE seq = 3"
+            )
+        assert [p[0] for p in store.fts_problems()] == ["messages_fts"]
+        store.rebuild_fts()
+        assert store.fts_problems() == []
+        # a changed text (as forgetting writes one) gets its words again
+        with store.transaction() as conn:
+            conn.execute("UPDATE messages SET content = 'tombstone words' WHERE seq = 1")
+        # (its neighbours' words are forgetting's to mend; its own are the trigger's)
+        assert "messages_fts" not in [p[0] for p in store.fts_problems()]
+        assert len(engine.grep("tombstone", conversation="s").hits) == 1

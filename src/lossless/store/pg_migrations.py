@@ -21,13 +21,19 @@ from __future__ import annotations
 
 from .search import NEIGHBOUR_CHARS, about_sql
 
-__all__ = ["CONTEXT_TSV", "PG_MIGRATIONS", "TSV_CHARS", "neighbour_text"]
+__all__ = ["CONTEXT_TSV", "PG_MIGRATIONS", "TSV_CHARS", "neighbour_text", "own_words"]
 
 #: How much of a text the word index reads (a tsvector holds at most 1 MB of positions);
 #: beyond it, words are still found by substring search.
 TSV_CHARS = 250_000
 
-_TSV = f"to_tsvector('english'::regconfig, left(content, {TSV_CHARS}))"
+
+def own_words(content: str) -> str:
+    """A text's own words in the word index, of the column or expression *content*."""
+    return f"to_tsvector('english'::regconfig, left({content}, {TSV_CHARS}))"
+
+
+_TSV = own_words("content")
 
 
 def neighbour_text(content: str) -> str:
@@ -429,6 +435,30 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         -- SQLite's full-text indexes stop merging inside inserts; PostgreSQL keeps its own
         -- indexes, so nothing changes here.
         SELECT 1;
+        """,
+    ),
+    (
+        "m020_message_words_made_once",
+        f"""
+        -- A batch of messages writes each message's own words itself: a short message's
+        -- words are the words its neighbours read of it, made once for both. Every other
+        -- write gets them from a trigger, as the generated column gave them (the column
+        -- keeps its values: dropping the expression rewrites nothing).
+        ALTER TABLE messages ALTER COLUMN content_tsv DROP EXPRESSION;
+        CREATE FUNCTION lossless_message_words() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF TG_OP = 'INSERT' THEN
+            IF NEW.content_tsv IS NULL THEN
+              NEW.content_tsv := {own_words("NEW.content")};
+            END IF;
+          ELSIF NEW.content IS DISTINCT FROM OLD.content THEN
+            NEW.content_tsv := {own_words("NEW.content")};
+          END IF;
+          RETURN NEW;
+        END
+        $$;
+        CREATE TRIGGER messages_words BEFORE INSERT OR UPDATE OF content ON messages
+          FOR EACH ROW EXECUTE FUNCTION lossless_message_words();
         """,
     ),
 ]

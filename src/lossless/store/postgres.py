@@ -35,7 +35,7 @@ from .base import Store
 from .connection import Connection
 from .core import _POSITION
 from .migrations import STEPS
-from .pg_migrations import CONTEXT_TSV, neighbour_text
+from .pg_migrations import CONTEXT_TSV, neighbour_text, own_words
 from .pg_search import PgSearch
 from .search import about_sql
 
@@ -292,15 +292,22 @@ _MSG_COLUMNS = (
     ("metadata", "text"),
     ("host_meta", "text"),
 )
+#: A row's own words: the words its neighbours read of it when they read the whole text (a
+#: message no longer than they read, with no NUL), else made from the text (as the trigger of
+#: migration m020 makes them for every other write).
+_OWN_WORDS = (
+    f"CASE WHEN {neighbour_text('m.content')} = m.content THEN m.words"
+    f" ELSE {own_words('m.content')} END"
+)
 #: A batch's messages (the arrays given, one per column) with their surroundings, in one
 #: statement. (COPY of the rows with their surroundings made by a SELECT first was measured
 #: too: the server spent 7% more, turning the tsvectors into text and back.)
 _BATCH_INSERT = (
     _with_surroundings(_MSG_COLUMNS)
     + f" INSERT INTO messages ({', '.join(n for n, _ in _MSG_COLUMNS)}, conversation_id,"
-    " context_tsv)"
+    " context_tsv, content_tsv)"
     f" SELECT {', '.join('m.' + n for n, _ in _MSG_COLUMNS)}, c.conversation_id,"
-    f" {_SURROUNDINGS} FROM m JOIN conversations c ON c.conversation_id = ?"
+    f" {_SURROUNDINGS}, {_OWN_WORDS} FROM m JOIN conversations c ON c.conversation_id = ?"
     " WHERE m.message_id IS NOT NULL"
 )
 _PARTS_INSERT = (
@@ -736,9 +743,11 @@ class PostgresStore(PgSearch, Store):
                 raw.execute(f"VACUUM {table}")
         return [f"vacuumed {', '.join(tables)} (plain VACUUM; see docs/security.md)"]
 
-    def _index_neighbours(self, conn: Connection) -> None:
-        """Every message's neighbours, from the stored text (after a bulk copy, a rebuild)."""
-        conn.execute(f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}")
+    def _index_neighbours(self, conn: Connection, *, own: bool = False) -> None:
+        """Every message's neighbours' words (with *own*, its own words too), from the stored
+        text (after a bulk copy, a rebuild)."""
+        words = f", content_tsv = {own_words('m.content')}" if own else ""
+        conn.execute(f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}{words}")
 
     def finish_bulk_copy(self) -> None:
         """Move the id generators past the copied ids (rows written with their ids as they
@@ -764,8 +773,10 @@ class PostgresStore(PgSearch, Store):
     )
 
     def fts_problems(self) -> list[tuple[str, str, str]]:
-        """The search indexes are PostgreSQL's own, kept on every write from the generated
-        ``content_tsv`` columns; what can go wrong is an index missing or left invalid."""
+        """The search indexes are PostgreSQL's own, kept on every write from the
+        ``content_tsv`` columns (generated for summaries; for messages written by a batch
+        insert, or by migration m020's trigger); what can go wrong is an index missing or left
+        invalid, or a message's words (its own, its neighbours') not the stored text's."""
         rows = {
             r[0]: r[1]
             for r in self.fetchall(
@@ -781,19 +792,17 @@ class PostgresStore(PgSearch, Store):
                 problems.append((name, "-", "the index is missing"))
             elif not rows[name]:
                 problems.append((name, "-", "the index is not valid"))
-        # The neighbours' words are the store's to keep: each must be what the stored text
-        # around the message makes (one pass over the messages).
-        for (message_id,) in self.fetchall(
-            f"SELECT m.message_id FROM messages m WHERE m.context_tsv IS DISTINCT FROM"
-            f" ({CONTEXT_TSV}) ORDER BY m.message_id LIMIT 1000"
+        # A message's words are the store's to keep: each must be what the stored text (and
+        # the text around it) makes (one pass over the messages each).
+        for index, column, words, what in (
+            ("messages_fts", "content_tsv", own_words("m.content"), "its stored text"),
+            ("messages_context_fts", "context_tsv", CONTEXT_TSV, "the stored text around it"),
         ):
-            problems.append(
-                (
-                    "messages_context_fts",
-                    f"msg#{message_id}",
-                    "the neighbours' words do not match the stored text around it",
-                )
-            )
+            for (message_id,) in self.fetchall(
+                f"SELECT m.message_id FROM messages m WHERE m.{column} IS DISTINCT FROM"
+                f" ({words}) ORDER BY m.message_id LIMIT 1000"
+            ):
+                problems.append((index, f"msg#{message_id}", f"the words do not match {what}"))
         return problems
 
     def rebuild_fts(self) -> None:
@@ -802,7 +811,7 @@ class PostgresStore(PgSearch, Store):
         with self.transaction() as conn:
             (schema,) = conn.execute("SELECT current_schema()").fetchone() or ("public",)
             self._with_trigrams(conn, schema)
-            self._index_neighbours(conn)
+            self._index_neighbours(conn, own=True)
             conn.execute(
                 "CREATE INDEX IF NOT EXISTS messages_fts ON messages USING gin (content_tsv)"
             )
