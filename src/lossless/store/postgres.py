@@ -464,15 +464,7 @@ class PostgresStore(PgSearch, Store):
         every row of it through a bitmap and sorts them for a page of 20 (0.5 s at 400,000
         messages, and longer as the conversation grows); the ordered index scan reads about
         the page."""
-        with self.read() as conn:
-            conn.execute(
-                "SELECT set_config('enable_bitmapscan', 'off', true),"
-                " set_config('enable_sort', 'off', true)"
-            )
-            rows = list(conn.execute(sql, params).fetchall())
-            conn.execute("RESET enable_bitmapscan")
-            conn.execute("RESET enable_sort")
-            return rows
+        return self._fetch_without(("bitmapscan", "sort"), sql, params)
 
     # --- schema ----------------------------------------------------------------------------
 
