@@ -363,11 +363,35 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 SCHEMA_PREFIX = os.environ.get("LOSSLESS_BENCH_PG_PREFIX", "lossless_bench_")
 
 
+#: Settings every store's connections take (``LOSSLESS_BENCH_PG_SETTINGS``, as
+#: ``name=value`` words: ``synchronous_commit=off`` measures commits that do not wait for
+#: the disk, the durability SQLite's WAL with ``synchronous=NORMAL`` gives).
+PG_SETTINGS = os.environ.get("LOSSLESS_BENCH_PG_SETTINGS", "").split()
+
+
 def pg_url(schema: str) -> str:
     """The URL of the store kept in *schema* of :data:`PG_URL`'s database."""
     if not _SCHEMA_NAME.fullmatch(schema):
         raise ValueError(f"not a plain schema name: {schema!r}")
-    return f"{PG_URL}{'&' if '?' in PG_URL else '?'}options=-csearch_path%3D{schema},public"
+    extra = "".join(f"%20-c{s.replace('=', '%3D')}" for s in PG_SETTINGS)
+    return f"{PG_URL}{'&' if '?' in PG_URL else '?'}options=-csearch_path%3D{schema},public{extra}"
+
+
+def server_settings(url: str = PG_URL) -> dict[str, str]:
+    """The server settings a figure depends on, as a connection to *url* has them."""
+    import psycopg
+
+    names = (
+        "server_version",
+        "shared_buffers",
+        "synchronous_commit",
+        "max_connections",
+        "autovacuum",
+        "wal_level",
+        "fsync",
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        return {n: str(conn.execute(f"SHOW {n}").fetchone()[0]) for n in names}
 
 
 def pg_admin() -> Any:

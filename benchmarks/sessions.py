@@ -50,9 +50,10 @@ from common import (
     fresh_store,
     load_average,
     percentiles,
-    pg_admin,
+    pg_url,
     revision,
     save,
+    server_settings,
     text_messages,
 )
 
@@ -244,20 +245,6 @@ def verify(target: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def server_settings() -> dict[str, str]:
-    names = (
-        "server_version",
-        "shared_buffers",
-        "synchronous_commit",
-        "max_connections",
-        "autovacuum",
-        "wal_level",
-        "fsync",
-    )
-    with pg_admin() as conn:
-        return {n: str(conn.execute(f"SHOW {n}").fetchone()[0]) for n in names}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
@@ -286,7 +273,7 @@ def main() -> None:
         "load_before": load_average(),
     }
     if args.backend == "postgres":
-        results["server"] = server_settings()
+        results["server"] = server_settings(pg_url("public"))
     print(
         f"{args.sessions} sessions x {args.turns} turns on {args.backend} "
         f"({args.history} messages each first, budget {args.budget}, {args.think:g} ms between"

@@ -22,7 +22,9 @@ which take long to fill. Each run adds its turns' messages to that store.
 the work should be at most about 6× (linear, not quadratic).
 
 The configuration is the defaults (``Engine.open`` reads no user settings); PostgreSQL runs
-with the server's own settings (this machine's: autovacuum off).
+with the server's own settings (this machine's: autovacuum off), printed with the figures,
+and any the stores' connections are given in ``LOSSLESS_BENCH_PG_SETTINGS``
+(``synchronous_commit=off``: commits that do not wait for the disk, as SQLite's here).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ from common import (
     machine,
     percentiles,
     pg_admin,
+    pg_url,
     save,
+    server_settings,
     text_messages,
 )
 
@@ -268,6 +272,12 @@ def main() -> None:
                 print(f"postgresql: skipped, no server at {PG_URL} (set LOSSLESS_BENCH_PG)")
                 continue
             if backend == "postgresql":
+                results["pg_server"] = server = server_settings(pg_url("public"))
+                print(
+                    f"PostgreSQL {server['server_version']}: synchronous_commit"
+                    f" {server['synchronous_commit']}, fsync {server['fsync']}, autovacuum"
+                    f" {server['autovacuum']}, shared_buffers {server['shared_buffers']}"
+                )
                 results["pg_floor"] = pg_floor(args.turns, args.gap / 1000)
                 print(
                     "floor on PostgreSQL (2 rows + tsvector GIN, one transaction):"

@@ -119,3 +119,58 @@ def test_a_rolled_back_append_is_not_kept(pair: tuple[Engine, Engine]) -> None:
     assert kept(mine, "c") == before == fresh(mine, "c")
     mine.ingest_batch("c", turn(2))
     assert kept(mine, "c") == fresh(mine, "c")
+
+
+def written(engine: Engine, conversation: str) -> list[ContextItem]:
+    cid = engine.conversation(conversation).conversation_id
+    return engine.store.context(cid, as_written=True)
+
+
+def test_as_written_is_the_own_append_and_never_outlives_an_own_change(
+    pair: tuple[Engine, Engine],
+) -> None:
+    mine, _ = pair
+    for n in range(12):
+        mine.ingest_batch("c", turn(n))
+    kept(mine, "c")
+    mine.ingest_batch("c", turn(12))
+    assert written(mine, "c") == fresh(mine, "c")
+    # every change of this store's own, not only an append, is seen by the next read
+    cid = mine.conversation("c").conversation_id
+    changes = {
+        "compact": lambda: mine.compact("c"),
+        "pop": lambda: mine.pop_context("c"),
+        "renumber": lambda: mine.store.renumber_context(cid),
+    }
+    for step, change in changes.items():
+        before = fresh(mine, "c")
+        change()
+        after = fresh(mine, "c")
+        assert after != before, f"the test's {step} changed nothing"
+        assert written(mine, "c") == after, f"stale after this store's own {step}"
+        mine.ingest_batch("c", turn(300))
+        assert written(mine, "c") == fresh(mine, "c"), f"own append after {step}"
+
+
+def test_as_written_after_a_rolled_back_append_reads_again(pair: tuple[Engine, Engine]) -> None:
+    mine, _ = pair
+    mine.after_turn("c", turn(0))
+    before = written(mine, "c")
+    with pytest.raises(RuntimeError), mine.store.transaction():
+        mine.ingest_batch("c", turn(1))
+        raise RuntimeError("the host gave up")
+    assert written(mine, "c") == before == fresh(mine, "c")
+
+
+def test_a_turn_still_compacts_what_another_writer_left_over_the_threshold(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # as_written skips the check for another writer once, right after this store's own
+    # write; the next turn reads the version and sees what the other writer appended
+    mine, other = pair
+    mine.after_turn("c", turn(0))
+    for n in range(1, 30):
+        other.ingest_batch("c", turn(n))
+    mine.after_turn("c", turn(30))
+    report = mine.after_turn("c", turn(31)).compaction
+    assert report is not None and report.passes, "the backlog the other writer left stays"

@@ -826,9 +826,10 @@ def after_turn_compaction(
     turns have headroom instead of triggering a small compaction each). One deadline
     (``guards.run_seconds``) for the whole turn."""
     cfg = services.config
-    # Most turns need nothing: said from the context the store keeps (one row read), without
-    # taking the compaction locks (on PostgreSQL, two round trips each).
-    items = services.store.context(conversation_id)
+    # Most turns need nothing: said from the context the store keeps as the turn's own write
+    # left it (no read at all; compaction reads it again under its lock), without taking the
+    # compaction locks (on PostgreSQL, two round trips each).
+    items = services.store.context(conversation_id, as_written=True)
     tokens = sum(i.tokens for i in items)
     raw = Compactor(services, budget=token_budget).raw_tokens_outside_tail(items)
     if raw <= cfg.leaf_chunk_tokens and (

@@ -43,12 +43,20 @@ class ContextStore(MessageStore):
     it found is the one the list was read at. A version set by a transaction that rolled
     back is never seen again, so a list patched for it is never used."""
 
-    def context(self, conversation_id: int) -> list[ContextItem]:
+    def context(self, conversation_id: int, *, as_written: bool = False) -> list[ContextItem]:
         """The conversation's context items in order (cost: one row when this store read it
-        before and nothing changed it since; else the size of the active context)."""
+        before and nothing changed it since; else the size of the active context).
+
+        With *as_written*, the context as this store's own last write to it left it, when
+        that write was the last change this store saw, without asking the database whether
+        another process wrote since (on PostgreSQL a round trip, about a sixth of a turn):
+        for a decision taken right after that write, such as whether the turn needs
+        compacting. Compaction itself reads the context again under its lock."""
         outside = not self._in_transaction()
         held = self._kept_context(conversation_id) if outside else None
         if held is not None:
+            if as_written and held[2]:
+                return list(held[1])
             # The version alone, one statement (on PostgreSQL one round trip, where a
             # snapshot's BEGIN and COMMIT would be two more): unchanged, the kept list is it.
             found = self.fetchall(_VERSION, (conversation_id,))
@@ -63,7 +71,7 @@ class ContextStore(MessageStore):
         items = [ContextItem(*r) for r in rows]
         # Not inside a transaction: what it wrote may yet roll back.
         if outside and version is not None:
-            self._keep_context(conversation_id, version, list(items))
+            self._keep_context(conversation_id, version, list(items), written=False)
         return items
 
     def tool_links(self, message_ids: Sequence[int]) -> dict[int, tuple[set[str], set[str]]]:

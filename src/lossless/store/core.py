@@ -129,10 +129,12 @@ class StoreCore(ABC):
 
     # --- the contexts kept in memory (see :class:`.context.ContextStore`) ------------------
 
-    _contexts_kept: OrderedDict[int, tuple[int, list[ContextItem]]]
+    #: Per conversation: the context version, its items, and whether this store's own
+    #: append left them so (see :meth:`.context.ContextStore.context`, *as_written*).
+    _contexts_kept: OrderedDict[int, tuple[int, list[ContextItem], bool]]
     _contexts_guard: threading.Lock
 
-    def _kept_contexts(self) -> OrderedDict[int, tuple[int, list[ContextItem]]]:
+    def _kept_contexts(self) -> OrderedDict[int, tuple[int, list[ContextItem], bool]]:
         try:
             return self._contexts_kept
         except AttributeError:
@@ -140,15 +142,17 @@ class StoreCore(ABC):
             self._contexts_kept = OrderedDict()
             return self._contexts_kept
 
-    def _keep_context(self, conversation_id: int, version: int, items: list[ContextItem]) -> None:
+    def _keep_context(
+        self, conversation_id: int, version: int, items: list[ContextItem], *, written: bool
+    ) -> None:
         kept = self._kept_contexts()
         with self._contexts_guard:
-            kept[conversation_id] = (version, items)
+            kept[conversation_id] = (version, items, written)
             kept.move_to_end(conversation_id)
             while len(kept) > CONTEXTS_KEPT:
                 kept.popitem(last=False)
 
-    def _kept_context(self, conversation_id: int) -> tuple[int, list[ContextItem]] | None:
+    def _kept_context(self, conversation_id: int) -> tuple[int, list[ContextItem], bool] | None:
         kept = self._kept_contexts()
         with self._contexts_guard:
             return kept.get(conversation_id)
@@ -161,6 +165,13 @@ class StoreCore(ABC):
             "UPDATE conversations SET context_version = ? WHERE conversation_id = ?",
             (version, conversation_id),
         )
+        # The kept list is no longer what this store's last write left (an append that
+        # commits marks its own list so again).
+        kept = self._kept_contexts()
+        with self._contexts_guard:
+            held = kept.get(conversation_id)
+            if held is not None and held[2]:
+                kept[conversation_id] = (held[0], held[1], False)
         return version
 
     def _lock_conversation(  # noqa: B027 - a default: a store with one writer needs none

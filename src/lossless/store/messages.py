@@ -432,7 +432,9 @@ class MessageStore(StoreCore):
                 ContextItem(ord0 + 1 + i, "message", mid, None, tokens, role, None, at, at)
                 for i, (mid, _, _, role, _, tokens, at, *_) in enumerate(msg_rows)
             ]
-            self._keep_context(conv_id, version, held[1] + added)
+            # Inside a caller's transaction it may yet roll back: kept, but read again.
+            own = not self._in_transaction()
+            self._keep_context(conv_id, version, held[1] + added, written=own)
         return list(range(first_id, last_id + 1)), skipped
 
     _MSG_COLS = (

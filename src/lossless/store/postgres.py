@@ -555,6 +555,10 @@ class PostgresStore(PgSearch, Store):
     def _reserve(
         self, conn: Connection, conversation_id: int, messages: int, parts: int
     ) -> tuple[int, int, int, int, int]:
+        # The append's statements are the same every turn: under plan_cache_mode auto the
+        # server plans each once and keeps the plan (the reservation's subqueries took
+        # longer to plan each time than to run). _write_messages sets it back.
+        conn.execute("SET LOCAL plan_cache_mode = auto")
         # One round trip: both blocks of ids, the last seq, the last ordinal, the version.
         row = conn.execute(
             "SELECT lossless_take_ids('message_ids', ?),"
@@ -582,11 +586,11 @@ class PostgresStore(PgSearch, Store):
         assert isinstance(conn, PgConnection)
         conv_id, first_id, seq0 = msg_rows[0][1], msg_rows[0][0], msg_rows[0][2] - 1
         with conn.pipelined():
-            # Each row's foreign-key checks (the server's own prepared statements) would be
-            # planned again for every row under the connection's force_custom_plan (set for
-            # searches), which costs more than the check. (JIT, which would compile a plan
-            # for thousands of rows, is off for the whole session.)
-            conn.execute("SET LOCAL plan_cache_mode = auto")
+            # plan_cache_mode is auto since _reserve: each row's foreign-key checks (the
+            # server's own prepared statements) would otherwise be planned again for every
+            # row under the connection's force_custom_plan (set for searches), which costs
+            # more than the check. (JIT, which would compile a plan for thousands of rows,
+            # is off for the whole session.)
             columns = [_column(msg_rows, i) for i in (0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
             conn.execute(_BATCH_INSERT, (*columns, conv_id, seq0 - 1, seq0, conv_id))
             if part_rows:
