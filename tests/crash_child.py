@@ -159,8 +159,8 @@ class Ticker:
 
 #: Which step of each operation ``--hold`` stops in (all inside a write transaction).
 HOLD_STEPS = {
-    "import": ("_write_messages", SQLiteStore),
-    "ingest": ("_write_messages", SQLiteStore),
+    "import": ("_place_messages", SQLiteStore),
+    "ingest": ("_place_messages", SQLiteStore),
     "leaf": ("_place_summary", SQLiteStore),
     "condensed": ("_place_summary", SQLiteStore),
     "transplant": ("_index_messages", SQLiteStore),

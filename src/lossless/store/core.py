@@ -13,7 +13,7 @@ import secrets
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +23,7 @@ from ..errors import StoreError
 from ..model import ContextItem
 from .connection import Connection, Row
 
-__all__ = ["NO_LIMIT", "StoreCore", "in_chunks"]
+__all__ = ["NO_LIMIT", "Placement", "StoreCore", "in_chunks"]
 
 T = TypeVar("T")
 
@@ -74,6 +74,41 @@ def _loads(text: str | None) -> Any:
 def _row_id(value: int) -> int:
     """*value* if SQLite can hold it; else -1, an id no row has (not found, not a crash)."""
     return value if isinstance(value, int) and -(2**63) <= value < 2**63 else -1
+
+
+class Placement:
+    """Where a batch of messages went: its first message id, and the conversation's last
+    seq, last context ordinal and context version before it. Given at once, or read when
+    first asked for (on PostgreSQL the batch is placed by the server, its answer coming
+    back with the commit's)."""
+
+    __slots__ = ("_read", "_values")
+
+    def __init__(self, *values: int, read: Callable[[], Sequence[Any]] | None = None) -> None:
+        self._values = tuple(values) if values else None
+        self._read = read
+
+    def _get(self) -> tuple[int, ...]:
+        if self._values is None:
+            assert self._read is not None
+            self._values = tuple(int(v) for v in self._read())
+        return self._values
+
+    @property
+    def first_id(self) -> int:
+        return self._get()[0]
+
+    @property
+    def seq0(self) -> int:
+        return self._get()[1]
+
+    @property
+    def ord0(self) -> int:
+        return self._get()[2]
+
+    @property
+    def version0(self) -> int:
+        return self._get()[3]
 
 
 class StoreCore(ABC):

@@ -25,6 +25,7 @@ from .core import (
     _TOOL_PARTS,
     DEFER_TRIGRAM_AT,
     NO_LIMIT,
+    Placement,
     StoreCore,
     _loads,
     _row_id,
@@ -282,29 +283,39 @@ class MessageStore(StoreCore):
         part_id = self._allocate_ids(conn, "message_parts", parts) if parts else 0
         return first_id, part_id, int(seq0), int(ord0), int(version)
 
-    def _write_messages(
+    def _place_messages(
         self,
         conn: Connection,
-        msg_rows: Sequence[Sequence[Any]],
-        part_rows: Sequence[Sequence[Any]],
+        conversation: Conversation,
+        rows: Sequence[Sequence[Any]],
+        parts: Sequence[Sequence[Any]],
         *,
-        ord0: int,
         stamp: str,
         trigram: bool,
-    ) -> None:
-        """Insert a batch: *msg_rows* (the columns of ``_MESSAGE_INSERT``, consecutive ids
-        and seqs, one conversation), *part_rows* (those of ``_PART_INSERT``), each message's
-        context item after ordinal *ord0* (made at *stamp*), and the messages' search-index
-        entries (the trigram ones too when *trigram*)."""
+    ) -> Placement:
+        """Under the conversation's lock, write a batch at the end of the conversation and
+        of its context: *rows* (the columns of ``_MESSAGE_INSERT`` after ``conversation_id``
+        and ``seq``), *parts* (those of ``_PART_INSERT`` after ``message_id``, the message's
+        index in *rows* first), each message's context item made at *stamp*, and the
+        messages' search-index entries (the trigram ones too when *trigram*). Where the
+        batch went: its first id, the seq and ordinal before it, the context version before
+        it."""
+        conv_id = conversation.conversation_id
+        first_id, part_id, seq0, ord0, version0 = self._reserve(
+            conn, conv_id, len(rows), len(parts)
+        )
+        msg_rows = [(first_id + i, conv_id, seq0 + 1 + i, *r) for i, r in enumerate(rows)]
+        part_rows = [(part_id + k, first_id + p[0], *p[1:]) for k, p in enumerate(parts)]
         conn.executemany(_MESSAGE_INSERT, msg_rows)
         if part_rows:
             conn.executemany(_PART_INSERT, part_rows)
         conn.executemany(
             "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
             " created_at) VALUES (?, ?, 'message', ?, ?)",
-            [(r[1], ord0 + 1 + i, r[0], stamp) for i, r in enumerate(msg_rows)],
+            [(conv_id, ord0 + 1 + i, first_id + i, stamp) for i in range(len(rows))],
         )
-        self._index_messages(conn, msg_rows[0][0], msg_rows[-1][0], trigram=trigram)
+        self._index_messages(conn, first_id, first_id + len(rows) - 1, trigram=trigram)
+        return Placement(first_id, seq0, ord0, version0)
 
     def append_messages(
         self, conversation: Conversation, messages: Sequence[NormalizedMessage]
@@ -332,22 +343,13 @@ class MessageStore(StoreCore):
             # Ids come in one consecutive block, so a batch is inserted as a set and its
             # index rows filled with one statement; seq and ordinal under the
             # conversation's lock.
-            part_count = sum(len(m.parts) for m in fresh)
-            first_id, part_id, seq0, ord0, version0 = self._reserve(
-                conn, conv_id, len(fresh), part_count
-            )
-            part_id -= 1
             stamp = format_ts(now())
-            msg_rows = []
-            part_rows = []
+            rows = []
+            parts = []
             session = conversation.session_id
             for i, m in enumerate(fresh):
-                mid = first_id + i
-                msg_rows.append(
+                rows.append(
                     (
-                        mid,
-                        conv_id,
-                        seq0 + 1 + i,
                         m.role,
                         m.content,
                         m.token_count,
@@ -360,11 +362,9 @@ class MessageStore(StoreCore):
                     )
                 )
                 for j, p in enumerate(m.parts):
-                    part_id += 1
-                    part_rows.append(
+                    parts.append(
                         (
-                            part_id,
-                            mid,
+                            i,
                             session,
                             j,
                             p.slot,
@@ -378,16 +378,15 @@ class MessageStore(StoreCore):
                             None if p.raw_is_text else dumps(p.raw),
                         )
                     )
-            last_id = first_id + len(fresh) - 1
-            self._write_messages(
+            placed = self._place_messages(
                 conn,
-                msg_rows,
-                part_rows,
-                ord0=ord0,
+                conversation,
+                rows,
+                parts,
                 stamp=stamp,
                 trigram=len(fresh) < DEFER_TRIGRAM_AT,
             )
-            files = [(f, first_id + i) for i, m in enumerate(fresh) for f in m.large_files]
+            files = [(f, i) for i, m in enumerate(fresh) for f in m.large_files]
             if files:
                 conn.executemany(
                     "INSERT INTO large_files (file_id, conversation_id, message_id,"
@@ -408,11 +407,11 @@ class MessageStore(StoreCore):
                             f.exploration_summary,
                             stamp,
                         )
-                        for f, mid in files
+                        for f, mid in ((f, placed.first_id + i) for f, i in files)
                     ],
                 )
             sealed = [
-                (first_id + i, m.sealed, m.redactions, int(m.kept_plain))
+                (placed.first_id + i, m.sealed, m.redactions, int(m.kept_plain))
                 for i, m in enumerate(fresh)
                 if m.sealed is not None
             ]
@@ -423,19 +422,23 @@ class MessageStore(StoreCore):
                     sealed,
                 )
             if any(p.type in _TOOL_PARTS for m in fresh for p in m.parts):
-                record_tool_executions(conn, conv_id, first_id, last_id)
+                first_id = placed.first_id
+                record_tool_executions(conn, conv_id, first_id, first_id + len(fresh) - 1)
             version = self._context_changed(conn, conv_id)
         # Committed: a context kept as it was before this append is kept with the new items.
+        first_id, ord0 = placed.first_id, placed.ord0
         held = self._kept_context(conv_id)
-        if held is not None and held[0] == version0:
+        if held is not None and held[0] == placed.version0:
             added = [
-                ContextItem(ord0 + 1 + i, "message", mid, None, tokens, role, None, at, at)
-                for i, (mid, _, _, role, _, tokens, at, *_) in enumerate(msg_rows)
+                ContextItem(
+                    ord0 + 1 + i, "message", first_id + i, None, r[2], r[0], None, r[3], r[3]
+                )
+                for i, r in enumerate(rows)
             ]
             # Inside a caller's transaction it may yet roll back: kept, but read again.
             own = not self._in_transaction()
             self._keep_context(conv_id, version, held[1] + added, written=own)
-        return list(range(first_id, last_id + 1)), skipped
+        return list(range(first_id, first_id + len(fresh))), skipped
 
     _MSG_COLS = (
         "message_id, conversation_id, seq, role, content, token_count, created_at, external_id,"

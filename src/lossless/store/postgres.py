@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec import content_hash
 from ..errors import NoStore, StoreError
-from ..model import Checkpoint
+from ..model import Checkpoint, Conversation
 from ..timestamps import format_ts, now
 from .base import Store
 from .connection import Connection
-from .core import _POSITION
+from .core import Placement
 from .migrations import STEPS
 from .pg_migrations import CONTEXT_TSV, neighbour_text, own_words
 from .pg_search import PgSearch
@@ -241,6 +241,30 @@ class PgConnection:
             finally:
                 self.pipeline = None
 
+    @contextlib.contextmanager
+    def in_one_round_trip(self) -> Iterator[None]:
+        """A transaction in pipeline mode: a statement whose result is not read yet (an
+        insert, an update) goes out with the next one, BEGIN with the first and COMMIT
+        with the last, so the server is waited for only where a result is read, and once
+        at the end. (psycopg's own ``transaction()`` in pipeline mode waits for the block's
+        results before it sends COMMIT: a second wait.) Begun and ended here, on a
+        connection in autocommit mode; whatever goes wrong, what was sent is rolled back."""
+        import psycopg
+
+        committed = False
+        try:
+            with self.pipelined():
+                self.raw.execute("BEGIN")
+                yield
+                self.raw.execute("COMMIT")
+            committed = True
+        finally:
+            if not committed and not self.raw.closed:
+                # A failed statement left the transaction aborted, or the block raised
+                # with it open (what the server did with it is undone).
+                with contextlib.suppress(psycopg.Error):
+                    self.raw.execute("ROLLBACK")
+
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
         cur = self.raw.cursor()
         rows = list(rows)
@@ -249,39 +273,9 @@ class PgConnection:
         return cur
 
 
-def _with_surroundings(columns: Sequence[tuple[str, str]]) -> str:
-    """``WITH ... m``: a batch's rows (one array per column of *columns*, names and types;
-    ``seq`` and ``content`` among them) with each row's neighbours' words in ``m.prev``,
-    ``m.next``, ``m.far``, as ``CONTEXT_TSV`` reads them. The start of each message of the
-    batch and of the two before it (parameters: conversation, first and last seq) is read
-    into words once; each row takes its neighbours' in seq order (seqs run without gaps).
-    The rows before the batch come out too, with only their seq: select the batch's."""
-    arrays = ", ".join(f"?::{kind}[]" for _, kind in columns)
-    names = ", ".join(name for name, _ in columns)
-    nulls = ", ".join("o.seq" if name == "seq" else "NULL" for name, _ in columns)
-    return (
-        f"WITH b AS (SELECT * FROM unnest({arrays}) AS b({names})),"
-        " h AS (SELECT b.*, to_tsvector('english'::regconfig, "
-        + neighbour_text("b.content")
-        + f") AS words FROM b UNION ALL SELECT {nulls}, to_tsvector('english'::regconfig, "
-        + neighbour_text("o.content")
-        + ") FROM messages o WHERE o.conversation_id = ? AND o.seq BETWEEN ? AND ?),"
-        " m AS (SELECT h.*, lag(words) OVER w AS prev, lead(words) OVER w AS next,"
-        " lag(words, 2) OVER w AS far FROM h WINDOW w AS (ORDER BY seq))"
-    )
-
-
-#: A row of ``m`` (see :func:`_with_surroundings`) in the word index, as ``CONTEXT_TSV``
-#: makes it (the same words, weights and order), with ``c`` its conversation.
-_SURROUNDINGS = (
-    "setweight(coalesce(m.prev, ''::tsvector), 'B')"
-    " || setweight(coalesce(m.next, ''::tsvector), 'C')"
-    " || setweight(coalesce(m.far, ''::tsvector), 'C')"
-    " || setweight(to_tsvector('english'::regconfig, " + about_sql("m", "c") + "), 'D')"
-)
-_MSG_COLUMNS = (
-    ("message_id", "bigint"),
-    ("seq", "bigint"),
+#: The columns of a batch's rows as :meth:`PostgresStore._place_messages` sends them, one
+#: array each (id and seq come from the reservation).
+_ROW_COLUMNS = (
     ("role", "text"),
     ("content", "text"),
     ("token_count", "bigint"),
@@ -292,6 +286,72 @@ _MSG_COLUMNS = (
     ("metadata", "text"),
     ("host_meta", "text"),
 )
+#: The columns of a batch's parts (the message's index in the batch first).
+_PART_COLUMNS = (
+    ("msg", "bigint"),
+    ("session_id", "text"),
+    ("ordinal", "bigint"),
+    ("slot", "text"),
+    ("part_type", "text"),
+    ("text", "text"),
+    ("tool_call_id", "text"),
+    ("tool_name", "text"),
+    ("tool_input", "text"),
+    ("tool_output", "text"),
+    ("is_error", "int"),
+    ("raw", "text"),
+)
+_MSG_NAMES = ("message_id", "seq", *(name for name, _ in _ROW_COLUMNS))
+
+
+def _arrays(columns: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"?::{kind}[]" for _, kind in columns)
+
+
+def _names(columns: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(name for name, _ in columns)
+
+
+#: ``r``: the reservation, under the conversation's lock (parameters: the number of messages,
+#: the number of parts twice, the conversation three times): both blocks of ids, the last
+#: seq, the last ordinal and the context version before the batch.
+_RESERVATION = (
+    "r AS MATERIALIZED (SELECT lossless_take_ids('message_ids', ?::bigint) AS first_id,"
+    " CASE WHEN ?::bigint > 0 THEN lossless_take_ids('part_ids', ?::bigint) ELSE 0 END"
+    " AS first_part, (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?)"
+    " AS seq0, (SELECT coalesce(max(ordinal), -1) FROM context_items"
+    " WHERE conversation_id = ?) AS ord0, (SELECT context_version FROM conversations"
+    " WHERE conversation_id = ?) AS version0)"
+)
+#: ``b``, ``h``, ``m``: the batch's rows (one array per column of ``_ROW_COLUMNS``) with
+#: their ids and seqs, then each row's neighbours' words in ``m.prev``, ``m.next``,
+#: ``m.far``, as ``CONTEXT_TSV`` reads them. The start of each message of the batch and of
+#: the two before it (parameter: the conversation) is read into words once; each row takes
+#: its neighbours' in seq order (seqs run without gaps). The rows before the batch come out
+#: too, with only their seq: select the batch's.
+_SURROUNDED = (
+    f"b AS (SELECT r.first_id + u.i - 1 AS message_id, r.seq0 + u.i AS seq,"
+    f" {', '.join('u.' + n for n, _ in _ROW_COLUMNS)} FROM r,"
+    f" unnest({_arrays(_ROW_COLUMNS)}) WITH ORDINALITY AS u({_names(_ROW_COLUMNS)}, i)),"
+    " h AS (SELECT b.*, to_tsvector('english'::regconfig, "
+    + neighbour_text("b.content")
+    + ") AS words FROM b UNION ALL SELECT "
+    + ", ".join("o.seq" if n == "seq" else "NULL" for n in _MSG_NAMES)
+    + ", to_tsvector('english'::regconfig, "
+    + neighbour_text("o.content")
+    + ") FROM messages o, r WHERE o.conversation_id = ?"
+    " AND o.seq BETWEEN r.seq0 - 1 AND r.seq0),"
+    " m AS (SELECT h.*, lag(words) OVER w AS prev, lead(words) OVER w AS next,"
+    " lag(words, 2) OVER w AS far FROM h WINDOW w AS (ORDER BY seq))"
+)
+#: A row of ``m`` in the word index, as ``CONTEXT_TSV`` makes it (the same words, weights
+#: and order), with ``c`` its conversation.
+_SURROUNDINGS = (
+    "setweight(coalesce(m.prev, ''::tsvector), 'B')"
+    " || setweight(coalesce(m.next, ''::tsvector), 'C')"
+    " || setweight(coalesce(m.far, ''::tsvector), 'C')"
+    " || setweight(to_tsvector('english'::regconfig, " + about_sql("m", "c") + "), 'D')"
+)
 #: A row's own words: the words its neighbours read of it when they read the whole text (a
 #: message no longer than they read, with no NUL), else made from the text (as the trigger of
 #: migration m020 makes them for every other write).
@@ -299,23 +359,35 @@ _OWN_WORDS = (
     f"CASE WHEN {neighbour_text('m.content')} = m.content THEN m.words"
     f" ELSE {own_words('m.content')} END"
 )
-#: A batch's messages (the arrays given, one per column) with their surroundings, in one
-#: statement. (COPY of the rows with their surroundings made by a SELECT first was measured
-#: too: the server spent 7% more, turning the tsvectors into text and back.)
-_BATCH_INSERT = (
-    _with_surroundings(_MSG_COLUMNS)
-    + f" INSERT INTO messages ({', '.join(n for n, _ in _MSG_COLUMNS)}, conversation_id,"
-    " context_tsv, content_tsv)"
-    f" SELECT {', '.join('m.' + n for n, _ in _MSG_COLUMNS)}, c.conversation_id,"
+_INSERT_MESSAGES = (
+    f"msgs AS (INSERT INTO messages ({', '.join(_MSG_NAMES)}, conversation_id, context_tsv,"
+    f" content_tsv) SELECT {', '.join('m.' + n for n in _MSG_NAMES)}, c.conversation_id,"
     f" {_SURROUNDINGS}, {_OWN_WORDS} FROM m JOIN conversations c ON c.conversation_id = ?"
-    " WHERE m.message_id IS NOT NULL"
+    " WHERE m.message_id IS NOT NULL)"
 )
-_PARTS_INSERT = (
-    "INSERT INTO message_parts (part_id, message_id, session_id, ordinal, slot, part_type,"
-    " text, tool_call_id, tool_name, tool_input, tool_output, is_error, raw)"
-    " SELECT * FROM unnest(?::bigint[], ?::bigint[], ?::text[], ?::bigint[], ?::text[],"
-    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::int[], ?::text[])"
+_INSERT_PARTS = (
+    "parts AS (INSERT INTO message_parts (part_id, message_id, "
+    + ", ".join(n for n, _ in _PART_COLUMNS[1:])
+    + ") SELECT r.first_part + u.k - 1, r.first_id + u.msg, "
+    + ", ".join("u." + n for n, _ in _PART_COLUMNS[1:])
+    + f" FROM r, unnest({_arrays(_PART_COLUMNS)}) WITH ORDINALITY AS"
+    f" u({_names(_PART_COLUMNS)}, k))"
 )
+#: (parameters: the conversation, the time, the number of messages)
+_INSERT_ITEMS = (
+    "items AS (INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+    " created_at) SELECT ?, r.ord0 + g, 'message', r.first_id + g - 1, ?"
+    " FROM r, generate_series(1, ?) g)"
+)
+
+
+@lru_cache(maxsize=2)
+def _placement(parts: bool) -> str:
+    """A batch placed in one statement: reserved, its messages written with their words,
+    its parts (with *parts*), its context items; answers the reservation (first id, seq,
+    ordinal and version before the batch)."""
+    steps = [_RESERVATION, _SURROUNDED, _INSERT_MESSAGES, *([_INSERT_PARTS] if parts else [])]
+    return f"WITH {', '.join([*steps, _INSERT_ITEMS])} SELECT first_id, seq0, ord0, version0 FROM r"
 
 
 def _column(rows: Sequence[Sequence[Any]], index: int) -> list[Any]:
@@ -405,10 +477,7 @@ class PostgresStore(PgSearch, Store):
         raw.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ if snapshot else None
         raw.read_only = True if snapshot else None
         try:
-            # In pipeline mode a statement whose result is not read yet (an insert, an
-            # update) goes out with the next one, and BEGIN with the first: a round trip
-            # only where a result is read, plus COMMIT.
-            with conn.pipelined() if pipelined else contextlib.nullcontext(), raw.transaction():
+            with conn.in_one_round_trip() if pipelined else raw.transaction():
                 yield conn
         except psycopg.OperationalError as exc:
             raise StoreError(
@@ -431,6 +500,11 @@ class PostgresStore(PgSearch, Store):
     def _write(self, *, pipelined: bool) -> Iterator[PgConnection]:
         conn = self._current()
         if conn is not None:
+            if conn.pipeline is not None:
+                # Its BEGIN may not have had an answer yet: psycopg would take the
+                # connection for idle and begin (then commit) a transaction of its own
+                # instead of a savepoint.
+                conn.pipeline.sync()
             with conn.raw.transaction():
                 yield conn
             return
@@ -552,62 +626,46 @@ class PostgresStore(PgSearch, Store):
         assert row is not None
         return int(row[0])
 
-    def _reserve(
-        self, conn: Connection, conversation_id: int, messages: int, parts: int
-    ) -> tuple[int, int, int, int, int]:
-        # The append's statements are the same every turn: under plan_cache_mode auto the
-        # server plans each once and keeps the plan (the reservation's subqueries took
-        # longer to plan each time than to run). _write_messages sets it back.
-        conn.execute("SET LOCAL plan_cache_mode = auto")
-        # One round trip: both blocks of ids, the last seq, the last ordinal, the version.
-        row = conn.execute(
-            "SELECT lossless_take_ids('message_ids', ?),"
-            " CASE WHEN ? > 0 THEN lossless_take_ids('part_ids', ?) ELSE 0 END,"
-            f" {_POSITION}",
-            (messages, parts, parts, conversation_id, conversation_id, conversation_id),
-        ).fetchone()
-        assert row is not None
-        return int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4])
-
-    def _write_messages(
+    def _place_messages(
         self,
         conn: Connection,
-        msg_rows: Sequence[Sequence[Any]],
-        part_rows: Sequence[Sequence[Any]],
+        conversation: Conversation,
+        rows: Sequence[Sequence[Any]],
+        parts: Sequence[Sequence[Any]],
         *,
-        ord0: int,
         stamp: str,
         trigram: bool,
-    ) -> None:
-        # Set-based: each table gets the batch in one statement (arrays, unnest), sent in one
-        # pipeline; each message is written once, its surroundings' words with it (an UPDATE
-        # after the insert would write every row and its index entries twice). Then the
-        # message the batch follows gets its next.
+    ) -> Placement:
+        # The server places the batch: one statement reserves the ids, seq and ordinals
+        # (under the conversation's lock, taken before it), writes each message once with
+        # its surroundings' words (an UPDATE after the insert would write every row and its
+        # index entries twice), its parts and its context items. It is sent in the
+        # transaction's pipeline with the rest of the append, so a turn waits for the
+        # server once, at the commit; its answer is read when first asked for. Then the
+        # message the batch follows gets its next. (The trigram entries are the server's
+        # own index, made on every write.)
         assert isinstance(conn, PgConnection)
-        conv_id, first_id, seq0 = msg_rows[0][1], msg_rows[0][0], msg_rows[0][2] - 1
-        with conn.pipelined():
-            # plan_cache_mode is auto since _reserve: each row's foreign-key checks (the
-            # server's own prepared statements) would otherwise be planned again for every
-            # row under the connection's force_custom_plan (set for searches), which costs
-            # more than the check. (JIT, which would compile a plan for thousands of rows,
-            # is off for the whole session.)
-            columns = [_column(msg_rows, i) for i in (0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
-            conn.execute(_BATCH_INSERT, (*columns, conv_id, seq0 - 1, seq0, conv_id))
-            if part_rows:
-                conn.execute(_PARTS_INSERT, [_column(part_rows, i) for i in range(13)])
-            conn.execute(
-                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
-                " created_at) SELECT ?, ? + g, 'message', ? + g, ?"
-                " FROM generate_series(0, ? - 1) g",
-                (conv_id, ord0 + 1, first_id, stamp, len(msg_rows)),
-            )
-            if seq0 > 0:
-                conn.execute(
-                    f"UPDATE messages m SET context_tsv = {CONTEXT_TSV}"
-                    " WHERE m.conversation_id = ? AND m.seq = ?",
-                    (conv_id, seq0),
-                )
-            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        conv_id, count = conversation.conversation_id, len(rows)
+        # The append's statements are the same every turn: under plan_cache_mode auto the
+        # server plans each once and keeps the plan, and each row's foreign-key checks (its
+        # own prepared statements) are not planned again row by row as under the session's
+        # force_custom_plan (set for searches). (JIT, which would compile a plan for
+        # thousands of rows, is off for the whole session.)
+        conn.execute("SET LOCAL plan_cache_mode = auto")
+        params: list[Any] = [count, len(parts), len(parts), conv_id, conv_id, conv_id]
+        params += [_column(rows, i) for i in range(len(_ROW_COLUMNS))]
+        params += [conv_id, conv_id]
+        if parts:
+            params += [_column(parts, i) for i in range(len(_PART_COLUMNS))]
+        params += [conv_id, stamp, count]
+        placed = conn.execute(_placement(bool(parts)), params)
+        conn.execute(
+            f"UPDATE messages m SET context_tsv = {CONTEXT_TSV} WHERE m.conversation_id = ?"
+            " AND m.seq = (SELECT max(seq) FROM messages WHERE conversation_id = ?) - ?",
+            (conv_id, conv_id, count),
+        )
+        conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        return Placement(read=placed.fetchone)
 
     def _lock_conversation(self, conn: Connection, conversation_id: int) -> None:
         conn.execute(
