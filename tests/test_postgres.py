@@ -316,3 +316,42 @@ def test_a_batchs_own_words_are_the_texts_and_the_doctor_checks_them(url: str) -
         # (its neighbours' words are forgetting's to mend; its own are the trigger's)
         assert "messages_fts" not in [p[0] for p in store.fts_problems()]
         assert len(engine.grep("tombstone", conversation="s").hits) == 1
+
+
+def test_a_pipelined_append_that_fails_leaves_nothing_and_the_store_goes_on(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An append's statements go out together with its BEGIN and COMMIT (one round trip): a
+    # statement the server refuses, or an error in the block, must roll back all of it,
+    # and the connection must come back to the pool fit for the next write (the pool
+    # would warn of a connection handed back inside a transaction).
+    import logging
+
+    import psycopg
+
+    caplog.set_level(logging.WARNING, logger="psycopg")
+
+    turn = [{"role": "user", "content": "the crane moves at dawn"}]
+    with Engine.open(url, config=Config()) as engine:
+        engine.ingest_batch("s", turn)
+        before = [m.content for m in engine.messages("s")]
+        cid = engine.conversation("s").conversation_id
+        refused = pytest.raises(psycopg.errors.ForeignKeyViolation)
+        with refused, engine.store.pipelined_transaction() as conn:
+            engine.store._lock_conversation(conn, cid)
+            conn.execute(
+                "INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
+                " created_at) VALUES (?, 99, 'message', 999999, 'now')",
+                (cid,),
+            )  # no message 999999: refused by its foreign key, at the commit
+        with pytest.raises(RuntimeError), engine.store.pipelined_transaction() as conn:
+            conn.execute(
+                "UPDATE conversations SET title = 'half' WHERE conversation_id = ?", (cid,)
+            )
+            raise RuntimeError("the caller gave up")
+        assert [m.content for m in engine.messages("s")] == before
+        assert engine.conversation("s").title != "half"
+        engine.ingest_batch("s", [{"role": "assistant", "content": "and stops at noon"}])
+        assert [m.content for m in engine.messages("s")] == [*before, "and stops at noon"]
+        assert engine.store.fts_problems() == []
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []

@@ -326,9 +326,10 @@ _RESERVATION = (
 #: ``b``, ``h``, ``m``: the batch's rows (one array per column of ``_ROW_COLUMNS``) with
 #: their ids and seqs, then each row's neighbours' words in ``m.prev``, ``m.next``,
 #: ``m.far``, as ``CONTEXT_TSV`` reads them. The start of each message of the batch and of
-#: the two before it (parameter: the conversation) is read into words once; each row takes
+#: the three before it (parameter: the conversation) is read into words once; each row takes
 #: its neighbours' in seq order (seqs run without gaps). The rows before the batch come out
-#: too, with only their seq: select the batch's.
+#: too, with only their seq and time (no id): the last of them, the message the batch
+#: follows, has its surroundings complete, its next being the batch's first.
 _SURROUNDED = (
     f"b AS (SELECT r.first_id + u.i - 1 AS message_id, r.seq0 + u.i AS seq,"
     f" {', '.join('u.' + n for n, _ in _ROW_COLUMNS)} FROM r,"
@@ -336,11 +337,11 @@ _SURROUNDED = (
     " h AS (SELECT b.*, to_tsvector('english'::regconfig, "
     + neighbour_text("b.content")
     + ") AS words FROM b UNION ALL SELECT "
-    + ", ".join("o.seq" if n == "seq" else "NULL" for n in _MSG_NAMES)
+    + ", ".join(f"o.{n}" if n in ("seq", "created_at") else "NULL" for n in _MSG_NAMES)
     + ", to_tsvector('english'::regconfig, "
     + neighbour_text("o.content")
     + ") FROM messages o, r WHERE o.conversation_id = ?"
-    " AND o.seq BETWEEN r.seq0 - 1 AND r.seq0),"
+    " AND o.seq BETWEEN r.seq0 - 2 AND r.seq0),"
     " m AS (SELECT h.*, lag(words) OVER w AS prev, lead(words) OVER w AS next,"
     " lag(words, 2) OVER w AS far FROM h WINDOW w AS (ORDER BY seq))"
 )
@@ -373,6 +374,14 @@ _INSERT_PARTS = (
     + f" FROM r, unnest({_arrays(_PART_COLUMNS)}) WITH ORDINALITY AS"
     f" u({_names(_PART_COLUMNS)}, k))"
 )
+#: The message the batch follows gets its next (parameter: the conversation): its words
+#: are made again, from those ``m`` read once (an UPDATE of its own would read and make them
+#: all again).
+_FOLLOWED = (
+    f"followed AS (UPDATE messages o SET context_tsv = {_SURROUNDINGS} FROM m, r,"
+    " conversations c WHERE c.conversation_id = o.conversation_id AND o.conversation_id = ?"
+    " AND o.seq = r.seq0 AND m.seq = r.seq0 AND m.message_id IS NULL)"
+)
 #: (parameters: the conversation, the time, the number of messages)
 _INSERT_ITEMS = (
     "items AS (INSERT INTO context_items (conversation_id, ordinal, item_type, message_id,"
@@ -386,7 +395,13 @@ def _placement(parts: bool) -> str:
     """A batch placed in one statement: reserved, its messages written with their words,
     its parts (with *parts*), its context items; answers the reservation (first id, seq,
     ordinal and version before the batch)."""
-    steps = [_RESERVATION, _SURROUNDED, _INSERT_MESSAGES, *([_INSERT_PARTS] if parts else [])]
+    steps = [
+        _RESERVATION,
+        _SURROUNDED,
+        _INSERT_MESSAGES,
+        _FOLLOWED,
+        *([_INSERT_PARTS] if parts else []),
+    ]
     return f"WITH {', '.join([*steps, _INSERT_ITEMS])} SELECT first_id, seq0, ord0, version0 FROM r"
 
 
@@ -641,9 +656,9 @@ class PostgresStore(PgSearch, Store):
         # its surroundings' words (an UPDATE after the insert would write every row and its
         # index entries twice), its parts and its context items. It is sent in the
         # transaction's pipeline with the rest of the append, so a turn waits for the
-        # server once, at the commit; its answer is read when first asked for. Then the
-        # message the batch follows gets its next. (The trigram entries are the server's
-        # own index, made on every write.)
+        # server once, at the commit; its answer is read when first asked for. The message
+        # the batch follows gets its next in the same statement. (The trigram entries are
+        # the server's own index, made on every write.)
         assert isinstance(conn, PgConnection)
         conv_id, count = conversation.conversation_id, len(rows)
         # The append's statements are the same every turn: under plan_cache_mode auto the
@@ -654,16 +669,11 @@ class PostgresStore(PgSearch, Store):
         conn.execute("SET LOCAL plan_cache_mode = auto")
         params: list[Any] = [count, len(parts), len(parts), conv_id, conv_id, conv_id]
         params += [_column(rows, i) for i in range(len(_ROW_COLUMNS))]
-        params += [conv_id, conv_id]
+        params += [conv_id, conv_id, conv_id]
         if parts:
             params += [_column(parts, i) for i in range(len(_PART_COLUMNS))]
         params += [conv_id, stamp, count]
         placed = conn.execute(_placement(bool(parts)), params)
-        conn.execute(
-            f"UPDATE messages m SET context_tsv = {CONTEXT_TSV} WHERE m.conversation_id = ?"
-            " AND m.seq = (SELECT max(seq) FROM messages WHERE conversation_id = ?) - ?",
-            (conv_id, conv_id, count),
-        )
         conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
         return Placement(read=placed.fetchone)
 
