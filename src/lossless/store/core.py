@@ -78,7 +78,7 @@ def _row_id(value: int) -> int:
 
 class Placement:
     """Where a batch of messages went: its first message id, and the conversation's last
-    seq, last context ordinal and context version before it. Given at once, or read when
+    context ordinal and context version before it. Given at once, or read when
     first asked for (on PostgreSQL the batch is placed by the server, its answer coming
     back with the commit's)."""
 
@@ -99,16 +99,12 @@ class Placement:
         return self._get()[0]
 
     @property
-    def seq0(self) -> int:
+    def ord0(self) -> int:
         return self._get()[1]
 
     @property
-    def ord0(self) -> int:
-        return self._get()[2]
-
-    @property
     def version0(self) -> int:
-        return self._get()[3]
+        return self._get()[2]
 
 
 class StoreCore(ABC):

@@ -298,8 +298,7 @@ class MessageStore(StoreCore):
         and ``seq``), *parts* (those of ``_PART_INSERT`` after ``message_id``, the message's
         index in *rows* first), each message's context item made at *stamp*, and the
         messages' search-index entries (the trigram ones too when *trigram*). Where the
-        batch went: its first id, the seq and ordinal before it, the context version before
-        it."""
+        batch went: its first id, the ordinal and the context version before it."""
         conv_id = conversation.conversation_id
         first_id, part_id, seq0, ord0, version0 = self._reserve(
             conn, conv_id, len(rows), len(parts)
@@ -315,7 +314,7 @@ class MessageStore(StoreCore):
             [(conv_id, ord0 + 1 + i, first_id + i, stamp) for i in range(len(rows))],
         )
         self._index_messages(conn, first_id, first_id + len(rows) - 1, trigram=trigram)
-        return Placement(first_id, seq0, ord0, version0)
+        return Placement(first_id, ord0, version0)
 
     def append_messages(
         self, conversation: Conversation, messages: Sequence[NormalizedMessage]
@@ -386,7 +385,7 @@ class MessageStore(StoreCore):
                 stamp=stamp,
                 trigram=len(fresh) < DEFER_TRIGRAM_AT,
             )
-            files = [(f, i) for i, m in enumerate(fresh) for f in m.large_files]
+            files = [(f, placed.first_id + i) for i, m in enumerate(fresh) for f in m.large_files]
             if files:
                 conn.executemany(
                     "INSERT INTO large_files (file_id, conversation_id, message_id,"
@@ -407,7 +406,7 @@ class MessageStore(StoreCore):
                             f.exploration_summary,
                             stamp,
                         )
-                        for f, mid in ((f, placed.first_id + i) for f, i in files)
+                        for f, mid in files
                     ],
                 )
             sealed = [

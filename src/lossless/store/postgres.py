@@ -33,7 +33,7 @@ from ..model import Checkpoint, Conversation
 from ..timestamps import format_ts, now
 from .base import Store
 from .connection import Connection
-from .core import Placement
+from .core import _POSITION, Placement
 from .migrations import STEPS
 from .pg_migrations import CONTEXT_TSV, neighbour_text, own_words
 from .pg_search import PgSearch
@@ -316,12 +316,10 @@ def _names(columns: Sequence[tuple[str, str]]) -> str:
 #: the number of parts twice, the conversation three times): both blocks of ids, the last
 #: seq, the last ordinal and the context version before the batch.
 _RESERVATION = (
-    "r AS MATERIALIZED (SELECT lossless_take_ids('message_ids', ?::bigint) AS first_id,"
-    " CASE WHEN ?::bigint > 0 THEN lossless_take_ids('part_ids', ?::bigint) ELSE 0 END"
-    " AS first_part, (SELECT coalesce(max(seq), 0) FROM messages WHERE conversation_id = ?)"
-    " AS seq0, (SELECT coalesce(max(ordinal), -1) FROM context_items"
-    " WHERE conversation_id = ?) AS ord0, (SELECT context_version FROM conversations"
-    " WHERE conversation_id = ?) AS version0)"
+    "r (first_id, first_part, seq0, ord0, version0) AS MATERIALIZED (SELECT"
+    " lossless_take_ids('message_ids', ?::bigint),"
+    " CASE WHEN ?::bigint > 0 THEN lossless_take_ids('part_ids', ?::bigint) ELSE 0 END,"
+    f" {_POSITION})"
 )
 #: ``b``, ``h``, ``m``: the batch's rows (one array per column of ``_ROW_COLUMNS``) with
 #: their ids and seqs, then each row's neighbours' words in ``m.prev``, ``m.next``,
@@ -393,8 +391,8 @@ _INSERT_ITEMS = (
 @lru_cache(maxsize=2)
 def _placement(parts: bool) -> str:
     """A batch placed in one statement: reserved, its messages written with their words,
-    its parts (with *parts*), its context items; answers the reservation (first id, seq,
-    ordinal and version before the batch)."""
+    its parts (with *parts*), its context items; answers the reservation (first id, and
+    the ordinal and version before the batch)."""
     steps = [
         _RESERVATION,
         _SURROUNDED,
@@ -402,7 +400,7 @@ def _placement(parts: bool) -> str:
         _FOLLOWED,
         *([_INSERT_PARTS] if parts else []),
     ]
-    return f"WITH {', '.join([*steps, _INSERT_ITEMS])} SELECT first_id, seq0, ord0, version0 FROM r"
+    return f"WITH {', '.join([*steps, _INSERT_ITEMS])} SELECT first_id, ord0, version0 FROM r"
 
 
 def _column(rows: Sequence[Sequence[Any]], index: int) -> list[Any]:
