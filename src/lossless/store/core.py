@@ -76,6 +76,15 @@ def _row_id(value: int) -> int:
     return value if isinstance(value, int) and -(2**63) <= value < 2**63 else -1
 
 
+#: A new context version for a conversation (parameters: the version, the conversation).
+CONTEXT_VERSION_UPDATE = "UPDATE conversations SET context_version = ? WHERE conversation_id = ?"
+
+
+def new_context_version() -> int:
+    """A context version no earlier write of the conversation is likely to have set."""
+    return secrets.randbits(62)
+
+
 class Placement:
     """Where a batch of messages went: its first message id, and the conversation's last
     context ordinal and context version before it. Given at once, or read when
@@ -191,25 +200,30 @@ class StoreCore(ABC):
     def _context_changed(self, conn: Connection, conversation_id: int) -> int:
         """Mark the conversation's context as changed by this transaction (every write to
         ``context_items``, or to what its items weigh, calls it); the new version."""
-        version = secrets.randbits(62)
-        conn.execute(
-            "UPDATE conversations SET context_version = ? WHERE conversation_id = ?",
-            (version, conversation_id),
-        )
-        # The kept list is no longer what this store's last write left (an append that
-        # commits marks its own list so again).
+        version = new_context_version()
+        conn.execute(CONTEXT_VERSION_UPDATE, (version, conversation_id))
+        self._context_left(conversation_id)
+        return version
+
+    def _context_left(self, conversation_id: int) -> None:
+        """The kept list is no longer what this store's last write left (an append that
+        commits marks its own list so again): for a write that set the version itself."""
         kept = self._kept_contexts()
         with self._contexts_guard:
             held = kept.get(conversation_id)
             if held is not None and held[2]:
                 kept[conversation_id] = (held[0], held[1], False)
-        return version
 
     def _lock_conversation(  # noqa: B027 - a default: a store with one writer needs none
         self, conn: Connection, conversation_id: int
     ) -> None:
         """Hold the conversation's write lock until the transaction ends (writers to one
         conversation never interleave, whatever process or host they run in)."""
+
+    def _lock_for_append(self, conn: Connection, conversation_id: int) -> None:
+        """The conversation's lock as an append takes it (a back end may set up the append's
+        statements in the same call)."""
+        self._lock_conversation(conn, conversation_id)
 
     @contextmanager
     def compaction_lock(self, conversation_id: int, *, wait: bool = True) -> Iterator[bool]:

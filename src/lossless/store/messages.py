@@ -23,6 +23,7 @@ from .core import (
     _PART_INSERT,
     _POSITION,
     _TOOL_PARTS,
+    CONTEXT_VERSION_UPDATE,
     DEFER_TRIGRAM_AT,
     NO_LIMIT,
     Placement,
@@ -30,6 +31,7 @@ from .core import (
     _loads,
     _row_id,
     in_chunks,
+    new_context_version,
 )
 from .toollog import record_tool_executions
 
@@ -292,13 +294,15 @@ class MessageStore(StoreCore):
         *,
         stamp: str,
         trigram: bool,
+        version: int,
     ) -> Placement:
         """Under the conversation's lock, write a batch at the end of the conversation and
         of its context: *rows* (the columns of ``_MESSAGE_INSERT`` after ``conversation_id``
         and ``seq``), *parts* (those of ``_PART_INSERT`` after ``message_id``, the message's
-        index in *rows* first), each message's context item made at *stamp*, and the
-        messages' search-index entries (the trigram ones too when *trigram*). Where the
-        batch went: its first id, the ordinal and the context version before it."""
+        index in *rows* first), each message's context item made at *stamp*, the
+        messages' search-index entries (the trigram ones too when *trigram*), and the
+        context's new *version*. Where the batch went: its first id, the ordinal and the
+        context version before it."""
         conv_id = conversation.conversation_id
         first_id, part_id, seq0, ord0, version0 = self._reserve(
             conn, conv_id, len(rows), len(parts)
@@ -314,6 +318,7 @@ class MessageStore(StoreCore):
             [(conv_id, ord0 + 1 + i, first_id + i, stamp) for i in range(len(rows))],
         )
         self._index_messages(conn, first_id, first_id + len(rows) - 1, trigram=trigram)
+        conn.execute(CONTEXT_VERSION_UPDATE, (version, conv_id))
         return Placement(first_id, ord0, version0)
 
     def append_messages(
@@ -326,7 +331,7 @@ class MessageStore(StoreCore):
         """
         conv_id = conversation.conversation_id
         with self.pipelined_transaction() as conn:
-            self._lock_conversation(conn, conv_id)
+            self._lock_for_append(conn, conv_id)
             ext_ids = [m.external_id for m in messages if m.external_id is not None]
             seen = self.existing_external_ids(conv_id, ext_ids) if ext_ids else set()
             fresh: list[NormalizedMessage] = []
@@ -343,6 +348,7 @@ class MessageStore(StoreCore):
             # index rows filled with one statement; seq and ordinal under the
             # conversation's lock.
             stamp = format_ts(now())
+            version = new_context_version()
             rows = []
             parts = []
             session = conversation.session_id
@@ -384,7 +390,9 @@ class MessageStore(StoreCore):
                 parts,
                 stamp=stamp,
                 trigram=len(fresh) < DEFER_TRIGRAM_AT,
+                version=version,
             )
+            self._context_left(conv_id)
             files = [(f, placed.first_id + i) for i, m in enumerate(fresh) for f in m.large_files]
             if files:
                 conn.executemany(
@@ -423,7 +431,6 @@ class MessageStore(StoreCore):
             if any(p.type in _TOOL_PARTS for m in fresh for p in m.parts):
                 first_id = placed.first_id
                 record_tool_executions(conn, conv_id, first_id, first_id + len(fresh) - 1)
-            version = self._context_changed(conn, conv_id)
         # Committed: a context kept as it was before this append is kept with the new items.
         first_id, ord0 = placed.first_id, placed.ord0
         held = self._kept_context(conv_id)

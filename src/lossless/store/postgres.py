@@ -223,6 +223,8 @@ class PgConnection:
         self.raw = raw
         #: The pipeline the connection's statements go through, if it is in pipeline mode.
         self.pipeline: psycopg.Pipeline | None = None
+        #: How many savepoints of the store's own are open (0: a write is its transaction).
+        self.savepoints = 0
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         cursor = run(self.raw, sql, params)
@@ -324,8 +326,9 @@ _RESERVATION = (
 #: ``b``, ``h``, ``m``: the batch's rows (one array per column of ``_ROW_COLUMNS``) with
 #: their ids and seqs, then each row's neighbours' words in ``m.prev``, ``m.next``,
 #: ``m.far``, as ``CONTEXT_TSV`` reads them. The start of each message of the batch and of
-#: the three before it (parameter: the conversation) is read into words once; each row takes
-#: its neighbours' in seq order (seqs run without gaps). The rows before the batch come out
+#: the three before it (parameter: the conversation) is read into words once (a stored
+#: message read whole has them already: its own words); each row takes its neighbours' in
+#: seq order (seqs run without gaps). The rows before the batch come out
 #: too, with only their seq and time (no id): the last of them, the message the batch
 #: follows, has its surroundings complete, its next being the batch's first.
 _SURROUNDED = (
@@ -336,9 +339,10 @@ _SURROUNDED = (
     + neighbour_text("b.content")
     + ") AS words FROM b UNION ALL SELECT "
     + ", ".join(f"o.{n}" if n in ("seq", "created_at") else "NULL" for n in _MSG_NAMES)
-    + ", to_tsvector('english'::regconfig, "
+    + f", CASE WHEN {neighbour_text('o.content')} = o.content THEN o.content_tsv"
+    " ELSE to_tsvector('english'::regconfig, "
     + neighbour_text("o.content")
-    + ") FROM messages o, r WHERE o.conversation_id = ?"
+    + ") END FROM messages o, r WHERE o.conversation_id = ?"
     " AND o.seq BETWEEN r.seq0 - 2 AND r.seq0),"
     " m AS (SELECT h.*, lag(words) OVER w AS prev, lead(words) OVER w AS next,"
     " lag(words, 2) OVER w AS far FROM h WINDOW w AS (ORDER BY seq))"
@@ -386,13 +390,18 @@ _INSERT_ITEMS = (
     " created_at) SELECT ?, r.ord0 + g, 'message', r.first_id + g - 1, ?"
     " FROM r, generate_series(1, ?) g)"
 )
+#: The context's new version (parameters: the version, the conversation); ``r`` has read the
+#: one before, the statement's snapshot being taken before any of its writes.
+_NEW_VERSION = "version AS (UPDATE conversations SET context_version = ? WHERE conversation_id = ?)"
+#: The conversation's write lock, held until the transaction ends (parameter: its id).
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema()), (?::bigint % 2147483647)::int)"
 
 
 @lru_cache(maxsize=2)
 def _placement(parts: bool) -> str:
     """A batch placed in one statement: reserved, its messages written with their words,
-    its parts (with *parts*), its context items; answers the reservation (first id, and
-    the ordinal and version before the batch)."""
+    its parts (with *parts*), its context items and the context's new version; answers the
+    reservation (first id, and the ordinal and version before the batch)."""
     steps = [
         _RESERVATION,
         _SURROUNDED,
@@ -400,7 +409,8 @@ def _placement(parts: bool) -> str:
         _FOLLOWED,
         *([_INSERT_PARTS] if parts else []),
     ]
-    return f"WITH {', '.join([*steps, _INSERT_ITEMS])} SELECT first_id, ord0, version0 FROM r"
+    steps += [_INSERT_ITEMS, _NEW_VERSION]
+    return f"WITH {', '.join(steps)} SELECT first_id, ord0, version0 FROM r"
 
 
 def _column(rows: Sequence[Sequence[Any]], index: int) -> list[Any]:
@@ -518,8 +528,12 @@ class PostgresStore(PgSearch, Store):
                 # connection for idle and begin (then commit) a transaction of its own
                 # instead of a savepoint.
                 conn.pipeline.sync()
-            with conn.raw.transaction():
-                yield conn
+            conn.savepoints += 1
+            try:
+                with conn.raw.transaction():
+                    yield conn
+            finally:
+                conn.savepoints -= 1
             return
         with self._checkout(snapshot=False, pipelined=pipelined) as conn:
             yield conn
@@ -648,6 +662,7 @@ class PostgresStore(PgSearch, Store):
         *,
         stamp: str,
         trigram: bool,
+        version: int,
     ) -> Placement:
         # The server places the batch: one statement reserves the ids, seq and ordinals
         # (under the conversation's lock, taken before it), writes each message once with
@@ -656,31 +671,33 @@ class PostgresStore(PgSearch, Store):
         # transaction's pipeline with the rest of the append, so a turn waits for the
         # server once, at the commit; its answer is read when first asked for. The message
         # the batch follows gets its next in the same statement. (The trigram entries are
-        # the server's own index, made on every write.)
+        # the server's own index, made on every write. The context's new version is set
+        # there too.)
         assert isinstance(conn, PgConnection)
         conv_id, count = conversation.conversation_id, len(rows)
-        # The append's statements are the same every turn: under plan_cache_mode auto the
-        # server plans each once and keeps the plan, and each row's foreign-key checks (its
-        # own prepared statements) are not planned again row by row as under the session's
-        # force_custom_plan (set for searches). (JIT, which would compile a plan for
-        # thousands of rows, is off for the whole session.)
-        conn.execute("SET LOCAL plan_cache_mode = auto")
         params: list[Any] = [count, len(parts), len(parts), conv_id, conv_id, conv_id]
         params += [_column(rows, i) for i in range(len(_ROW_COLUMNS))]
         params += [conv_id, conv_id, conv_id]
         if parts:
             params += [_column(parts, i) for i in range(len(_PART_COLUMNS))]
-        params += [conv_id, stamp, count]
+        params += [conv_id, stamp, count, version, conv_id]
         placed = conn.execute(_placement(bool(parts)), params)
-        conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        if conn.savepoints:
+            # In a caller's transaction: what follows is planned as the session plans.
+            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
         return Placement(read=placed.fetchone)
 
     def _lock_conversation(self, conn: Connection, conversation_id: int) -> None:
-        conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(current_schema()),"
-            " (?::bigint % 2147483647)::int)",
-            (conversation_id,),
-        )
+        conn.execute(_LOCK, (conversation_id,))
+
+    def _lock_for_append(self, conn: Connection, conversation_id: int) -> None:
+        # The append's statements are the same every turn: under plan_cache_mode auto the
+        # server plans each once and keeps the plan, and each row's foreign-key checks (its
+        # own prepared statements) are not planned again row by row as under the session's
+        # force_custom_plan (set for searches). Set with the lock, in the same statement, for
+        # the rest of the transaction. (JIT, which would compile a plan for thousands of
+        # rows, is off for the whole session.)
+        conn.execute(f"{_LOCK}, set_config('plan_cache_mode', 'auto', true)", (conversation_id,))
 
     @contextmanager
     def compaction_lock(self, conversation_id: int, *, wait: bool = True) -> Iterator[bool]:
