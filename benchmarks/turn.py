@@ -3,6 +3,7 @@
     python benchmarks/turn.py                          # 10k and 100k stored, SQLite + PostgreSQL
     python benchmarks/turn.py --sizes 10000 --backends sqlite --backlogs 10000,40000
     python benchmarks/turn.py --gap 20          # turns 20 ms apart (background upkeep runs)
+    python benchmarks/turn.py --sizes 100000 --backlogs "" --interleave 50   # a fair ratio
 
 *Turn*: a conversation already holding N messages (compacted, as a host's would be) takes
 ``--turns`` turns of ``after_turn`` with two new messages and a 32k-token budget, compacting
@@ -17,6 +18,14 @@ With ``--store built``, the turns go to the conversation of the kept store ``gre
 (scripted summaries: ``common.compacted_store``, on PostgreSQL ``common.built_postgres_store``,
 built in the server), built once 5,000 messages at a time, each compacted: for 10M messages,
 which take long to fill. Each run adds its turns' messages to that store.
+
+With ``--interleave N`` the back ends' engines are open together and take their turns in
+alternating blocks of N, so PostgreSQL's p50 over SQLite's compares turns taken under the
+same machine state (on a small shared machine, one back end after the other can differ by a
+third from run to run in either direction). After each SQLite block, the index merging its
+thread would do in the pause is done at once, untimed, so that it does not take the cores
+from the other back end's turns; SQLite's turns are then taken without the merging debt of
+a run with no pause at all (its p99 is that of turns with pauses between them).
 
 *Backlog*: one ``compact()`` over an uncompacted history of M messages; the time for 4×
 the work should be at most about 6× (linear, not quadratic).
@@ -35,10 +44,13 @@ import sqlite3
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from lossless import Config, Engine
+from lossless.store.sqlite import SQLiteStore
 from lossless.summarize import ScriptedSummarizer, SummaryRequest
 
 from common import (
@@ -76,9 +88,17 @@ def fill(engine: Engine, conversation: str, size: int, budget: int = BUDGET) -> 
     engine.store.catch_up_indexes()
 
 
-def turns(engine: Engine, conversation: str, count: int, gap: float = 0.0) -> list[float]:
-    """*count* timed turns, *gap* seconds apart (the model's time in a host: not timed)."""
-    messages = text_messages(count * 2, seed=12)
+def turns(
+    engine: Engine,
+    conversation: str,
+    count: int,
+    gap: float = 0.0,
+    messages: list[dict[str, Any]] | None = None,
+) -> list[float]:
+    """*count* timed turns, *gap* seconds apart (the model's time in a host: not timed), of
+    two of *messages* each (by default the benchmark's own)."""
+    if messages is None:
+        messages = text_messages(count * 2, seed=12)
     samples = []
     for t in range(count):
         started = time.perf_counter()
@@ -170,58 +190,81 @@ def dead_context_rows(engine: Engine) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
-def built_turn_run(backend: str, size: int, count: int, gap: float) -> dict[str, Any]:
-    """The turns in the conversation of the kept store built as ``grep.py``'s is
-    (:func:`common.compacted_store` for SQLite, :func:`common.built_postgres_store` for
-    PostgreSQL; scripted summaries). Each run adds its turns' messages to it."""
-    target, info = kept_store(backend, size, "scripted", pg_built=True)
+@contextmanager
+def turn_engine(
+    work: Path, backend: str, size: int, store: str
+) -> Iterator[tuple[Engine, str, dict[str, Any]]]:
+    """An engine on *backend* whose conversation holds *size* messages, compacted as a host's
+    would be, and that conversation: filled for the run (*store* ``fresh``: a new SQLite file
+    or PostgreSQL schema, dropped after), or the kept store built as ``grep.py``'s is
+    (``built``: :func:`common.compacted_store` for SQLite, :func:`common.built_postgres_store`
+    for PostgreSQL; scripted summaries; each run adds its turns' messages to it). With it, how
+    it was filled (``fill_s``, ``stored``)."""
     summarizer = ScriptedSummarizer(default=sized)
-    with Engine.open(target, config=Config(), summarizer=summarizer) as engine:
-        stored = engine.store.message_count(engine.conversation(SESSION).conversation_id)
-        samples = turns(engine, SESSION, count, gap)
-    stats = percentiles(samples)
-    return {
-        "backend": backend,
-        "store": "built",
-        "stored": stored,
-        "turns": count,
-        "gap_ms": gap * 1000,
-        "fill_s": info["build_s"],
-        **stats,
-        "p99_over_p50": round(stats["p99_ms"] / stats["p50_ms"], 1),
-        "context_items_dead_rows": None,
-    }
-
-
-def turn_run(work: Path, backend: str, size: int, count: int, gap: float) -> dict[str, Any]:
+    if store == "built":
+        target, info = kept_store(backend, size, "scripted", pg_built=True)
+        with Engine.open(target, config=Config(), summarizer=summarizer) as engine:
+            stored = engine.store.message_count(engine.conversation(SESSION).conversation_id)
+            yield engine, SESSION, {"store": "built", "stored": stored, "fill_s": info["build_s"]}
+        return
     schema = None
     if backend == "postgresql":
         schema = f"bench_turn_{uuid.uuid4().hex[:8]}"
-        target: str = create_pg_schema(schema)
+        fresh: str = create_pg_schema(schema)
     else:
-        target = str(work / f"turn-{size}.db")
+        fresh = str(work / f"turn-{size}.db")
     try:
-        summarizer = ScriptedSummarizer(default=sized)
-        with Engine.open(target, config=Config(), summarizer=summarizer) as engine:
+        with Engine.open(fresh, config=Config(), summarizer=summarizer) as engine:
             started = time.perf_counter()
             fill(engine, "host", size)
-            filled = time.perf_counter() - started
-            samples = turns(engine, "host", count, gap)
-            dead = dead_context_rows(engine)
-        stats = percentiles(samples)
-        return {
-            "backend": backend,
-            "stored": size,
-            "turns": count,
-            "gap_ms": gap * 1000,
-            "fill_s": round(filled, 1),
-            **stats,
-            "p99_over_p50": round(stats["p99_ms"] / stats["p50_ms"], 1),
-            "context_items_dead_rows": dead,
-        }
+            filled = round(time.perf_counter() - started, 1)
+            yield engine, "host", {"store": "fresh", "stored": size, "fill_s": filled}
     finally:
         if schema:
             drop_pg_schema(schema)
+
+
+def turn_rows(
+    work: Path, backends: list[str], size: int, count: int, gap: float, store: str, block: int
+) -> list[dict[str, Any]]:
+    """*count* turns on each of *backends* at *size* stored. With *block*, the back ends'
+    engines are open together and take their turns in alternating blocks of that many, so
+    each sees the machine as the others do (the ratio between them is then not a matter of
+    which ran when); without, one back end after the other."""
+    messages = text_messages(count * 2, seed=12)
+    groups = [backends] if block else [[b] for b in backends]
+    rows = []
+    for group in groups:
+        with ExitStack() as stack:
+            opened = [(b, *stack.enter_context(turn_engine(work, b, size, store))) for b in group]
+            samples: dict[str, list[float]] = {b: [] for b in group}
+            done = 0
+            while done < count:
+                n = min(block or count, count - done)
+                for backend, engine, conversation, _ in opened:
+                    samples[backend] += turns(
+                        engine, conversation, n, gap, messages[2 * done : 2 * (done + n)]
+                    )
+                    if len(opened) > 1 and isinstance(engine.store, SQLiteStore):
+                        # What its thread would merge in the pause is merged now, untimed:
+                        # not on the cores while the other back end takes its turns.
+                        engine.store.merge_indexes()
+                done += n
+            for backend, engine, _, meta in opened:
+                stats = percentiles(samples[backend])
+                rows.append(
+                    {
+                        "backend": backend,
+                        **meta,
+                        "turns": count,
+                        "gap_ms": gap * 1000,
+                        "interleaved_block": block or None,
+                        **stats,
+                        "p99_over_p50": round(stats["p99_ms"] / stats["p50_ms"], 1),
+                        "context_items_dead_rows": dead_context_rows(engine),
+                    }
+                )
+    return rows
 
 
 def backlog_run(work: Path, size: int) -> dict[str, Any]:
@@ -260,6 +303,14 @@ def main() -> None:
         help="a store filled for this run, or the kept one grep.py reads (scripted"
         " summaries; PostgreSQL: built in the server) — 10M messages take long to fill",
     )
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the back ends' engines open together, taking turns in alternating blocks of N"
+        " (their ratio measured under the same machine state); 0: one after the other",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lossless-turn-"))
     results: dict[str, Any] = {"machine": machine(), "turn": [], "backlog": []}
@@ -267,10 +318,12 @@ def main() -> None:
         results["floor"] = floor(work, args.turns, args.gap / 1000)
         f = results["floor"]
         print(f"floor (2 rows + FTS5, one transaction): p50 {f['p50_ms']:.3f} ms")
+        backends = []
         for backend in args.backends.split(","):
             if backend == "postgresql" and not postgres_reachable():
                 print(f"postgresql: skipped, no server at {PG_URL} (set LOSSLESS_BENCH_PG)")
                 continue
+            backends.append(backend)
             if backend == "postgresql":
                 results["pg_server"] = server = server_settings(pg_url("public"))
                 print(
@@ -283,12 +336,13 @@ def main() -> None:
                     "floor on PostgreSQL (2 rows + tsvector GIN, one transaction):"
                     f" p50 {results['pg_floor']['p50_ms']:.3f} ms"
                 )
-            for size in (int(s) for s in args.sizes.split(",")):
-                if args.store == "built":
-                    row = built_turn_run(backend, size, args.turns, args.gap / 1000)
-                else:
-                    row = turn_run(work, backend, size, args.turns, args.gap / 1000)
-                results["turn"].append(row)
+        for size in (int(s) for s in args.sizes.split(",") if s):
+            rows = turn_rows(
+                work, backends, size, args.turns, args.gap / 1000, args.store, args.interleave
+            )
+            results["turn"] += rows
+            for row in rows:
+                backend = row["backend"]
                 print(
                     f"{backend:>10} {size:>9,} stored: after_turn p50 {row['p50_ms']:.2f} ms"
                     f" p95 {row['p95_ms']:.2f} p99 {row['p99_ms']:.2f}"
@@ -306,6 +360,14 @@ def main() -> None:
                         if row["context_items_dead_rows"] is not None
                         else ""
                     ),
+                    flush=True,
+                )
+            p50 = {row["backend"]: row["p50_ms"] for row in rows}
+            if "sqlite" in p50 and "postgresql" in p50:
+                how = f"blocks of {args.interleave} alternating" if args.interleave else "in turn"
+                print(
+                    f"  PostgreSQL / SQLite at p50: {p50['postgresql'] / p50['sqlite']:.2f}"
+                    f" ({how})",
                     flush=True,
                 )
         for size in (int(s) for s in args.backlogs.split(",") if s):
