@@ -65,6 +65,9 @@ MERGE_IDLE_SECONDS = BURST_SECONDS
 CLOSE_MERGE_SECONDS = 0.05
 #: A WAL larger than this is checkpointed and truncated after the commit that grew it.
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
+#: How long that checkpoint waits for readers of older snapshots, holding the writers' turn
+#: (the next commit tries again): readers that never pause must not stall every writer.
+WAL_LIMIT_WAIT_MS = 1_000
 #: How often the store's thread checkpoints the WAL while writes go on (a passive checkpoint
 #: runs beside the writer; SQLite's automatic one, inside the commit that passes its size, is
 #: off).
@@ -421,16 +424,21 @@ class SQLiteStore(SQLiteSearch, Store):
 
         The automatic checkpoints are passive: while readers keep starting one after another
         there is always one on an older snapshot, the WAL is never reset, and it grows with
-        every write. This one waits (through the busy handler) for the readers of older
-        snapshots to finish — a read transaction is milliseconds — then resets the file. A
-        failure only leaves the WAL as it was."""
+        every write. This one waits (through the busy handler, at most
+        :data:`WAL_LIMIT_WAIT_MS`) for the readers of older snapshots to finish — a read
+        transaction is milliseconds — then resets the file. A failure only leaves the WAL as
+        it was, for the next commit to try again."""
         try:
             size = os.path.getsize(self._wal_path)
         except OSError:
             return
         if size > WAL_LIMIT_BYTES:
-            with contextlib.suppress(sqlite3.OperationalError):
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute(f"PRAGMA busy_timeout = {WAL_LIMIT_WAIT_MS}")
+            try:
+                with contextlib.suppress(sqlite3.OperationalError):
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
