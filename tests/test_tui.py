@@ -131,6 +131,9 @@ async def settle(pilot: Pilot[Any]) -> None:
         if any(w.is_running or w.state.name == "PENDING" for w in pilot.app.workers):
             continue
         if not any(_laying_out(table) for table in pilot.app.screen.query(DataTable)):
+            # The repaint that follows the last update of the column widths (a snapshot
+            # once caught a header drawn with the old widths over rows with the new).
+            await pilot.pause()
             return
 
 
