@@ -33,7 +33,7 @@ from ..model import Checkpoint, Conversation
 from ..timestamps import format_ts, now
 from .base import Store
 from .connection import Connection
-from .core import _POSITION, Placement
+from .core import _POSITION, CONTEXT_VERSION_UPDATE, Placement
 from .migrations import STEPS
 from .pg_migrations import CONTEXT_TSV, neighbour_text, own_words
 from .pg_search import PgSearch
@@ -392,7 +392,7 @@ _INSERT_ITEMS = (
 )
 #: The context's new version (parameters: the version, the conversation); ``r`` has read the
 #: one before, the statement's snapshot being taken before any of its writes.
-_NEW_VERSION = "version AS (UPDATE conversations SET context_version = ? WHERE conversation_id = ?)"
+_NEW_VERSION = f"version AS ({CONTEXT_VERSION_UPDATE})"
 #: The conversation's write lock, held until the transaction ends (parameter: its id).
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema()), (?::bigint % 2147483647)::int)"
 
@@ -682,9 +682,6 @@ class PostgresStore(PgSearch, Store):
             params += [_column(parts, i) for i in range(len(_PART_COLUMNS))]
         params += [conv_id, stamp, count, version, conv_id]
         placed = conn.execute(_placement(bool(parts)), params)
-        if conn.savepoints:
-            # In a caller's transaction: what follows is planned as the session plans.
-            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
         return Placement(read=placed.fetchone)
 
     def _lock_conversation(self, conn: Connection, conversation_id: int) -> None:
@@ -695,8 +692,13 @@ class PostgresStore(PgSearch, Store):
         # server plans each once and keeps the plan, and each row's foreign-key checks (its
         # own prepared statements) are not planned again row by row as under the session's
         # force_custom_plan (set for searches). Set with the lock, in the same statement, for
-        # the rest of the transaction. (JIT, which would compile a plan for thousands of
-        # rows, is off for the whole session.)
+        # the rest of the transaction. Not inside a caller's transaction, whose own
+        # statements after the append must be planned as the session plans them. (JIT,
+        # which would compile a plan for thousands of rows, is off for the whole session.)
+        assert isinstance(conn, PgConnection)
+        if conn.savepoints:
+            self._lock_conversation(conn, conversation_id)
+            return
         conn.execute(f"{_LOCK}, set_config('plan_cache_mode', 'auto', true)", (conversation_id,))
 
     @contextmanager
