@@ -289,6 +289,54 @@ def test_a_conversations_first_and_latest_requests_are_read_in_order_whatever_th
             assert seqs == expected
 
 
+def test_a_conversations_context_is_read_by_its_index_whatever_dead_rows_it_left(
+    url: str,
+) -> None:
+    # Each message's context item is deleted when a summary replaces it; without autovacuum
+    # (as on the test server) the table keeps every dead row, and statistics that count the
+    # few live ones make the planner read the table whole for one conversation's items: a
+    # read that grew with the history (25 ms at 1M messages) in every turn that compacts.
+    import psycopg
+
+    from lossless.store.context import CONTEXT_READ
+
+    config = Config(leaf_chunk_tokens=400, fresh_tail_count=4)
+    with Engine.open(url, config=config) as engine:
+        for n in range(40):
+            engine.ingest_batch(
+                "s",
+                [
+                    {"role": "user", "content": f"question {n} about the harbour crane"},
+                    {"role": "assistant", "content": f"answer {n}: the crane moves at dawn"},
+                ],
+            )
+            engine.compact("s")
+        conv = engine.conversation("s").conversation_id
+        store = engine.store
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("VACUUM ANALYZE context_items")
+        explain = f"EXPLAIN {CONTEXT_READ}"
+        plain = "\n".join(r[0] for r in store.fetchall(explain, (conv,)))
+        assert "Seq Scan on context_items" in plain  # what the statistics choose
+        with store.read() as conn:
+            ours = "\n".join(r[0] for r in store._by_index(conn, explain, (conv,)))
+        assert "context_items_pkey" in ours and "Seq Scan on context_items" not in ours
+        # A conversation's writes (compaction's among them) read its items by their keys.
+        stretch = (
+            "EXPLAIN SELECT ordinal, message_id, summary_id FROM context_items"
+            " WHERE conversation_id = ? AND ordinal BETWEEN ? AND ?"
+        )
+        assert "Seq Scan" in "\n".join(r[0] for r in store.fetchall(stretch, (conv, 0, 10)))
+        with store.transaction() as conn:
+            store._lock_conversation(conn, conv)
+            plan = "\n".join(r[0] for r in conn.execute(stretch, (conv, 0, 10)).fetchall())
+        assert "Seq Scan" not in plan
+        items = store.context(conv)
+    assert [i.item_type for i in items].count("summary") >= 1
+    with Engine.open(url, config=config) as reader:  # read afresh: the same items
+        assert reader.store.context(conv) == items
+
+
 def test_a_batchs_own_words_are_the_texts_and_the_doctor_checks_them(url: str) -> None:
     # A batch writes each message's own words with its neighbours' (made once for a short
     # text); every other write gets them from the trigger. Either way they are the words the

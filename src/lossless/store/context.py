@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..model import (
     ContextItem,
@@ -15,7 +16,7 @@ from .messages import MessageStore
 
 __all__ = ["ContextStore"]
 
-_CONTEXT_READ = (
+CONTEXT_READ = (
     "SELECT ci.ordinal, ci.item_type, ci.message_id, ci.summary_id,"
     " coalesce(m.token_count, s.token_count, 0), m.role, s.depth,"
     " coalesce(m.created_at, s.earliest_at, s.created_at),"
@@ -67,12 +68,17 @@ class ContextStore(MessageStore):
             version = None if row is None else int(row[0])
             if held is not None and held[0] == version:
                 return list(held[1])
-            rows = conn.execute(_CONTEXT_READ, (conversation_id,)).fetchall()
+            rows = self._context_rows(conn, conversation_id)
         items = [ContextItem(*r) for r in rows]
         # Not inside a transaction: what it wrote may yet roll back.
         if outside and version is not None:
             self._keep_context(conversation_id, version, list(items), written=False)
         return items
+
+    def _context_rows(self, conn: Connection, conversation_id: int) -> list[tuple[Any, ...]]:
+        """The rows of the conversation's context items (:data:`CONTEXT_READ`), read in
+        *conn*."""
+        return list(conn.execute(CONTEXT_READ, (conversation_id,)).fetchall())
 
     def tool_links(self, message_ids: Sequence[int]) -> dict[int, tuple[set[str], set[str]]]:
         """For each message: the tool call ids it makes and the tool call ids it answers."""
