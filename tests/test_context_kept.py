@@ -114,6 +114,24 @@ def test_an_append_adds_to_what_is_kept_and_a_turn_reads_nothing_again(
     assert after == fresh(mine, "c")
 
 
+def test_an_own_compaction_puts_each_summary_in_place_of_its_sources_in_what_is_kept(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # The next pass and the next turn then check one row instead of reading the context.
+    mine, _ = pair
+    for n in range(12):
+        mine.ingest_batch("c", turn(n))
+    before = kept(mine, "c")
+    assert all(i.item_type == "message" for i in before)
+    mine.compact("c")
+    cid = mine.conversation("c").conversation_id
+    held = mine.store._kept_context(cid)
+    assert held is not None and held[2], "the compaction's own write is not what is kept"
+    assert any(i.item_type == "summary" for i in held[1])
+    assert held[1] == fresh(mine, "c")
+    assert kept(mine, "c") == fresh(mine, "c")
+
+
 def test_a_rolled_back_append_is_not_kept(pair: tuple[Engine, Engine]) -> None:
     mine, _ = pair
     mine.after_turn("c", turn(0))

@@ -154,32 +154,61 @@ class SummaryStore(ContextStore):
         first, last = sources[0].ordinal, sources[-1].ordinal
         with self.transaction() as conn:
             self._lock_conversation(conn, conv)
+            # The stretch as stored, each row with the context's version before this write.
             current = conn.execute(
-                "SELECT ordinal, message_id, summary_id FROM context_items"
+                "SELECT ordinal, message_id, summary_id,"
+                " (SELECT context_version FROM conversations WHERE conversation_id = ?)"
+                " FROM context_items"
                 " WHERE conversation_id = ? AND ordinal BETWEEN ? AND ? ORDER BY ordinal",
-                (conv, first, last),
+                (conv, conv, first, last),
             ).fetchall()
             expected = [(i.ordinal, i.message_id, i.summary_id) for i in sources]
-            if [tuple(r) for r in current] != expected:
+            if [tuple(r[:3]) for r in current] != expected:
                 raise ConflictError(
                     f"the context of conversation {conv} changed during compaction; run it again"
                 )
             conn.execute(self._SUM_INSERT, _summary_row(summary))
-            if summary.kind == "leaf":
-                conn.executemany(
-                    "INSERT INTO summary_messages (summary_id, message_id, ordinal)"
-                    " VALUES (?, ?, ?)",
-                    [(summary.summary_id, i.message_id, n) for n, i in enumerate(sources)],
-                )
-            else:
-                conn.executemany(
-                    "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
-                    " VALUES (?, ?, ?)",
-                    [(summary.summary_id, i.summary_id, n) for n, i in enumerate(sources)],
-                )
+            self._link_sources(conn, summary, sources)
             self._index_summaries(conn, [summary.summary_id])
             self._place_summary(conn, summary, first, last)
-            self._context_changed(conn, conv)
+            version = self._context_changed(conn, conv)
+        # Committed: a context kept as it was before is kept with the summary in place of its
+        # sources (the next pass, and the turn after, read one row instead of the context).
+        held = self._kept_context(conv)
+        if held is not None and current[0][3] is not None and held[0] == int(current[0][3]):
+            item = ContextItem(
+                first,
+                "summary",
+                None,
+                summary.summary_id,
+                summary.token_count,
+                None,
+                summary.depth,
+                summary.earliest_at or summary.created_at,
+                summary.latest_at or summary.created_at,
+            )
+            items = held[1]
+            placed = [i for i in items if i.ordinal < first] + [item]
+            placed += [i for i in items if i.ordinal > last]
+            # Inside a caller's transaction it may yet roll back: kept, but read again.
+            self._keep_context(conv, version, placed, written=not self._in_transaction())
+
+    def _link_sources(
+        self, conn: Connection, summary: Summary, sources: Sequence[ContextItem]
+    ) -> None:
+        """Record *sources* as what *summary* was made from, in their order: messages for a
+        leaf (``summary_messages``), summaries for a condensed one (``summary_parents``)."""
+        if summary.kind == "leaf":
+            conn.executemany(
+                "INSERT INTO summary_messages (summary_id, message_id, ordinal) VALUES (?, ?, ?)",
+                [(summary.summary_id, i.message_id, n) for n, i in enumerate(sources)],
+            )
+        else:
+            conn.executemany(
+                "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
+                " VALUES (?, ?, ?)",
+                [(summary.summary_id, i.summary_id, n) for n, i in enumerate(sources)],
+            )
 
     @staticmethod
     def _place_summary(conn: Connection, summary: Summary, first: int, last: int) -> None:
