@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -814,7 +815,13 @@ def _compact_held(
     else:
         raise ValueError(f"unknown compaction mode {mode!r}; use full or incremental")
     if report.passes and services.config.resume.inject:
-        warm_resume(services, conversation_id)
+        # Off the turn: the summary is for the next assembly, which builds it itself if it
+        # comes first; built here, it was a third of a PostgreSQL turn that compacts.
+        services.background.submit(
+            ("resume", conversation_id),
+            functools.partial(warm_resume, services, conversation_id),
+            again=True,
+        )
     return report
 
 

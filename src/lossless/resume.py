@@ -350,7 +350,7 @@ def resume(services: Services, conversation_id: int, *, latest: bool = False) ->
 
 def warm(services: Services, conversation_id: int) -> None:
     """Build the resume summary of the conversation's new boundary now (after a compaction,
-    often in the background), so that assembling the next turn finds it made. Never raises:
+    in the background queue), so that assembling the next turn finds it made. Never raises:
     a resume summary is a convenience, and the compaction already succeeded."""
     try:
         store = services.store
