@@ -37,6 +37,9 @@ SORTED_MATCH_COST = {"messages": 4.6, "summaries": 0.6}
 #: The newest rows a walk reads before the older ones are searched through the word index.
 WALK_FIRST_ROWS = 256
 WALK_MAX_ROWS = 1 << 16
+#: How many stretches of the newest rows a newest-first search walks before it sorts the
+#: older matches.
+WALK_STRETCHES = 3
 #: A ranked search of the summaries ranks at most this many of those that match, the newest.
 SUMMARY_RANK_CANDIDATES = 400
 
@@ -127,12 +130,29 @@ class PgSearch(SearchStore):
         args = [words, *values, *params, *bound_params]
         if walked is None:
             return self._search_rows(f"{sql} ORDER BY {by} LIMIT ?", [*args, limit])
-        # The newest stretch walked; then, if it held too few, the rows before it sorted.
+        # The newest stretch walked, then the stretches before it, each eight times longer
+        # (the newest rows can hold none of a common word: a host's last turns about
+        # something else), at most WALK_STRETCHES in all; then, if they held too few, the
+        # rows before the last sorted (every older match read: the rare case bounded last).
         stretch, edge = walked
         found = self._search_rows(
             f"{sql} AND {stretch} >= (?, ?) ORDER BY {newest_first(table)} LIMIT ?",
             [*args, *edge, limit],
         )
+        size = max(first, WALK_FIRST_ROWS)
+        for _ in range(WALK_STRETCHES - 1):
+            if len(found) >= limit or size >= WALK_MAX_ROWS:
+                break
+            size = min(size * 9, WALK_MAX_ROWS)  # the rows walked so far, and 8 times more
+            further = self._newest_stretch(table, scope, size)
+            if further is None:
+                break
+            found += self._search_rows(
+                f"{sql} AND {stretch} < (?, ?) AND {stretch} >= (?, ?)"
+                f" ORDER BY {newest_first(table)} LIMIT ?",
+                [*args, *edge, *further[1], limit - len(found)],
+            )
+            edge = further[1]
         if len(found) < limit:
             found += self._search_rows(
                 f"{sql} AND {stretch} < (?, ?) ORDER BY {by} LIMIT ?",
