@@ -510,20 +510,7 @@ def _unfold(
         if cost > room:
             continue
         room -= cost
-        instead = [
-            ContextItem(
-                -1,
-                "summary",
-                None,
-                s.summary_id,
-                shown.costs[s.summary_id],
-                None,
-                s.depth,
-                s.earliest_at or s.created_at,
-                s.latest_at or s.created_at,
-            )
-            for s in sources
-        ]
+        instead = [ContextItem.of_summary(s, -1, tokens=shown.costs[s.summary_id]) for s in sources]
         chosen = chosen[:pos] + instead + chosen[pos + 1 :]
 
 

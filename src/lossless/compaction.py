@@ -302,19 +302,7 @@ class Compactor:
         if items[start : start + len(chunk)] != list(chunk):
             self._contexts.pop(conversation_id, None)  # not what was written over: read again
             return
-        items[start : start + len(chunk)] = [
-            ContextItem(
-                ordinal=chunk[0].ordinal,
-                item_type="summary",
-                message_id=None,
-                summary_id=summary.summary_id,
-                tokens=summary.token_count,
-                role=None,
-                depth=summary.depth,
-                earliest_at=summary.earliest_at or summary.created_at,
-                latest_at=summary.latest_at or summary.created_at,
-            )
-        ]
+        items[start : start + len(chunk)] = [ContextItem.of_summary(summary, chunk[0].ordinal)]
 
     # --- planning --------------------------------------------------------------------------
 

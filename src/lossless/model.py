@@ -367,6 +367,24 @@ class ContextItem:
         """``msg#<id>`` or the summary id."""
         return f"msg#{self.message_id}" if self.message_id is not None else str(self.summary_id)
 
+    @classmethod
+    def of_summary(
+        cls, summary: Summary, ordinal: int, *, tokens: int | None = None
+    ) -> ContextItem:
+        """*summary* as the item at *ordinal*, weighing its own tokens (or *tokens*: what it
+        costs as shown)."""
+        return cls(
+            ordinal,
+            "summary",
+            None,
+            summary.summary_id,
+            summary.token_count if tokens is None else tokens,
+            None,
+            summary.depth,
+            summary.earliest_at or summary.created_at,
+            summary.latest_at or summary.created_at,
+        )
+
 
 @dataclass(frozen=True)
 class Summary:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from .connection import Connection
 from .search import (
     ABOUT_WEIGHT,
     NEXT_WEIGHT,
@@ -195,13 +196,18 @@ class PgSearch(SearchStore):
         """*sql* with the planner's *plans* (``seqscan``, ``sort``: its ``enable_`` settings)
         off for this statement alone, set back after it even inside a longer transaction."""
         with self.read() as conn:
-            conn.execute(
-                "SELECT " + ", ".join(f"set_config('enable_{p}', 'off', true)" for p in plans)
-            )
-            rows = list(conn.execute(sql, params).fetchall())
-            for plan in plans:
-                conn.execute(f"RESET enable_{plan}")
-            return rows
+            return self._fetch_without_in(conn, plans, sql, params)
+
+    @staticmethod
+    def _fetch_without_in(
+        conn: Connection, plans: Sequence[str], sql: str, params: Sequence[Any]
+    ) -> list[tuple[Any, ...]]:
+        """:meth:`_fetch_without` in *conn*, a transaction already open."""
+        conn.execute("SELECT " + ", ".join(f"set_config('enable_{p}', 'off', true)" for p in plans))
+        rows = list(conn.execute(sql, params).fetchall())
+        for plan in plans:
+            conn.execute(f"RESET enable_{plan}")
+        return rows
 
     def _weighted_rank(
         self, vector: str, weights: str, terms: Sequence[str]

@@ -575,15 +575,7 @@ class PostgresStore(PgSearch, Store):
         hundred live items. Statistics that count those few rows make the planner read the
         table whole (25 ms at 1M, in every turn that compacts, growing with the history);
         the index reads the live items."""
-        return self._by_index(conn, CONTEXT_READ, (conversation_id,))
-
-    @staticmethod
-    def _by_index(conn: Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """*sql* read in *conn* with sequential scans off for it alone."""
-        conn.execute("SELECT set_config('enable_seqscan', 'off', true)")
-        rows = list(conn.execute(sql, params).fetchall())
-        conn.execute("RESET enable_seqscan")
-        return rows
+        return self._fetch_without_in(conn, ("seqscan",), CONTEXT_READ, (conversation_id,))
 
     def fetch_in_order(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """:meth:`StoreCore.fetch_in_order` without bitmap scans or sorts: with statistics

@@ -176,19 +176,10 @@ class SummaryStore(ContextStore):
         # sources (the next pass, and the turn after, read one row instead of the context).
         held = self._kept_context(conv)
         if held is not None and current[0][3] is not None and held[0] == int(current[0][3]):
-            item = ContextItem(
-                first,
-                "summary",
-                None,
-                summary.summary_id,
-                summary.token_count,
-                None,
-                summary.depth,
-                summary.earliest_at or summary.created_at,
-                summary.latest_at or summary.created_at,
-            )
             items = held[1]
-            placed = [i for i in items if i.ordinal < first] + [item]
+            placed = [i for i in items if i.ordinal < first] + [
+                ContextItem.of_summary(summary, first)
+            ]
             placed += [i for i in items if i.ordinal > last]
             # Inside a caller's transaction it may yet roll back: kept, but read again.
             self._keep_context(conv, version, placed, written=not self._in_transaction())
