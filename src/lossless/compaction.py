@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .errors import ConflictError
-from .model import ContextItem, StoredMessage, Summary
+from .model import ContextItem, MessageText, Summary
 from .resume import warm as warm_resume
 from .summarize.base import (
     Level,
@@ -188,18 +188,11 @@ def fresh_tail_start(
     return start
 
 
-def message_sources(messages: Sequence[StoredMessage]) -> tuple[SourceItem, ...]:
+def message_sources(messages: Sequence[MessageText]) -> tuple[SourceItem, ...]:
     """Messages as the source items of a leaf summary."""
     return tuple(
-        SourceItem(
-            ref=f"msg#{m.message_id}",
-            role=m.speaker,
-            text=m.content,
-            earliest_at=m.created_at,
-            latest_at=m.created_at,
-            tokens=m.token_count,
-        )
-        for m in messages
+        SourceItem(f"msg#{mid}", speaker, text, at, at, tokens)
+        for mid, speaker, text, at, tokens in messages
     )
 
 
@@ -490,10 +483,10 @@ class Compactor:
         chunk = self.leaf_chunk(items)
         if not chunk:
             return None
-        messages = self.store.get_messages_by_id([it.message_id for it in chunk if it.message_id])
-        sources = message_sources(messages)
+        message_ids = [it.message_id for it in chunk if it.message_id]
+        sources = message_sources(self.store.message_texts(message_ids))
         previous = self._previous_context(items, chunk[0].ordinal, depth=0)
-        files = self.store.large_files(message_ids=[m.message_id for m in messages])
+        files = self.store.large_files(message_ids=message_ids)
         file_ids = tuple(dict.fromkeys(f.file_id for f in files))
         return self._write(
             conversation_id, "leaf", 0, chunk, sources, previous, descendants=0, file_ids=file_ids

@@ -158,7 +158,7 @@ def rewrite(services: Services, entries: list[RewriteEntry], *, apply: bool) -> 
             old = entry.summary
             parent_ids, message_ids = services.store.summary_sources(old.summary_id)
             if old.kind == "leaf":
-                sources = message_sources(services.store.get_messages_by_id(message_ids))
+                sources = message_sources(services.store.message_texts(message_ids))
             else:
                 parents = [
                     replaced.get(p) or services.store.get_summaries([p])[0] for p in parent_ids

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .codec import CONTENT, LIST, SCALAR, WHOLE
 from .errors import NotFoundError
@@ -278,6 +278,22 @@ class StoredPart:
     raw: Any
 
 
+def speaker_of(role: str, host_meta: str | None) -> str:
+    """Who a summary should say wrote a message: its role, or ``host`` for a host's record."""
+    return role if host_meta is None else "host"
+
+
+class MessageText(NamedTuple):
+    """What a summary is made from of a stored message: no parts, no envelope (a leaf pass
+    reads hundreds of these, and the parts are already in the text)."""
+
+    message_id: int
+    speaker: str
+    content: str
+    created_at: str
+    token_count: int
+
+
 @dataclass(frozen=True)
 class StoredMessage:
     """A ``messages`` row with its parts, as stored."""
@@ -303,7 +319,7 @@ class StoredMessage:
     @property
     def speaker(self) -> str:
         """Who a summary should say wrote it: its role, or ``host`` for a host's record."""
-        return self.role if self.host_meta is None else "host"
+        return speaker_of(self.role, self.host_meta)
 
     def to_source(self) -> Any:
         """The message exactly as it was ingested, in its source format: the envelope's

@@ -12,9 +12,11 @@ from ..model import (
     ContextItem,
     Conversation,
     ConversationStats,
+    MessageText,
     NormalizedMessage,
     StoredMessage,
     StoredPart,
+    speaker_of,
 )
 from ..timestamps import format_ts, now
 from .connection import Connection
@@ -570,6 +572,26 @@ class MessageStore(StoreCore):
                 ).fetchall()
                 for m in self._messages_with_parts(conn, rows):
                     found[m.message_id] = m
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise NotFoundError(f"no message msg#{missing[0]}; search with `lossless grep`")
+        return [found[i] for i in ids]
+
+    def message_texts(self, message_ids: Sequence[int]) -> list[MessageText]:
+        """What summaries are made from of the messages *message_ids*, in the order given:
+        one read of their rows, without parts (see :meth:`get_messages_by_id` for those)."""
+        ids = list(message_ids)
+        found: dict[int, MessageText] = {}
+        with self.read() as conn:
+            for chunk, marks in in_chunks([_row_id(i) for i in ids]):
+                for mid, role, content, created_at, tokens, host_meta in conn.execute(
+                    "SELECT message_id, role, content, created_at, token_count, host_meta"
+                    f" FROM messages WHERE message_id IN ({marks})",
+                    chunk,
+                ):
+                    found[mid] = MessageText(
+                        mid, speaker_of(role, host_meta), content, created_at, tokens
+                    )
         missing = [i for i in ids if i not in found]
         if missing:
             raise NotFoundError(f"no message msg#{missing[0]}; search with `lossless grep`")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec import content_hash
 from ..errors import NoStore, StoreError
-from ..model import Checkpoint, ContextItem, Conversation, Summary
+from ..model import Checkpoint, Conversation
 from ..timestamps import format_ts, now
 from .base import Store
 from .connection import Connection
@@ -702,23 +702,6 @@ class PostgresStore(PgSearch, Store):
         params += [conv_id, stamp, count, version, conv_id]
         placed = conn.execute(_placement(bool(parts)), params)
         return Placement(read=placed.fetchone)
-
-    def _link_sources(
-        self, conn: Connection, summary: Summary, sources: Sequence[ContextItem]
-    ) -> None:
-        """:meth:`SummaryStore._link_sources` in one statement, the sources an array: row by
-        row, the ~400 messages of a leaf took 23 ms of a turn that compacts."""
-        leaf = summary.kind == "leaf"
-        table, column, kind = (
-            ("summary_messages", "message_id", "bigint")
-            if leaf
-            else ("summary_parents", "parent_summary_id", "text")
-        )
-        conn.execute(
-            f"INSERT INTO {table} (summary_id, {column}, ordinal)"
-            f" SELECT ?, u.id, u.n - 1 FROM unnest(?::{kind}[]) WITH ORDINALITY AS u(id, n)",
-            (summary.summary_id, [i.message_id if leaf else i.summary_id for i in sources]),
-        )
 
     def _lock_conversation(self, conn: Connection, conversation_id: int) -> None:
         # A conversation's writes read its rows by their keys (its context items by

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from ..codec import content_hash, dumps, loads
@@ -22,6 +24,8 @@ from .core import (
     in_chunks,
 )
 from .toollog import record_tool_executions
+
+_ordinal = attrgetter("ordinal")
 
 __all__ = ["SummaryStore"]
 
@@ -168,7 +172,7 @@ class SummaryStore(ContextStore):
                     f"the context of conversation {conv} changed during compaction; run it again"
                 )
             conn.execute(self._SUM_INSERT, _summary_row(summary))
-            self._link_sources(conn, summary, sources)
+            self._link_sources(conn, summary, first, last)
             self._index_summaries(conn, [summary.summary_id])
             self._place_summary(conn, summary, first, last)
             version = self._context_changed(conn, conv)
@@ -176,30 +180,33 @@ class SummaryStore(ContextStore):
         # sources (the next pass, and the turn after, read one row instead of the context).
         held = self._kept_context(conv)
         if held is not None and current[0][3] is not None and held[0] == int(current[0][3]):
+            # Ordinals increase along the context: the stretch is found by bisection, so a
+            # write costs a copy of the list, not a test of each of its items.
             items = held[1]
-            placed = [i for i in items if i.ordinal < first] + [
-                ContextItem.of_summary(summary, first)
-            ]
-            placed += [i for i in items if i.ordinal > last]
+            lo = bisect.bisect_left(items, first, key=_ordinal)
+            hi = bisect.bisect_right(items, last, lo=lo, key=_ordinal)
+            placed = [*items[:lo], ContextItem.of_summary(summary, first), *items[hi:]]
             # Inside a caller's transaction it may yet roll back: kept, but read again.
             self._keep_context(conv, version, placed, written=not self._in_transaction())
 
-    def _link_sources(
-        self, conn: Connection, summary: Summary, sources: Sequence[ContextItem]
-    ) -> None:
-        """Record *sources* as what *summary* was made from, in their order: messages for a
-        leaf (``summary_messages``), summaries for a condensed one (``summary_parents``)."""
-        if summary.kind == "leaf":
-            conn.executemany(
-                "INSERT INTO summary_messages (summary_id, message_id, ordinal) VALUES (?, ?, ?)",
-                [(summary.summary_id, i.message_id, n) for n, i in enumerate(sources)],
-            )
-        else:
-            conn.executemany(
-                "INSERT INTO summary_parents (summary_id, parent_summary_id, ordinal)"
-                " VALUES (?, ?, ?)",
-                [(summary.summary_id, i.summary_id, n) for n, i in enumerate(sources)],
-            )
+    @staticmethod
+    def _link_sources(conn: Connection, summary: Summary, first: int, last: int) -> None:
+        """Record the context items at ordinals *first*..*last* (found to be the summary's
+        sources, under the lock) as what *summary* was made from, in their order: messages
+        for a leaf (``summary_messages``), summaries for a condensed one
+        (``summary_parents``). One statement that reads them where they are, however many
+        (a leaf holds hundreds of messages, which row by row were most of its write)."""
+        table, column, source = (
+            ("summary_messages", "message_id", "message_id")
+            if summary.kind == "leaf"
+            else ("summary_parents", "parent_summary_id", "summary_id")
+        )
+        conn.execute(
+            f"INSERT INTO {table} (summary_id, {column}, ordinal)"
+            f" SELECT ?, {source}, row_number() OVER (ORDER BY ordinal) - 1 FROM context_items"
+            " WHERE conversation_id = ? AND ordinal BETWEEN ? AND ?",
+            (summary.summary_id, summary.conversation_id, first, last),
+        )
 
     @staticmethod
     def _place_summary(conn: Connection, summary: Summary, first: int, last: int) -> None:
