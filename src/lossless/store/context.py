@@ -57,17 +57,17 @@ class ContextStore(MessageStore):
         held = self._kept_context(conversation_id) if outside else None
         if held is not None:
             if as_written and held[2]:
-                return list(held[1])
+                return held[1]
             # The version alone, one statement (on PostgreSQL one round trip, where a
             # snapshot's BEGIN and COMMIT would be two more): unchanged, the kept list is it.
             found = self.fetchall(_VERSION, (conversation_id,))
             if found and found[0][0] is not None and int(found[0][0]) == held[0]:
-                return list(held[1])
+                return held[1]
         with self.read() as conn:
             row = conn.execute(_VERSION, (conversation_id,)).fetchone()
             version = None if row is None else int(row[0])
             if held is not None and held[0] == version:
-                return list(held[1])
+                return held[1]
             rows = self._context_rows(conn, conversation_id)
         items = [ContextItem(*r) for r in rows]
         # Not inside a transaction: what it wrote may yet roll back.

@@ -193,9 +193,34 @@ class StoreCore(ABC):
                 kept.popitem(last=False)
 
     def _kept_context(self, conversation_id: int) -> tuple[int, list[ContextItem], bool] | None:
+        """The kept context of a conversation with a copy of its items, taken together (a
+        write patches the kept list in place: :meth:`_patch_kept_context`)."""
         kept = self._kept_contexts()
         with self._contexts_guard:
-            return kept.get(conversation_id)
+            held = kept.get(conversation_id)
+            return None if held is None else (held[0], list(held[1]), held[2])
+
+    def _patch_kept_context(
+        self,
+        conversation_id: int,
+        seen: int,
+        version: int,
+        patch: Callable[[list[ContextItem]], None],
+        *,
+        written: bool,
+    ) -> None:
+        """A committed write that found the conversation's context at version *seen* and
+        left it at *version*: the kept list, when it is the one read at *seen*, is changed by
+        *patch* in place, not copied (a compaction of a long backlog writes hundreds of
+        summaries into a context of as many thousand items)."""
+        kept = self._kept_contexts()
+        with self._contexts_guard:
+            held = kept.get(conversation_id)
+            if held is None or held[0] != seen:
+                return
+            patch(held[1])
+            kept[conversation_id] = (version, held[1], written)
+            kept.move_to_end(conversation_id)
 
     def _context_changed(self, conn: Connection, conversation_id: int) -> int:
         """Mark the conversation's context as changed by this transaction (every write to

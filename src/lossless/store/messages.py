@@ -435,17 +435,18 @@ class MessageStore(StoreCore):
                 record_tool_executions(conn, conv_id, first_id, first_id + len(fresh) - 1)
         # Committed: a context kept as it was before this append is kept with the new items.
         first_id, ord0 = placed.first_id, placed.ord0
-        held = self._kept_context(conv_id)
-        if held is not None and held[0] == placed.version0:
-            added = [
+
+        def extend(items: list[ContextItem]) -> None:
+            items.extend(
                 ContextItem(
                     ord0 + 1 + i, "message", first_id + i, None, r[2], r[0], None, r[3], r[3]
                 )
                 for i, r in enumerate(rows)
-            ]
-            # Inside a caller's transaction it may yet roll back: kept, but read again.
-            own = not self._in_transaction()
-            self._keep_context(conv_id, version, held[1] + added, written=own)
+            )
+
+        # Inside a caller's transaction it may yet roll back: kept, but read again.
+        own = not self._in_transaction()
+        self._patch_kept_context(conv_id, placed.version0, version, extend, written=own)
         return list(range(first_id, first_id + len(fresh))), skipped
 
     _MSG_COLS = (

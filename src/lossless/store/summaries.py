@@ -176,18 +176,19 @@ class SummaryStore(ContextStore):
             self._index_summaries(conn, [summary.summary_id])
             self._place_summary(conn, summary, first, last)
             version = self._context_changed(conn, conv)
+
         # Committed: a context kept as it was before is kept with the summary in place of its
         # sources (the next pass, and the turn after, read one row instead of the context).
-        held = self._kept_context(conv)
-        if held is not None and current[0][3] is not None and held[0] == int(current[0][3]):
-            # Ordinals increase along the context: the stretch is found by bisection, so a
-            # write costs a copy of the list, not a test of each of its items.
-            items = held[1]
+        def splice(items: list[ContextItem]) -> None:
+            # Ordinals increase along the context: the stretch is found by bisection.
             lo = bisect.bisect_left(items, first, key=_ordinal)
             hi = bisect.bisect_right(items, last, lo=lo, key=_ordinal)
-            placed = [*items[:lo], ContextItem.of_summary(summary, first), *items[hi:]]
+            items[lo:hi] = [ContextItem.of_summary(summary, first)]
+
+        if current[0][3] is not None:
             # Inside a caller's transaction it may yet roll back: kept, but read again.
-            self._keep_context(conv, version, placed, written=not self._in_transaction())
+            written = not self._in_transaction()
+            self._patch_kept_context(conv, int(current[0][3]), version, splice, written=written)
 
     @staticmethod
     def _link_sources(conn: Connection, summary: Summary, first: int, last: int) -> None:
