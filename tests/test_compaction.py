@@ -551,6 +551,35 @@ def test_the_leaf_prompt_shows_every_source_with_its_time_and_role_as_untrusted_
     assert request.max_output_tokens == 3 * request.target_tokens
 
 
+def test_a_leaf_is_made_from_its_messages_text_time_and_speaker_in_order(
+    open_engine: EngineFactory,
+) -> None:
+    """What the summarizer is given of each message is what was stored: its text, its time,
+    who said it (a host's own record as ``host``, not as the role it was filed under), in
+    the context's order; its size is the message's stored token count."""
+    engine = open_engine()
+    feed = Feed(engine)
+    asked = feed.say("user", 40, "deploy the cache")
+    norm = engine.normalize(
+        {"role": "user", "content": "<command-name>/compact</command-name>"},
+        created_at=feed._at(),
+    )
+    norm.host_meta = "command"
+    engine.ingest_batch("s", [norm])
+    answered = feed.say("assistant", 40, "cache deployed")
+    feed.turns(3)
+
+    assert leaf_pass(engine) is not None
+
+    sources = scripted(engine).requests[0].sources
+    stored = engine.store.get_messages_by_id([int(s.ref[4:]) for s in sources])
+    assert [m.message_id for m in stored][:3] == [asked, asked + 1, answered]
+    assert [s.role for s in sources][:3] == ["user", "host", "assistant"]
+    for source, message in zip(sources, stored, strict=True):
+        assert (source.text, source.tokens) == (message.content, message.token_count)
+        assert source.earliest_at == source.latest_at == message.created_at
+
+
 # --- condensed passes --------------------------------------------------------------------------
 
 
