@@ -9,7 +9,7 @@ host's record (``host_meta`` is null): the user's own words.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..codec import loads
 from .core import StoreCore
@@ -41,6 +41,10 @@ _REQUEST = (
 )
 
 
+#: A message's opening: its first 40 characters, leading blanks dropped, lower-cased.
+OPENING = "lower(substr(ltrim(content), 1, 40))"
+
+
 def requests_sql(*, newest_first: bool) -> str:
     """The statement of :meth:`ActivityStore.user_requests` (parameters: the conversation,
     *upto*, the limit)."""
@@ -50,6 +54,11 @@ def requests_sql(*, newest_first: bool) -> str:
 
 class ActivityStore(StoreCore):
     """Reads over a conversation's activity."""
+
+    def _opening_like(self, openings: Sequence[str]) -> tuple[str, list[Any]]:
+        """The condition that a message's :data:`OPENING` matches one of the LIKE patterns
+        *openings*, and its parameters."""
+        return "(" + " OR ".join([f"{OPENING} LIKE ?"] * len(openings)) + ")", list(openings)
 
     def seq_of(self, message_id: int) -> int | None:
         """The position of a message in its conversation (``None`` if there is no such
@@ -89,10 +98,10 @@ class ActivityStore(StoreCore):
         oldest first: the candidates for a restated goal."""
         if not openings:
             return []
-        likes = " OR ".join(["lower(substr(ltrim(content), 1, 40)) LIKE ?"] * len(openings))
+        likes, patterns = self._opening_like(openings)
         rows = self.fetch_in_order(
-            f"{_REQUEST} AND seq > ? AND seq <= ? AND ({likes}) ORDER BY seq DESC LIMIT ?",
-            (conversation_id, after, upto, *openings, limit),
+            f"{_REQUEST} AND seq > ? AND seq <= ? AND {likes} ORDER BY seq DESC LIMIT ?",
+            (conversation_id, after, upto, *patterns, limit),
         )
         return [Request(int(seq), str(content)) for seq, content in reversed(rows)]
 

@@ -31,6 +31,7 @@ from ..codec import content_hash
 from ..errors import NoStore, StoreError
 from ..model import Checkpoint, Conversation
 from ..timestamps import format_ts, now
+from .activity import OPENING
 from .base import Store
 from .connection import Connection
 from .context import CONTEXT_READ
@@ -576,6 +577,13 @@ class PostgresStore(PgSearch, Store):
         table whole (25 ms at 1M, in every turn that compacts, growing with the history);
         the index reads the live items."""
         return self._fetch_without_in(conn, ("seqscan",), CONTEXT_READ, (conversation_id,))
+
+    def _opening_like(self, openings: Sequence[str]) -> tuple[str, list[Any]]:
+        """:meth:`ActivityStore._opening_like` as one ``LIKE ANY`` of an array: PostgreSQL
+        computes the opening once for all the patterns, where an ``OR`` of them computes it
+        again for each (the restated-goal search over 2,000 messages, 11 patterns: about
+        25-28 → 4.6-4.7 ms at 1M messages)."""
+        return f"{OPENING} LIKE ANY (?)", [list(openings)]
 
     def fetch_in_order(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """:meth:`StoreCore.fetch_in_order` without bitmap scans or sorts: with statistics
