@@ -132,6 +132,23 @@ def test_an_own_compaction_puts_each_summary_in_place_of_its_sources_in_what_is_
     assert kept(mine, "c") == fresh(mine, "c")
 
 
+def test_a_context_handed_out_is_the_callers_own(pair: tuple[Engine, Engine]) -> None:
+    # What is kept is patched in place by this store's writes: a list a caller holds must
+    # not change under it, and a caller changing its list must not change what is kept.
+    mine, _ = pair
+    for n in range(12):
+        mine.ingest_batch("c", turn(n))
+    held = kept(mine, "c")
+    snapshot = list(held)
+    mine.ingest_batch("c", turn(12))
+    assert held == snapshot, "an append changed a list handed out before it"
+    mine.compact("c")
+    assert held == snapshot, "a compaction changed a list handed out before it"
+    now = kept(mine, "c")
+    now.clear()
+    assert kept(mine, "c") == fresh(mine, "c") != []
+
+
 def test_a_rolled_back_append_is_not_kept(pair: tuple[Engine, Engine]) -> None:
     mine, _ = pair
     mine.after_turn("c", turn(0))
