@@ -39,6 +39,8 @@ WALK_MAX_ROWS = 1 << 16
 #: What sorting a match by time costs (reading its row), in rows of the time index walked
 #: (measured at 100,000 messages: a summary's long text makes its row dearer to read).
 SORTED_MATCH_COST = {"messages": 5, "summaries": 40}
+#: Matches the index gave all of, few enough to read their rows in the scope at once.
+FEW_CANDIDATES = 64
 #: A substring with at most this many candidates in the trigram index has them sorted by
 #: time; one with more is found walking the time index.
 SORTED_CANDIDATES = 2_000
@@ -142,8 +144,19 @@ class SQLiteSearch(SearchStore):
                 [query, inner],
             )
             score = {int(r[0]): float(r[1]) for r in candidates}
-            kept: list[int] = []
             ids = list(score)
+            if not ids:
+                return []
+            if len(candidates) < inner and len(ids) <= FEW_CANDIDATES:
+                # The index gave every match, and few: their rows are read at once, in the
+                # scope (a rare word's search: one statement, not a check and then a read).
+                rows = self.fetchall(
+                    f"SELECT {hit_columns(table)}, s.content, s.{key} FROM {table} s"
+                    f" WHERE s.{key} IN ({','.join('?' * len(ids))}){by_row}",
+                    [*ids, *params],
+                )
+                return _by_score(rows, score)[:limit]
+            kept: list[int] = []
             for chunk, marks in in_chunks(ids):
                 kept += [
                     int(r[0])
@@ -162,10 +175,7 @@ class SQLiteSearch(SearchStore):
                     f" WHERE s.{key} IN ({marks})",
                     best,
                 )
-                return [
-                    (*r[:7], score[int(r[7])])
-                    for r in sorted(rows, key=lambda r: (score[int(r[7])], -int(r[7])))
-                ]
+                return _by_score(rows, score)
             inner *= 8
         return self.fetchall(plain_sql, [query, *params, limit])
 
@@ -237,6 +247,8 @@ class SQLiteSearch(SearchStore):
             f"SELECT * FROM ({_trigram_rows(table)}) LIMIT {SORTED_CANDIDATES + 1}",
             _trigram_args(table, run),
         )
+        if not ids:
+            return []
         where, params = scope_sql(table, scope)
         if len(ids) <= SORTED_CANDIDATES:
             return self.fetchall(
@@ -254,6 +266,13 @@ class SQLiteSearch(SearchStore):
 
     def _literal_where(self, table: str, literal: str) -> tuple[str, list[Any]]:
         return f"s.{key_column(table)} IN ({_trigram_rows(table)})", _trigram_args(table, literal)
+
+
+def _by_score(rows: list[tuple[Any, ...]], score: dict[int, float]) -> list[tuple[Any, ...]]:
+    """Hit rows (their key last) best score first, ties newest first, each with its score
+    in place of the key."""
+    ranked = sorted(rows, key=lambda r: (score[int(r[7])], -int(r[7])))
+    return [(*r[:7], score[int(r[7])]) for r in ranked]
 
 
 def _idf(holding: int, rows: int) -> float:
