@@ -4,6 +4,7 @@
     python benchmarks/turn.py --sizes 10000 --backends sqlite --backlogs 10000,40000
     python benchmarks/turn.py --gap 20          # turns 20 ms apart (background upkeep runs)
     python benchmarks/turn.py --sizes 100000 --backlogs "" --interleave 50   # a fair ratio
+    python benchmarks/turn.py --background      # compaction in the engine's worker
 
 *Turn*: a conversation already holding N messages (compacted, as a host's would be) takes
 ``--turns`` turns of ``after_turn`` with two new messages and a 32k-token budget, compacting
@@ -26,6 +27,11 @@ third from run to run in either direction). After each SQLite block, the index m
 thread would do in the pause is done at once, untimed, so that it does not take the cores
 from the other back end's turns; SQLite's turns are then taken without the merging debt of
 a run with no pause at all (its p99 is that of turns with pauses between them).
+
+With ``--background`` the engines run with ``background_compaction``: a turn stores its
+messages and queues the compaction it calls for in the engine's worker, which runs beside the
+next turns (on the same cores: its work still shows in their times, as contention). Each row
+says how many summaries the turns (or the worker, waited for at the end) wrote.
 
 *Backlog*: one ``compact()`` over an uncompacted history of M messages; the time for 4×
 the work should be at most about 6× (linear, not quadratic).
@@ -192,18 +198,20 @@ def dead_context_rows(engine: Engine) -> int | None:
 
 @contextmanager
 def turn_engine(
-    work: Path, backend: str, size: int, store: str
+    work: Path, backend: str, size: int, store: str, background: bool = False
 ) -> Iterator[tuple[Engine, str, dict[str, Any]]]:
     """An engine on *backend* whose conversation holds *size* messages, compacted as a host's
     would be, and that conversation: filled for the run (*store* ``fresh``: a new SQLite file
     or PostgreSQL schema, dropped after), or the kept store built as ``grep.py``'s is
     (``built``: :func:`common.compacted_store` for SQLite, :func:`common.built_postgres_store`
     for PostgreSQL; scripted summaries; each run adds its turns' messages to it). With it, how
-    it was filled (``fill_s``, ``stored``)."""
+    it was filled (``fill_s``, ``stored``). With *background*, the engine compacts after a
+    turn in its worker (``background_compaction``), not inside the turn."""
     summarizer = ScriptedSummarizer(default=sized)
+    config = Config(background_compaction=background)
     if store == "built":
         target, info = kept_store(backend, size, "scripted", pg_built=True)
-        with Engine.open(target, config=Config(), summarizer=summarizer) as engine:
+        with Engine.open(target, config=config, summarizer=summarizer) as engine:
             stored = engine.store.message_count(engine.conversation(SESSION).conversation_id)
             yield engine, SESSION, {"store": "built", "stored": stored, "fill_s": info["build_s"]}
         return
@@ -214,7 +222,7 @@ def turn_engine(
     else:
         fresh = str(work / f"turn-{size}.db")
     try:
-        with Engine.open(fresh, config=Config(), summarizer=summarizer) as engine:
+        with Engine.open(fresh, config=config, summarizer=summarizer) as engine:
             started = time.perf_counter()
             fill(engine, "host", size)
             filled = round(time.perf_counter() - started, 1)
@@ -225,19 +233,31 @@ def turn_engine(
 
 
 def turn_rows(
-    work: Path, backends: list[str], size: int, count: int, gap: float, store: str, block: int
+    work: Path,
+    backends: list[str],
+    size: int,
+    count: int,
+    gap: float,
+    store: str,
+    block: int,
+    background: bool = False,
 ) -> list[dict[str, Any]]:
     """*count* turns on each of *backends* at *size* stored. With *block*, the back ends'
     engines are open together and take their turns in alternating blocks of that many, so
     each sees the machine as the others do (the ratio between them is then not a matter of
-    which ran when); without, one back end after the other."""
+    which ran when); without, one back end after the other. With *background*, compaction
+    runs in the engine's worker beside the turns. Each row counts the summaries written."""
     messages = text_messages(count * 2, seed=12)
     groups = [backends] if block else [[b] for b in backends]
     rows = []
     for group in groups:
         with ExitStack() as stack:
-            opened = [(b, *stack.enter_context(turn_engine(work, b, size, store))) for b in group]
+            opened = [
+                (b, *stack.enter_context(turn_engine(work, b, size, store, background)))
+                for b in group
+            ]
             samples: dict[str, list[float]] = {b: [] for b in group}
+            written = {b: summaries(engine, c) for b, engine, c, _ in opened}
             done = 0
             while done < count:
                 n = min(block or count, count - done)
@@ -250,7 +270,8 @@ def turn_rows(
                         # not on the cores while the other back end takes its turns.
                         engine.store.merge_indexes()
                 done += n
-            for backend, engine, _, meta in opened:
+            for backend, engine, conversation, meta in opened:
+                engine.wait_for_compaction()  # (with background: what the turns left queued)
                 stats = percentiles(samples[backend])
                 rows.append(
                     {
@@ -262,9 +283,16 @@ def turn_rows(
                         **stats,
                         "p99_over_p50": round(stats["p99_ms"] / stats["p50_ms"], 1),
                         "context_items_dead_rows": dead_context_rows(engine),
+                        "background_compaction": background,
+                        "summaries_written": summaries(engine, conversation) - written[backend],
                     }
                 )
     return rows
+
+
+def summaries(engine: Engine, conversation: str) -> int:
+    """The summaries the conversation holds (live ones, every depth)."""
+    return sum(engine.summary_counts(conversation).values())
 
 
 def backlog_run(work: Path, size: int) -> dict[str, Any]:
@@ -311,6 +339,11 @@ def main() -> None:
         help="the back ends' engines open together, taking turns in alternating blocks of N"
         " (their ratio measured under the same machine state); 0: one after the other",
     )
+    parser.add_argument(
+        "--background",
+        action="store_true",
+        help="compact after a turn in the engine's worker (background_compaction), not in it",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lossless-turn-"))
     results: dict[str, Any] = {"machine": machine(), "turn": [], "backlog": []}
@@ -338,7 +371,14 @@ def main() -> None:
                 )
         for size in (int(s) for s in args.sizes.split(",") if s):
             rows = turn_rows(
-                work, backends, size, args.turns, args.gap / 1000, args.store, args.interleave
+                work,
+                backends,
+                size,
+                args.turns,
+                args.gap / 1000,
+                args.store,
+                args.interleave,
+                args.background,
             )
             results["turn"] += rows
             for row in rows:
@@ -354,7 +394,8 @@ def main() -> None:
                         if backend == "postgresql"
                         else ""
                     )
-                    + f"); fill {row['fill_s']} s"
+                    + f"); fill {row['fill_s']} s; {row['summaries_written']} summaries written"
+                    + (" in the background" if args.background else "")
                     + (
                         f"; context_items dead rows {row['context_items_dead_rows']:,}"
                         if row["context_items_dead_rows"] is not None
