@@ -5,6 +5,7 @@
     python benchmarks/turn.py --gap 20          # turns 20 ms apart (background upkeep runs)
     python benchmarks/turn.py --sizes 100000 --backlogs "" --interleave 50   # a fair ratio
     python benchmarks/turn.py --background      # compaction in the engine's worker
+    python benchmarks/turn.py --three-index-floor --sizes "" --backlogs ""   # the indexes' cost
 
 *Turn*: a conversation already holding N messages (compacted, as a host's would be) takes
 ``--turns`` turns of ``after_turn`` with two new messages and a 32k-token budget, compacting
@@ -115,17 +116,34 @@ def turns(
     return samples
 
 
-def floor(work: Path, count: int, gap: float = 0.0) -> dict[str, float]:
+#: lossless's three message indexes, as bare tables (:func:`floor` with *indexes*): the own
+#: words, the words with what surrounds them (five columns), the trigrams.
+THREE_INDEXES = (
+    "CREATE VIRTUAL TABLE g USING fts5(content, prev, next, far, about,"
+    " tokenize='porter unicode61')",
+    "CREATE VIRTUAL TABLE t USING fts5(content, content='m', content_rowid='id',"
+    " tokenize='trigram')",
+)
+
+
+def floor(work: Path, count: int, gap: float = 0.0, *, indexes: int = 1) -> dict[str, float]:
     """Two rows into a bare SQLite table with an FTS5 index, one transaction per turn, the
     turns *gap* seconds apart as the turns timed against it are (a pause leaves the caches
-    colder: both sides pay it)."""
-    conn = sqlite3.connect(work / "floor.db", isolation_level=None)
+    colder: both sides pay it). With *indexes* 3, into lossless's three indexes as bare
+    tables (:data:`THREE_INDEXES`; the surroundings column holds the message before, as
+    lossless's does), merged as the one index is (FTS5's automatic merging): what the
+    indexes alone cost a turn."""
+    conn = sqlite3.connect(work / f"floor-{indexes}.db", isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, role TEXT, content TEXT)")
     conn.execute("CREATE VIRTUAL TABLE f USING fts5(content, content='m', content_rowid='id')")
+    if indexes == 3:
+        for sql in THREE_INDEXES:
+            conn.execute(sql)
     messages = text_messages(count * 2, seed=12)
     samples = []
+    before = ""
     for t in range(count):
         started = time.perf_counter()
         conn.execute("BEGIN IMMEDIATE")
@@ -134,6 +152,14 @@ def floor(work: Path, count: int, gap: float = 0.0) -> dict[str, float]:
                 "INSERT INTO m (role, content) VALUES (?, ?)", (m["role"], m["content"])
             ).lastrowid
             conn.execute("INSERT INTO f (rowid, content) VALUES (?, ?)", (row, m["content"]))
+            if indexes == 3:
+                conn.execute(
+                    "INSERT INTO g (rowid, content, prev, next, far, about)"
+                    " VALUES (?, ?, ?, '', '', '')",
+                    (row, m["content"], before[:300]),
+                )
+                conn.execute("INSERT INTO t (rowid, content) VALUES (?, ?)", (row, m["content"]))
+            before = m["content"]
         conn.execute("COMMIT")
         samples.append((time.perf_counter() - started) * 1000)
         if gap:
@@ -340,6 +366,11 @@ def main() -> None:
         " (their ratio measured under the same machine state); 0: one after the other",
     )
     parser.add_argument(
+        "--three-index-floor",
+        action="store_true",
+        help="also time the floor with lossless's three message indexes as bare tables",
+    )
+    parser.add_argument(
         "--background",
         action="store_true",
         help="compact after a turn in the engine's worker (background_compaction), not in it",
@@ -351,6 +382,14 @@ def main() -> None:
         results["floor"] = floor(work, args.turns, args.gap / 1000)
         f = results["floor"]
         print(f"floor (2 rows + FTS5, one transaction): p50 {f['p50_ms']:.3f} ms")
+        if args.three_index_floor:
+            results["floor_three_indexes"] = three = floor(
+                work, args.turns, args.gap / 1000, indexes=3
+            )
+            print(
+                f"floor with lossless's three indexes as bare tables: p50 {three['p50_ms']:.3f} ms"
+                f" ({three['p50_ms'] / f['p50_ms']:.1f}x the floor)"
+            )
         backends = []
         for backend in args.backends.split(","):
             if backend == "postgresql" and not postgres_reachable():
