@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -191,3 +192,37 @@ def openclaw_host(version: str) -> Path:
                     )
             marker.write_text(version)
     return folder
+
+
+def run_host(
+    args: list[str], *, env: dict[str, str], timeout: float, **kwargs: object
+) -> subprocess.CompletedProcess[str]:
+    """Run a host's process to its end, its output captured as text. One that is still
+    running after *timeout* seconds is stopped with SIGABRT (a Python host, run with its
+    fault handler on, writes every thread's stack to its stderr as it dies) and the test
+    fails with the end of what it wrote, so a hang says where it hung."""
+    proc = subprocess.Popen(
+        args,
+        env={**env, "PYTHONFAULTHANDLER": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,  # type: ignore[call-overload]
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        hung = False
+    except subprocess.TimeoutExpired:
+        hung = True
+    if hung:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        pytest.fail(
+            f"{Path(args[0]).name} {' '.join(args[1:2])} still ran after {timeout:.0f} s;"
+            f" stopped. The end of its stderr:\n{err[-6000:]}\nof its stdout:\n{out[-2000:]}"
+        )
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)

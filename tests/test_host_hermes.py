@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from host_packages import HERMES_AGENT, pypi_venv
+from host_packages import HERMES_AGENT, pypi_venv, run_host
 from lossless import Config, Engine
 from model_servers import ChatServer, reply
 
@@ -95,7 +95,7 @@ def test_hermes_keeps_every_turn_compresses_with_lossless_and_recalls(
             "LOSSLESS_CONFIG": str(config),
         }
         api_turns = [prompt(i) for i in range(12)]
-        done = subprocess.run(
+        done = run_host(
             [
                 str(hermes_bin / "python"),
                 "-c",
@@ -104,10 +104,7 @@ def test_hermes_keeps_every_turn_compresses_with_lossless_and_recalls(
                 json.dumps(api_turns),
             ],
             env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
+            timeout=150,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         ran = json.loads(done.stdout.strip().splitlines()[-1])
@@ -116,14 +113,11 @@ def test_hermes_keeps_every_turn_compresses_with_lossless_and_recalls(
 
         cli_turns = [prompt(12), "RECALL: staging database password"]
         for text in cli_turns:
-            done = subprocess.run(
+            done = run_host(
                 [str(hermes_bin / "hermes"), "chat", "-Q", "--resume", session, "-q", text],
                 env=env,
                 stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
+                timeout=45,
             )
             assert done.returncode == 0, done.stderr[-3000:]
         answered = done.stdout
