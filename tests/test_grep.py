@@ -96,6 +96,26 @@ def test_substring_search_sees_messages_of_a_large_import(engine: Engine) -> Non
     assert [h.id for h in engine.grep("qxjk299", conversation="t").hits] == ["msg#600"]
 
 
+def test_ranked_search_sees_messages_of_a_large_import_before_their_surroundings(
+    engine: Engine,
+) -> None:
+    rows = [{"role": "user", "content": f"walrus {i} sings a shanty"} for i in range(100)]
+    rows[40] = {"role": "assistant", "content": "the otters answered"}
+    engine.ingest_batch("s", rows, finish_indexes=False)
+    pending = engine.store.pending_index_rows()
+
+    def ranked(words: str) -> list[str]:
+        return [h.id for h in engine.grep(words, conversation="s", sort="relevance").hits]
+
+    # found by its own words while its surroundings' entry waits (ranked with it after)
+    assert ranked("otters")[0] == "msg#41"
+    assert len(ranked("walrus shanty")) == 20
+    assert engine.store.pending_index_rows() == pending  # the search made no entry
+    engine.finish_indexes()
+    assert ranked("otters")[0] == "msg#41"
+    assert {"msg#40", "msg#42"} <= set(ranked("otters"))  # now through their neighbour too
+
+
 def test_regex_mode_matches_and_is_bounded(engine: Engine) -> None:
     seed(engine)
     result = engine.grep(r"raised .* to \d+ seconds", conversation="s", mode="regex")

@@ -137,13 +137,23 @@ class SQLiteSearch(SearchStore):
         key = key_column(table)
         inner = limit * 4
         by_row = by_key(where)  # rowid lookups
+        ranked, args = f"SELECT rowid, {rank} AS score FROM {index} WHERE {index} MATCH ?", [query]
+        if index == "messages_ctx_fts":
+            # The messages a large batch left for catch_up_indexes (above its mark) have no
+            # entry here yet: until they do, they are ranked by their own words.
+            ranked = (
+                f"SELECT rowid, score FROM ({ranked} UNION ALL SELECT rowid, bm25(messages_fts)"
+                " FROM messages_fts WHERE messages_fts MATCH ? AND rowid >"
+                " (SELECT upto FROM index_state WHERE name = 'messages_trigram'))"
+            )
+            args.append(query)
         while inner <= RANK_CANDIDATES_MAX:
             candidates = self.fetchall(
-                f"SELECT rowid, {rank} AS score FROM {index} WHERE {index} MATCH ?"
-                " ORDER BY score, rowid DESC LIMIT ?",
-                [query, inner],
+                f"{ranked} ORDER BY score, rowid DESC LIMIT ?", [*args, inner]
             )
-            score = {int(r[0]): float(r[1]) for r in candidates}
+            score: dict[int, float] = {}
+            for row_id, found in candidates:  # (one made above the mark: its first, best)
+                score.setdefault(int(row_id), float(found))
             ids = list(score)
             if not ids:
                 return []
