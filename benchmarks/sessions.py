@@ -214,7 +214,7 @@ def report(run: Run, seconds: float, args: argparse.Namespace) -> dict[str, Any]
         "error_count": len(run.errors),
         "seconds": round(seconds, 2),
         "turns_per_s": round(done / seconds, 1) if seconds == seconds and seconds else None,
-        "turn_ms": percentiles(every) | {"max_ms": round(max(every), 2)} if every else {},
+        "turn_ms": percentiles(every) if every else {},
         "session_s": {
             "quickest": round(min(run.spans), 2),
             "slowest": round(max(run.spans), 2),

@@ -263,6 +263,36 @@ def test_sqlite_merges_its_word_indexes_off_the_writers_path(db_path: Path) -> N
         assert engine.store.fts_problems() == []
 
 
+def test_finishing_an_import_merges_what_it_left_so_the_turns_after_it_do_not(
+    db_path: Path,
+) -> None:
+    with Engine.open(db_path, config=Config()) as engine:
+        engine.store._wake_merger = lambda: None  # type: ignore[method-assign]  # held back
+
+        def newest() -> list[str]:
+            hits = engine.grep("crane container", conversation="s", limit=50, sort="recency").hits
+            return [h.id for h in hits]
+
+        for b in range(12):  # an import: many large batches, each its own segments
+            engine.ingest_batch(
+                "s",
+                [
+                    {"role": "user", "content": f"crane {b}-{n} moves a container"}
+                    for n in range(80)
+                ],
+                finish_indexes=False,
+            )
+        assert _segments(engine) >= 8
+        before = newest()
+        assert len(before) == 50
+        assert engine.finish_indexes() == 12 * 80
+        # what was due is merged: a turn that comes next finds nothing left to wait for
+        assert engine.store.merge_indexes() == 0
+        assert _segments(engine) <= 5
+        assert newest() == before
+        assert engine.check() == []
+
+
 def test_sqlite_merges_when_writes_pause(db_path: Path) -> None:
     with Engine.open(db_path, config=Config()) as engine:
         for n in range(40):

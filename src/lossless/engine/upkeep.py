@@ -165,8 +165,12 @@ class Upkeep(Facade):
         return doctor.notes(self.store)
 
     def finish_indexes(self) -> int:
-        """Bring the search indexes a large import left behind up to date; rows indexed."""
-        return self.store.catch_up_indexes()
+        """Bring the search indexes a large import left behind up to date, and merge the
+        index segments it left (SQLite), so that the turns after it do not wait for those
+        merges; rows indexed."""
+        rows = self.store.catch_up_indexes()
+        self.store.merge_indexes()
+        return rows
 
     def rebuild_indexes(self) -> None:
         """Rebuild the full-text indexes from the stored text."""

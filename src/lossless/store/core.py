@@ -314,6 +314,13 @@ class StoreCore(ABC):
         """Index what large batches left out; returns rows indexed."""
         return 0
 
+    def merge_indexes(
+        self, *, seconds: float | None = None, stop: Callable[[], bool] | None = None
+    ) -> int:
+        """Merge the full-text indexes' segments that are due; the steps taken (none where
+        the server keeps its indexes itself)."""
+        return 0
+
     def index_terms(self, text: str) -> list[str]:
         """The distinct terms the word index makes of *text* (stemmed, folded). The same text
         always gives the same terms: the store remembers the last :data:`TERMS_KEPT` texts'
