@@ -466,6 +466,9 @@ class Engine(Reads, Recall, Upkeep):
         ``reason``), or for the file a ``failed`` report names. An unchanged file is not read
         again, and its bad lines are still there (``known``). *progress* receives bytes done
         and total over all the files.
+
+        After a large import, :meth:`finish_indexes` merges the index segments it left due
+        (``lossless import`` does), so that the turns after it do not wait for that merging.
         """
         return import_transcripts(self.services, path, format=format, progress=progress)
 
