@@ -44,6 +44,9 @@ FEW_CANDIDATES = 64
 #: A substring with at most this many candidates in the trigram index has them sorted by
 #: time; one with more is found walking the time index.
 SORTED_CANDIDATES = 2_000
+#: The last message whose trigram and surroundings entries are made: those above it, a large
+#: batch left for :meth:`~.sqlite.SQLiteStore.catch_up_indexes`, a search reads itself.
+_CAUGHT_UP = "(SELECT upto FROM index_state WHERE name = 'messages_trigram')"
 #: What a walk starts below: later than any stored time, and than any row id.
 _TOP = ("\uffff", 1 << 62)
 
@@ -143,8 +146,7 @@ class SQLiteSearch(SearchStore):
             # entry here yet: until they do, they are ranked by their own words.
             ranked = (
                 f"SELECT rowid, score FROM ({ranked} UNION ALL SELECT rowid, bm25(messages_fts)"
-                " FROM messages_fts WHERE messages_fts MATCH ? AND rowid >"
-                " (SELECT upto FROM index_state WHERE name = 'messages_trigram'))"
+                f" FROM messages_fts WHERE messages_fts MATCH ? AND rowid > {_CAUGHT_UP})"
             )
             args.append(query)
         while inner <= RANK_CANDIDATES_MAX:
@@ -303,8 +305,7 @@ def _trigram_rows(table: str) -> str:
     )
     if table == "messages":
         rows += (
-            " UNION ALL SELECT message_id FROM messages WHERE message_id >"
-            " (SELECT upto FROM index_state WHERE name = 'messages_trigram')"
+            f" UNION ALL SELECT message_id FROM messages WHERE message_id > {_CAUGHT_UP}"
             " AND content LIKE ?"
         )
     return rows
