@@ -273,6 +273,8 @@ def test_an_answer_is_found_through_the_question_before_it(engine: Engine) -> No
             {"role": "user", "content": "Thanks, noted."},
         ],
     )
+    # (The last turns' surroundings entries are made once the writes pause: here, at once.)
+    engine.finish_indexes()
 
     asked = engine.grep("which port for staging", conversation="s", sort="relevance").hits
     answered = engine.grep("clashed proxy", conversation="s", sort="relevance").hits

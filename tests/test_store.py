@@ -14,6 +14,7 @@ from lossless import Config, Engine, StoreError
 from lossless.store import SQLiteStore, open_store
 from lossless.store.merge_pace import MergePace
 from lossless.store.migrations import MIGRATIONS
+from lossless.store.sqlite import CATCH_UP_AT
 
 
 def test_opening_a_new_database_applies_every_migration_once(db: str) -> None:
@@ -231,8 +232,50 @@ def test_large_batches_fill_the_trigram_index_on_catch_up(engine: Engine) -> Non
         "SELECT count(*) FROM messages_trigram WHERE content LIKE '%eedle-19 %'"
     )[0][0]
     assert hits == 1
-    engine.ingest("s", {"role": "user", "content": "a small batch is indexed inline"})
-    assert engine.store.pending_index_rows() == 0
+    engine.ingest_batch("s", [{"role": "user", "content": f"turn {i}"} for i in range(20)])
+    assert engine.store.pending_index_rows() == 0  # a small batch past CATCH_UP_AT: inline
+
+
+def test_a_hosts_turns_leave_their_surroundings_entries_for_a_pause_or_a_batch(
+    db_path: Path,
+) -> None:
+    with Engine.open(db_path, config=Config()) as engine:
+        engine.store._wake_merger = lambda: None  # type: ignore[method-assign]  # no pause
+
+        def found(words: str) -> list[str]:
+            return [h.id for h in engine.grep(words, conversation="s", sort="relevance").hits]
+
+        engine.ingest("s", {"role": "user", "content": "Which port did we pick for staging?"})
+        engine.ingest("s", {"role": "assistant", "content": "9043, the proxy took 8043."})
+        # The two wait for their surroundings entries; a search reads them itself, by
+        # their own words, ranked and as substrings.
+        assert engine.store.pending_index_rows() == 2
+        assert found("proxy") == ["msg#2"]
+        assert [h.id for h in engine.grep("roxy took", conversation="s").hits] == ["msg#2"]
+        assert found("staging port") == ["msg#1"]  # not yet through the question before it
+        assert engine.check() == []
+        # Turns written one after another make them in one batch once CATCH_UP_AT wait.
+        for n in range(2, CATCH_UP_AT - 1):
+            engine.ingest("s", {"role": "user", "content": f"turn {n}"})
+        assert engine.store.pending_index_rows() == CATCH_UP_AT - 1
+        engine.ingest("s", {"role": "user", "content": "and one more"})
+        assert engine.store.pending_index_rows() == 0
+        assert found("staging port")[:2] == ["msg#1", "msg#2"]  # the answer, by its question
+
+    # In a pause of the writes (or as the store closes) the store's thread makes them.
+    with Engine.open(db_path, config=Config()) as engine:
+        engine.ingest("s", {"role": "user", "content": "Which database for the audit log?"})
+        engine.ingest("s", {"role": "assistant", "content": "PostgreSQL 15, in its own schema."})
+        deadline = time.monotonic() + 5
+        while engine.store.pending_index_rows() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert engine.store.pending_index_rows() == 0
+        hits = engine.grep("database audit", conversation="s", sort="relevance").hits
+        assert [h.id for h in hits][:2] == [f"msg#{CATCH_UP_AT + 1}", f"msg#{CATCH_UP_AT + 2}"]
+        assert engine.check() == []
+        engine.ingest("s", {"role": "user", "content": "Closing now."})
+    with Engine.open(db_path, config=Config()) as engine:
+        assert engine.store.pending_index_rows() == 0
 
 
 def test_closed_store_says_to_reopen(db: str) -> None:

@@ -29,6 +29,7 @@ from ..model import Checkpoint
 from ..timestamps import format_ts, now
 from .base import Store, in_chunks
 from .connection import Connection
+from .core import DEFER_TRIGRAM_AT
 from .merge_pace import BURST_SECONDS, MergePace
 from .migrations import MIGRATIONS
 from .sqlite_search import SQLiteSearch
@@ -72,6 +73,10 @@ WAL_LIMIT_WAIT_MS = 1_000
 #: runs beside the writer; SQLite's automatic one, inside the commit that passes its size, is
 #: off).
 CHECKPOINT_SECONDS = 0.1
+#: Small batches leave their surroundings and trigram entries until this many messages wait
+#: for them (a host's turn is two messages: one batch of entries every eight turns), so the
+#: two indexes get one new segment, and one fewer entry rewritten, for several turns.
+CATCH_UP_AT = 16
 
 
 def _busy_hint(error: str) -> str:
@@ -231,6 +236,7 @@ class SQLiteStore(SQLiteSearch, Store):
             merger.join()
             if self._unmerged:
                 with contextlib.suppress(StoreError, sqlite3.Error):
+                    self._catch_up_turns()
                     self.merge_indexes(seconds=CLOSE_MERGE_SECONDS)
             with contextlib.suppress(StoreError, sqlite3.Error):
                 self._checkpoint(force=True)
@@ -355,6 +361,7 @@ class SQLiteStore(SQLiteSearch, Store):
                         break
                     time.sleep(MERGE_IDLE_SECONDS - quiet)
                 self._unmerged = False  # set again by any commit from here on
+                self._catch_up_turns()
                 self.merge_indexes(stop=lambda: self._merger is not me)
                 if self._merger is not me or self._held_back:
                     self._unmerged = True  # what is left: close() or the next look merges it
@@ -363,6 +370,32 @@ class SQLiteStore(SQLiteSearch, Store):
                 self._checkpoint()
             except (StoreError, sqlite3.Error):  # best effort: the next commit tries again
                 logger.debug("index upkeep on %s failed", self.path, exc_info=True)
+
+    def _catch_up_turns(self) -> None:
+        """The surroundings and trigram entries the last few small batches left waiting
+        (fewer than :data:`CATCH_UP_AT` messages), made in a pause of the writes (or as the
+        store closes), so a search then ranks those messages with what surrounds them too.
+        What a large batch left is not taken on here: that is :meth:`catch_up_indexes`'s,
+        in transactions of its own size."""
+        waiting = (
+            "SELECT (SELECT coalesce(max(message_id), 0) FROM messages) - upto, upto"
+            " FROM index_state WHERE name = 'messages_trigram'"
+        )
+        (behind, _), *_ = self.fetchall(waiting)
+        if not 0 < behind < DEFER_TRIGRAM_AT:
+            return
+        self._local.merging = True  # not a write of its own: the pause goes on
+        try:
+            with self._transaction(self._conn()) as conn:
+                behind, upto = conn.execute(waiting).fetchone()
+                if 0 < behind < DEFER_TRIGRAM_AT:
+                    self._index_surroundings(conn, upto + 1, upto + behind, guarded=True)
+                    conn.execute(
+                        "UPDATE index_state SET upto = ? WHERE name = 'messages_trigram'",
+                        (upto + behind,),
+                    )
+        finally:
+            self._local.merging = False
 
     def _checkpoint(self, *, force: bool = False) -> None:
         """Copy the WAL into the database beside the writers (a passive checkpoint: it waits
@@ -528,18 +561,46 @@ class SQLiteStore(SQLiteSearch, Store):
         )
         # Large batches leave the context and trigram entries to catch_up_indexes (one
         # watermark for both): they cost more than everything else an import does.
-        if trigram:
-            conn.execute(f"{_WORDS} WHERE message_id BETWEEN ? AND ?", (first_id, last_id))
+        if not trigram:
+            return
+        (upto,) = conn.execute(
+            "SELECT upto FROM index_state WHERE name = 'messages_trigram'"
+        ).fetchone()
+        if first_id - 1 - upto > CATCH_UP_AT:
+            # A large batch's rows wait for catch_up_indexes (which skips the entries made):
+            # this batch's own are made now, and the watermark stays where it is.
+            self._index_surroundings(conn, first_id, last_id, guarded=False)
+        elif last_id - upto >= CATCH_UP_AT:
+            # Small batches (a host's turns) leave theirs until CATCH_UP_AT messages wait,
+            # then one batch makes them all: one new segment in each index for several
+            # turns, not one a turn. Until then a search reads those rows itself.
+            self._index_surroundings(conn, upto + 1, last_id, guarded=True)
+            # Ids are taken in order under the write lock: nothing below last_id waits now.
             conn.execute(
-                "INSERT INTO messages_trigram (rowid, content) SELECT message_id, content"
-                " FROM messages WHERE message_id BETWEEN ? AND ?",
-                (first_id, last_id),
+                "UPDATE index_state SET upto = ? WHERE name = 'messages_trigram'", (last_id,)
             )
-            # Nothing was behind: nothing is (ids are taken in order under the write lock).
-            conn.execute(
-                "UPDATE index_state SET upto = ? WHERE name = 'messages_trigram' AND upto >= ?",
-                (last_id, first_id - 1),
-            )
+
+    def _index_surroundings(
+        self, conn: Connection, first_id: int, last_id: int, *, guarded: bool
+    ) -> None:
+        """The surroundings and trigram entries of the messages *first_id*..*last_id*; when
+        *guarded*, only those not made yet (some rows of a range that waited for the
+        catch-up may have had theirs made by a batch that came while it waited)."""
+        made = (
+            " AND NOT EXISTS (SELECT 1 FROM {0}_docsize d WHERE d.id = m.message_id)"
+            if guarded
+            else ""
+        )
+        conn.execute(
+            f"{_WORDS} m WHERE m.message_id BETWEEN ? AND ?{made.format('messages_ctx_fts')}",
+            (first_id, last_id),
+        )
+        conn.execute(
+            "INSERT INTO messages_trigram (rowid, content) SELECT message_id, content"
+            " FROM messages m WHERE m.message_id BETWEEN ? AND ?"
+            f"{made.format('messages_trigram')}",
+            (first_id, last_id),
+        )
 
     def _words_changing(self, conn: Connection, conversation_id: int) -> None:
         # The context entries made go out with the values they were made from (the view, as
@@ -639,7 +700,8 @@ class SQLiteStore(SQLiteSearch, Store):
         ]
 
     def pending_index_rows(self) -> int:
-        """Messages not yet in the trigram index (left there by large batches)."""
+        """Messages not yet in the trigram and surroundings indexes (left by large batches,
+        or by the last few small ones until :data:`CATCH_UP_AT` wait or the writes pause)."""
         (upto,) = self.fetchall("SELECT upto FROM index_state WHERE name = 'messages_trigram'")[0]
         return int(
             self.fetchall(
@@ -650,11 +712,13 @@ class SQLiteStore(SQLiteSearch, Store):
         )
 
     def catch_up_indexes(self, batch: int = 50_000) -> int:
-        """Index what large batches left out of the trigram index; returns rows indexed.
+        """Index what large batches (and the last small ones) left out of the trigram and
+        surroundings indexes; returns rows indexed.
 
-        Runs in transactions of *batch* rows so writers are not held up for long. Search
-        calls it before using the trigram index, imports call it when they finish. When
-        nothing is behind it only reads: searching never takes the write lock for nothing.
+        Runs in transactions of *batch* rows so writers are not held up for long. Imports
+        call it when they finish (:meth:`~lossless.engine.Engine.finish_indexes`); a search
+        never does (it reads the rows above the mark itself). When nothing is behind it only
+        reads: it never takes the write lock for nothing.
         """
         behind = self.fetchall(
             "SELECT 1 FROM index_state WHERE name = 'messages_trigram'"

@@ -44,8 +44,9 @@ FEW_CANDIDATES = 64
 #: A substring with at most this many candidates in the trigram index has them sorted by
 #: time; one with more is found walking the time index.
 SORTED_CANDIDATES = 2_000
-#: The last message whose trigram and surroundings entries are made: those above it, a large
-#: batch left for :meth:`~.sqlite.SQLiteStore.catch_up_indexes`, a search reads itself.
+#: The last message whose trigram and surroundings entries are made: those above it (the
+#: last few turns', or what a large batch left for
+#: :meth:`~.sqlite.SQLiteStore.catch_up_indexes`), a search reads itself.
 _CAUGHT_UP = "(SELECT upto FROM index_state WHERE name = 'messages_trigram')"
 #: What a walk starts below: later than any stored time, and than any row id.
 _TOP = ("\uffff", 1 << 62)
@@ -114,12 +115,7 @@ class SQLiteSearch(SearchStore):
             return self._walk_newest(
                 table, scope, limit, lambda lo, hi: (matching, [words, lo, hi]), first
             )
-        sql = (
-            f"SELECT {hit_columns(table)}, s.content, {rank} AS score"
-            f" FROM {index} f JOIN {table} s ON s.{key} = f.rowid"
-            f" WHERE {index} MATCH ?{where} ORDER BY score, f.rowid DESC LIMIT ?"
-        )
-        return self._best_ranked(table, index, rank, query, where, params, limit, sql)
+        return self._best_ranked(table, index, rank, query, where, params, limit)
 
     def _best_ranked(
         self,
@@ -130,23 +126,25 @@ class SQLiteSearch(SearchStore):
         where: str,
         params: list[Any],
         limit: int,
-        plain_sql: str,
     ) -> list[tuple[Any, ...]]:
         """The best-ranked matches, ranked inside the index first: only the top candidates are
         checked against the scope and only the winners' rows are read (reading every
         candidate's row before sorting is what costs). When the scope leaves fewer than
         *limit* of the candidates and the index has more, it is asked for eight times more, at
-        last for all (*plain_sql*: the full join, ranked)."""
+        last for all (every candidate joined with its row in the scope, ranked)."""
         key = key_column(table)
         inner = limit * 4
         by_row = by_key(where)  # rowid lookups
         ranked, args = f"SELECT rowid, {rank} AS score FROM {index} WHERE {index} MATCH ?", [query]
         if index == "messages_ctx_fts":
-            # The messages a large batch left for catch_up_indexes (above its mark) have no
-            # entry here yet: until they do, they are ranked by their own words.
+            # The messages whose entries wait for the catch-up (above its mark: the last few
+            # turns', or a large batch's) have none here yet: until they do, they are
+            # ranked by their own words.
             ranked = (
                 f"SELECT rowid, score FROM ({ranked} UNION ALL SELECT rowid, bm25(messages_fts)"
-                f" FROM messages_fts WHERE messages_fts MATCH ? AND rowid > {_CAUGHT_UP})"
+                f" FROM messages_fts WHERE messages_fts MATCH ? AND rowid > {_CAUGHT_UP}"
+                " AND NOT EXISTS (SELECT 1 FROM messages_ctx_fts_docsize d"
+                " WHERE d.id = messages_fts.rowid))"
             )
             args.append(query)
         while inner <= RANK_CANDIDATES_MAX:
@@ -154,8 +152,8 @@ class SQLiteSearch(SearchStore):
                 f"{ranked} ORDER BY score, rowid DESC LIMIT ?", [*args, inner]
             )
             score: dict[int, float] = {}
-            for row_id, found in candidates:  # (one made above the mark: its first, best)
-                score.setdefault(int(row_id), float(found))
+            for row_id, found in candidates:
+                score[int(row_id)] = float(found)
             ids = list(score)
             if not ids:
                 return []
@@ -189,7 +187,12 @@ class SQLiteSearch(SearchStore):
                 )
                 return _by_score(rows, score)
             inner *= 8
-        return self.fetchall(plain_sql, [query, *params, limit])
+        return self.fetchall(
+            f"SELECT {hit_columns(table)}, s.content, c.score FROM ({ranked}) c"
+            f" JOIN {table} s ON s.{key} = c.rowid WHERE 1{where}"
+            " ORDER BY c.score, c.rowid DESC LIMIT ?",
+            [*args, *params, limit],
+        )
 
     def _walk_newest(
         self,
