@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 import stat
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -426,3 +428,32 @@ def test_sqlite_merging_held_back_resumes_once_the_writes_stop(db_path: Path) ->
         while _segments(engine) > 5 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert _segments(engine) <= 5
+
+
+def test_a_commit_from_another_thread_while_the_store_closes_starts_no_index_thread(
+    db_path: Path,
+) -> None:
+    # A host's worker may commit while its engine closes: the index thread that commit
+    # would start is one close() never joins (a host process once hung in close on it).
+    engine = Engine.open(db_path, config=Config())
+    engine.ingest("s", {"role": "user", "content": "the store's thread is started"})
+    store = engine.store
+    assert isinstance(store, SQLiteStore) and store._merger is not None
+    started: list[object] = []
+    merge = store.merge_indexes
+
+    def commit_while_closing(**kw: Any) -> int:
+        worker = threading.Thread(
+            target=lambda: engine.ingest("s", {"role": "user", "content": "late write"})
+        )
+        worker.start()
+        worker.join()
+        started.append(store._merger)
+        return merge(**kw)
+
+    store._unmerged = True
+    store.merge_indexes = commit_while_closing  # type: ignore[method-assign]
+    engine.close()
+    assert started and all(m is None for m in started)  # late writes started no thread
+    with Engine.open(db_path, config=Config()) as again:
+        assert again.store.message_count() == 1 + len(started)  # every late write kept

@@ -174,6 +174,9 @@ class SQLiteStore(SQLiteSearch, Store):
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        #: Set as close() begins: no index thread is started after that (a commit from
+        #: another thread while the store closes would start one the close never joins).
+        self._closing = False
         self._term_cache: dict[tuple[str, str], tuple[float, int]] = {}
         # Index upkeep off the writer's path (see merge_indexes): woken by each commit.
         self._merge_due = threading.Event()
@@ -229,7 +232,9 @@ class SQLiteStore(SQLiteSearch, Store):
         """Merge what is due in the full-text indexes (for at most
         :data:`CLOSE_MERGE_SECONDS`), then close every connection this store opened (in any
         thread)."""
-        merger = self._merger
+        with self._lock:
+            self._closing = True
+            merger = self._merger
         if merger is not None:
             self._merger = None
             self._merge_due.set()
@@ -333,9 +338,9 @@ class SQLiteStore(SQLiteSearch, Store):
         indexes' automatic merging is off, migration m019)."""
         self._unmerged = True
         self._merge_due.set()
-        if self._merger is None and not self._closed and str(self.path) != ":memory:":
+        if self._merger is None and not self._closing and str(self.path) != ":memory:":
             with self._lock:
-                if self._merger is None and not self._closed:
+                if self._merger is None and not self._closing:
                     self._merger = threading.Thread(
                         target=self._merge_loop, name="lossless-index-merge", daemon=True
                     )
@@ -345,6 +350,8 @@ class SQLiteStore(SQLiteSearch, Store):
         me = threading.current_thread()
         retry: float | None = None  # merging held back: look again when the writes stop
         while True:
+            if self._merger is not me:
+                return  # closing (looked at before waiting: a signal cleared is not missed)
             self._merge_due.wait(retry)
             # Cleared before looking: a close() that comes after this sets it again, and its
             # signal is never lost (cleared after the look, the thread could wait for ever).
