@@ -396,11 +396,7 @@ class SQLiteStore(SQLiteSearch, Store):
             with self._transaction(self._conn()) as conn:
                 behind, upto = conn.execute(waiting).fetchone()
                 if 0 < behind < DEFER_TRIGRAM_AT:
-                    self._index_surroundings(conn, upto + 1, upto + behind, guarded=True)
-                    conn.execute(
-                        "UPDATE index_state SET upto = ? WHERE name = 'messages_trigram'",
-                        (upto + behind,),
-                    )
+                    self._catch_up_to(conn, upto, upto + behind)
         finally:
             self._local.merging = False
 
@@ -581,18 +577,23 @@ class SQLiteStore(SQLiteSearch, Store):
             # Small batches (a host's turns) leave theirs until CATCH_UP_AT messages wait,
             # then one batch makes them all: one new segment in each index for several
             # turns, not one a turn. Until then a search reads those rows itself.
-            self._index_surroundings(conn, upto + 1, last_id, guarded=True)
             # Ids are taken in order under the write lock: nothing below last_id waits now.
-            conn.execute(
-                "UPDATE index_state SET upto = ? WHERE name = 'messages_trigram'", (last_id,)
-            )
+            self._catch_up_to(conn, upto, last_id)
+
+    def _catch_up_to(self, conn: Connection, upto: int, top: int) -> int:
+        """The entries of the messages above the mark *upto* up to *top* that are not made
+        yet, and the mark moved to *top*; the messages given a trigram entry."""
+        done = self._index_surroundings(conn, upto + 1, top, guarded=True)
+        conn.execute("UPDATE index_state SET upto = ? WHERE name = 'messages_trigram'", (top,))
+        return done
 
     def _index_surroundings(
         self, conn: Connection, first_id: int, last_id: int, *, guarded: bool
-    ) -> None:
+    ) -> int:
         """The surroundings and trigram entries of the messages *first_id*..*last_id*; when
         *guarded*, only those not made yet (some rows of a range that waited for the
-        catch-up may have had theirs made by a batch that came while it waited)."""
+        catch-up may have had theirs made by a batch that came while it waited, or by a
+        new title). The messages given a trigram entry."""
         made = (
             " AND NOT EXISTS (SELECT 1 FROM {0}_docsize d WHERE d.id = m.message_id)"
             if guarded
@@ -602,12 +603,13 @@ class SQLiteStore(SQLiteSearch, Store):
             f"{_WORDS} m WHERE m.message_id BETWEEN ? AND ?{made.format('messages_ctx_fts')}",
             (first_id, last_id),
         )
-        conn.execute(
+        cur = conn.execute(
             "INSERT INTO messages_trigram (rowid, content) SELECT message_id, content"
             " FROM messages m WHERE m.message_id BETWEEN ? AND ?"
             f"{made.format('messages_trigram')}",
             (first_id, last_id),
         )
+        return max(cur.rowcount, 0)
 
     def _words_changing(self, conn: Connection, conversation_id: int) -> None:
         # The context entries made go out with the values they were made from (the view, as
@@ -746,21 +748,7 @@ class SQLiteStore(SQLiteSearch, Store):
                 ).fetchone()[0]
                 if top is None:
                     return done
-                cur = conn.execute(
-                    "INSERT INTO messages_trigram (rowid, content) SELECT message_id, content"
-                    " FROM messages m WHERE message_id > ? AND message_id <= ? AND NOT EXISTS"
-                    " (SELECT 1 FROM messages_trigram_docsize d WHERE d.id = m.message_id)",
-                    (upto, top),
-                )
-                done += max(cur.rowcount, 0)
-                conn.execute(
-                    f"{_WORDS} WHERE message_id > ? AND message_id <= ? AND NOT EXISTS"
-                    " (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = message_id)",
-                    (upto, top),
-                )
-                conn.execute(
-                    "UPDATE index_state SET upto = ? WHERE name = 'messages_trigram'", (top,)
-                )
+                done += self._catch_up_to(conn, upto, top)
 
     def _index_terms(self, text: str) -> list[str]:
         """The distinct terms the porter full-text index makes of *text* (stemmed, folded),
