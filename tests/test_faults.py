@@ -18,6 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -813,3 +814,25 @@ def test_a_damaged_database_is_reported_not_a_traceback_and_nothing_is_written(
         assert len(engine.messages("s")) == 400
     [kept] = tmp_path.glob("damaged.db.before-restore-*[0-9]")
     assert kept.read_bytes() == damaged  # kept as it was, for sqlite3 .recover
+
+
+def test_a_schema_whose_names_are_not_text_is_reported_as_damage(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """Damaged bytes in the schema's names make SQLite's own error text undecodable; the
+    store still says the file is damaged and what to do, never a traceback."""
+    db = tmp_path / "names.db"
+    with Engine.open(db, config=Config()) as engine:
+        engine.ingest("s", {"role": "user", "content": "kept"})
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute(
+            "UPDATE sqlite_master SET sql = CAST(X'435245415445205441424C4520FF' AS TEXT),"
+            " name = CAST(X'6DFF6573' AS TEXT) WHERE name = 'messages'"
+        )
+        conn.commit()
+    for args in (["stats"], ["doctor"], ["grep", "kept"]):
+        done = run_cli("--db", str(db), *args)
+        assert done.code != 0, (args, done)
+        assert "is damaged" in done.err and "Traceback" not in done.err, (args, done.err)
+        assert "lossless restore" in done.err, done.err
