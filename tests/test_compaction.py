@@ -1025,6 +1025,22 @@ def test_background_compaction_runs_in_a_worker_and_wait_for_compaction_returns_
     assert engine.wait_for_compaction(timeout=30) == []
 
 
+def test_background_compaction_hands_the_worker_only_turns_with_something_to_compact(
+    open_engine: EngineFactory,
+) -> None:
+    engine = open_engine(ScriptedSummarizer(default="summary"), background_compaction=True)
+    small = engine.after_turn("s", [{"role": "user", "content": "hello"}])
+    # Nothing to compact: said in the turn, with its report, and no worker run is queued.
+    assert small.deferred is False and small.compaction is not None
+    assert small.compaction.passes == [] and small.compaction.tokens_after > 0
+    assert engine.wait_for_compaction(timeout=30) == []
+    turn = [{"role": "user", "content": text(50, f"note {i}")} for i in range(12)]
+    big = engine.after_turn("s", turn)
+    assert big.deferred is True and big.compaction is None
+    [report] = engine.wait_for_compaction(timeout=30)
+    assert [p.kind for p in report.passes] == ["leaf"]
+
+
 def test_a_slow_summarizer_on_one_conversation_does_not_block_another(
     open_engine: EngineFactory,
 ) -> None:

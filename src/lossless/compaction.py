@@ -806,6 +806,25 @@ def _compact_held(
     return report
 
 
+def nothing_due(
+    services: Services, conversation_id: int, token_budget: int | None
+) -> CompactionReport | None:
+    """The report of a turn that leaves nothing to compact (no pass is due), or ``None``
+    when :func:`after_turn_compaction` has work to do. Most turns need nothing: it is said
+    from the context the store keeps as the turn's own write left it (no read at all;
+    compaction reads it again under its lock), without taking the compaction locks (on
+    PostgreSQL, two round trips each), and without handing the turn to a worker."""
+    cfg = services.config
+    items = services.store.context(conversation_id, as_written=True)
+    tokens = sum(i.tokens for i in items)
+    raw = Compactor(services, budget=token_budget).raw_tokens_outside_tail(items)
+    if raw <= cfg.leaf_chunk_tokens and (
+        token_budget is None or tokens <= int(token_budget * cfg.context_threshold)
+    ):
+        return CompactionReport(conversation_id, "incremental", tokens, tokens)
+    return None
+
+
 def after_turn_compaction(
     services: Services, conversation_id: int, token_budget: int | None
 ) -> CompactionReport:
@@ -814,16 +833,9 @@ def after_turn_compaction(
     turns have headroom instead of triggering a small compaction each). One deadline
     (``guards.run_seconds``) for the whole turn."""
     cfg = services.config
-    # Most turns need nothing: said from the context the store keeps as the turn's own write
-    # left it (no read at all; compaction reads it again under its lock), without taking the
-    # compaction locks (on PostgreSQL, two round trips each).
-    items = services.store.context(conversation_id, as_written=True)
-    tokens = sum(i.tokens for i in items)
-    raw = Compactor(services, budget=token_budget).raw_tokens_outside_tail(items)
-    if raw <= cfg.leaf_chunk_tokens and (
-        token_budget is None or tokens <= int(token_budget * cfg.context_threshold)
-    ):
-        return CompactionReport(conversation_id, "incremental", tokens, tokens)
+    idle = nothing_due(services, conversation_id, token_budget)
+    if idle is not None:
+        return idle
     run = cfg.guards.run_seconds
     deadline = None if run is None else time.monotonic() + run
     report = compact(

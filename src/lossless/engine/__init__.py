@@ -22,7 +22,7 @@ from typing import Any
 from ..assemble import AssembledContext
 from ..assemble import assemble as assemble_context
 from ..codec import clean_text, dumps, loads
-from ..compaction import CompactionReport, after_turn_compaction
+from ..compaction import CompactionReport, after_turn_compaction, nothing_due
 from ..compaction import compact as compact_context
 from ..config import Config, RedactConfig
 from ..errors import ArgumentError, NotFoundError
@@ -62,7 +62,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TurnResult:
-    """What :meth:`Engine.after_turn` did: the ingest, and the compaction (if it ran inline)."""
+    """What :meth:`Engine.after_turn` did: the ingest, and the compaction (if it ran inline,
+    or, with ``background_compaction``, the report of a turn that left nothing to compact).
+    ``deferred``: compaction was handed to the background worker."""
 
     ingest: IngestResult
     compaction: CompactionReport | None
@@ -358,6 +360,14 @@ class Engine(Reads, Recall, Upkeep):
         ingest = self.ingest_batch(conversation, messages, format=format)
         conv_id = ingest.conversation_id
         if self.config.background_compaction:
+            # Said here, not in the worker: waking it for every turn slowed the next one.
+            try:
+                idle = nothing_due(self.services, conv_id, token_budget)
+            except Exception:  # best effort: the worker's run meets it and reports it
+                logger.debug("could not tell whether %s needs compaction", conv_id, exc_info=True)
+                idle = None
+            if idle is not None:
+                return TurnResult(ingest, idle)
             # A turn that lands while a run is going has it run once more when it ends, so
             # the context never stays past the threshold until some later turn comes.
             self.services.background.submit(
