@@ -214,9 +214,12 @@ class SQLiteStore(SQLiteSearch, Store):
                 # No checkpoint inside a commit: the store's thread checkpoints beside the
                 # writers (see _checkpoint), and closing does what is left.
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
-            except (sqlite3.Error, UnicodeDecodeError) as exc:
+            except UnicodeDecodeError as exc:
                 # The first statement reads the schema; damaged names in it make SQLite's
                 # own error text undecodable, which Python raises as a UnicodeDecodeError.
+                what = "its schema names something in bytes that are not text"
+                raise _damaged(self.path, what) from exc
+            except sqlite3.Error as exc:
                 damage = _damage(self.path, exc)
                 if damage is not None:
                     raise damage from exc
@@ -983,16 +986,16 @@ _DAMAGED = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
 def _damage(path: Path, exc: BaseException) -> StoreError | None:
     """A read or write that met a damaged database file, as a StoreError saying what to do
     (``None`` for any other failure)."""
-    if isinstance(exc, UnicodeDecodeError):
-        # SQLite's error named something in the file whose bytes are not text.
-        what = "its schema names something in bytes that are not text"
-    elif not isinstance(exc, sqlite3.DatabaseError):
+    if not isinstance(exc, sqlite3.DatabaseError):
         return None
-    else:
-        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        if code not in _DAMAGED and "malformed" not in str(exc):
-            return None
-        what = str(exc)
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if code not in _DAMAGED and "malformed" not in str(exc):
+        return None
+    return _damaged(path, str(exc))
+
+
+def _damaged(path: Path, what: str) -> StoreError:
+    """The error for a damaged database file: what was wrong, and the ways out."""
     return StoreError(
         f"the database {path} is damaged ({what}); nothing was written. Restore it from a"
         f" backup (lossless restore BACKUP), or save what is readable with"
