@@ -330,7 +330,11 @@ def test_finishing_an_import_merges_what_it_left_so_the_turns_after_it_do_not(
         assert _segments(engine) >= 8
         before = newest()
         assert len(before) == 50
+        wal = Path(f"{db_path}-wal")
+        assert wal.stat().st_size > 0
         assert engine.finish_indexes() == 12 * 80
+        # and the WAL those writes left is in the database, not copied in beside the next turns
+        assert wal.stat().st_size == 0
         # what was due is merged: a turn that comes next finds nothing left to wait for
         assert engine.store.merge_indexes() == 0
         assert _segments(engine) <= 5

@@ -166,8 +166,8 @@ class Upkeep(Facade):
 
     def finish_indexes(self) -> int:
         """Bring the search indexes a large import left behind up to date, and merge the
-        index segments it left (SQLite), so that the turns after it do not wait for those
-        merges; rows indexed."""
+        index segments it left and copy its write-ahead log into the database (SQLite), so
+        that the turns after it do not wait for those merges or that copy; rows indexed."""
         rows = self.store.catch_up_indexes()
         self.store.merge_indexes()
         return rows

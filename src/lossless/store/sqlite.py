@@ -458,6 +458,11 @@ class SQLiteStore(SQLiteSearch, Store):
                         self._checkpoint()
         finally:
             self._local.merging = False
+        if stop is None and deadline is None and str(self.path) != ":memory:":
+            # Everything merged, as a large import ends (Engine.finish_indexes): the WAL its
+            # writes and merges left is copied in and reset here, not by the store's thread
+            # beside the turns that come next (a stall of tens of ms in one of them).
+            self._truncate_wal(self._conn())
         return steps
 
     def _limit_wal(self, conn: sqlite3.Connection) -> None:
@@ -474,12 +479,18 @@ class SQLiteStore(SQLiteSearch, Store):
         except OSError:
             return
         if size > WAL_LIMIT_BYTES:
-            conn.execute(f"PRAGMA busy_timeout = {WAL_LIMIT_WAIT_MS}")
-            try:
-                with contextlib.suppress(sqlite3.OperationalError):
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._truncate_wal(conn)
+
+    def _truncate_wal(self, conn: sqlite3.Connection) -> None:
+        """Copy the whole WAL into the database and reset the file, waiting at most
+        :data:`WAL_LIMIT_WAIT_MS` for readers of older snapshots (a failure leaves it as it
+        was)."""
+        conn.execute(f"PRAGMA busy_timeout = {WAL_LIMIT_WAIT_MS}")
+        try:
+            with contextlib.suppress(sqlite3.OperationalError):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
