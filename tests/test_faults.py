@@ -12,6 +12,7 @@ from the thread that opens it, since root ignores file modes otherwise).
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
 import sqlite3
@@ -836,3 +837,27 @@ def test_a_schema_whose_names_are_not_text_is_reported_as_damage(
         assert done.code != 0, (args, done)
         assert "is damaged" in done.err and "Traceback" not in done.err, (args, done.err)
         assert "lossless restore" in done.err, done.err
+
+
+def test_a_write_whose_commit_meets_a_damaged_header_is_reported_as_damage(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """Bytes 55-58 of the file's header (the end of the auto-vacuum root page number and the
+    text encoding) overwritten: reads still work, and a large write fails only as it commits.
+    That failure says the file is damaged and what to do, and nothing of the write is kept."""
+    db = tmp_path / "header.db"
+    with Engine.open(db, config=Config()) as engine:
+        for i in range(40):
+            engine.ingest("s", {"role": "user", "content": f"message {i} " + "words " * 40})
+    with db.open("r+b") as handle:
+        handle.seek(55)
+        handle.write(bytes.fromhex("f9448e48"))
+    line = tmp_path / "one.jsonl"
+    line.write_text('{"role": "user", "content": "more"}\n')
+    done = run_cli("--db", str(db), "import", str(line))
+    assert done.code != 0, done
+    assert "is damaged" in done.err and "Traceback" not in done.err, done.err
+    assert "lossless restore" in done.err, done.err
+    stats = run_cli("--db", str(db), "stats", "--json")
+    assert stats.code == 0, stats
+    assert (json.loads(stats.out)["conversations"], json.loads(stats.out)["messages"]) == (1, 40)

@@ -325,10 +325,15 @@ class SQLiteStore(SQLiteSearch, Store):
             self._local.depth = 0
             try:
                 conn.execute("COMMIT")
-            except sqlite3.OperationalError as exc:
+            except sqlite3.DatabaseError as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                raise _write_error(self.path, exc) from exc
+                damage = _damage(self.path, exc)  # a damaged page met as the commit writes
+                if damage is not None:
+                    raise damage from exc
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise _write_error(self.path, exc) from exc
+                raise
             self._limit_wal(conn)
             if not getattr(self._local, "merging", False):
                 self._last_commit = time.monotonic()
