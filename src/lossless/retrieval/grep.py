@@ -31,6 +31,7 @@ import re
 import time
 import warnings
 from collections.abc import Sequence
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -604,10 +605,17 @@ def _search(
     if len(names) > 1 and not store.in_transaction():
         later = _searching().submit(search, names[-1])
         names = names[:-1]
-    for table in names:
-        found, cut = search(table)
-        hits += found
-        truncated |= cut
+    try:
+        for table in names:
+            found, cut = search(table)
+            hits += found
+            truncated |= cut
+    except BaseException:
+        if later is not None:
+            # The summaries' search reads this store too: it ends before the error goes up,
+            # or a caller that closes the store on it closes a connection in use (a crash).
+            futures.wait([later])
+        raise
     if later is not None:
         found, cut = later.result()
         hits += found
