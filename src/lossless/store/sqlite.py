@@ -527,13 +527,19 @@ class SQLiteStore(SQLiteSearch, Store):
     def migrate(self) -> list[str]:
         """Apply pending migrations, each in its own transaction; return the names applied."""
         conn = self._conn()
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS migrations"
-            " (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
-        )
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS migrations"
+                " (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            # An up-to-date store takes no write lock: opening never waits for another writer.
+            done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
+        except sqlite3.DatabaseError as exc:
+            damage = _damage(self.path, exc)
+            if damage is None:
+                raise
+            raise damage from exc
         applied: list[str] = []
-        # An up-to-date store takes no write lock: opening never waits for another writer.
-        done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
         for name, fn in MIGRATIONS:
             if name in done:
                 continue
@@ -1005,9 +1011,11 @@ def _damage(path: Path, exc: BaseException) -> StoreError | None:
     if not isinstance(exc, sqlite3.DatabaseError):
         return None
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-    if code not in _DAMAGED and "malformed" not in str(exc):
+    # A stored text that is not UTF-8 any more: the store writes only text it encoded so.
+    undecodable = str(exc).startswith("Could not decode to UTF-8")
+    if code not in _DAMAGED and "malformed" not in str(exc) and not undecodable:
         return None
-    return _damaged(path, str(exc))
+    return _damaged(path, str(exc)[:160])
 
 
 def _damaged(path: Path, what: str) -> StoreError:
