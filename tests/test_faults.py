@@ -906,6 +906,7 @@ def _damage_file(db: Path, kind: str, seed: int) -> None:
         ("truncated", 5),
         ("stray bytes", 8),
         ("stray bytes", 79),  # a stored text that is not UTF-8 any more
+        ("stray bytes", 1169),  # an index's error message quoting bytes that are not text
         ("zeroed pages", 84),  # the migrations table unreadable as the store opens
         ("header", 60),  # reads work; a large write fails as it commits
     ],

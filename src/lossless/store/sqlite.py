@@ -508,7 +508,7 @@ class SQLiteStore(SQLiteSearch, Store):
         self._local.depth = 1
         try:
             yield conn
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             damage = _damage(self.path, exc)
             if damage is None:
                 raise
@@ -1008,6 +1008,10 @@ _DAMAGED = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
 def _damage(path: Path, exc: BaseException) -> StoreError | None:
     """A read or write that met a damaged database file, as a StoreError saying what to do
     (``None`` for any other failure)."""
+    if isinstance(exc, UnicodeDecodeError) and _raised_in_store(exc):
+        return _damaged(
+            path, "SQLite's message about it quotes bytes of the file that are not text"
+        )
     if not isinstance(exc, sqlite3.DatabaseError):
         return None
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
@@ -1016,6 +1020,17 @@ def _damage(path: Path, exc: BaseException) -> StoreError | None:
     if code not in _DAMAGED and "malformed" not in str(exc) and not undecodable:
         return None
     return _damaged(path, str(exc)[:160])
+
+
+def _raised_in_store(exc: BaseException) -> bool:
+    """Whether *exc* was raised right in the store's own code (by a call into ``sqlite3``,
+    whose messages about a damaged file may quote its bytes), not in a caller's."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return Path(tb.tb_frame.f_code.co_filename).parent == Path(__file__).parent
 
 
 def _damaged(path: Path, what: str) -> StoreError:
