@@ -214,12 +214,9 @@ class SQLiteStore(SQLiteSearch, Store):
                 # No checkpoint inside a commit: the store's thread checkpoints beside the
                 # writers (see _checkpoint), and closing does what is left.
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
-            except UnicodeDecodeError as exc:
-                # The first statement reads the schema; damaged names in it make SQLite's
-                # own error text undecodable, which Python raises as a UnicodeDecodeError.
-                what = "its schema names something in bytes that are not text"
-                raise _damaged(self.path, what) from exc
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
+                # (The first statement reads the schema: damaged names in it make SQLite's
+                # own error text undecodable, a UnicodeDecodeError that _damage knows.)
                 damage = _damage(self.path, exc)
                 if damage is not None:
                     raise damage from exc
