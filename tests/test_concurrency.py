@@ -206,6 +206,26 @@ def test_the_wal_stays_bounded_while_readers_never_stop(
     assert peak < 4 << 20, f"the WAL grew to {peak / 1e6:.1f} MB under a 1 MB limit"
 
 
+def test_the_wal_starts_again_while_writes_never_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Turns back to back (a server with many sessions): each checkpoint beside the writers
+    # ends with new frames behind it, so without the store finishing one in the writers' turn
+    # the WAL never starts again and grows until a commit truncates it (tens of ms at once).
+    monkeypatch.setattr(sqlite_store, "WAL_RESTART_FRAMES", 128, raising=False)
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_SECONDS", 0.01)
+    db = tmp_path / "turns.db"
+    wal = Path(f"{db}-wal")
+    peak = 0
+    with Engine.open(db, config=Config()) as engine:
+        for i in range(1000):
+            turn = [{"role": r, "content": f"{i} {r} " + "y" * 4000} for r in ("user", "assistant")]
+            engine.ingest_batch("s", turn)
+            peak = max(peak, wal.stat().st_size if wal.exists() else 0)
+        assert engine.store.message_count() == 2000
+    assert peak < 16 << 20, f"the WAL grew to {peak / 1e6:.1f} MB with writes that never paused"
+
+
 def test_a_writer_waits_its_turn_and_gives_up_after_the_busy_timeout(db_path: Path) -> None:
     holder, waiter = sqlite_store.SQLiteStore(db_path), sqlite_store.SQLiteStore(db_path)
     try:

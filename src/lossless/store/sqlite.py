@@ -64,6 +64,16 @@ MERGE_IDLE_SECONDS = BURST_SECONDS
 #: How long closing a store spends at most on the merging still due (a process that writes
 #: once and exits, as a host's hook does, merges there).
 CLOSE_MERGE_SECONDS = 0.05
+#: A WAL of this many frames (pages) after the store's own checkpoint is copied in whole in
+#: the writers' turn, so that the next write starts it again (see SQLiteStore._checkpoint).
+WAL_RESTART_FRAMES = 8192
+#: ... once a copy beside the writers leaves at most this many frames and was quick (only a few
+#: turns' frames came meanwhile: the writers wait for those), trying at most WAL_RESTART_TRIES
+#: copies.
+WAL_RESTART_LEFT = 64
+WAL_RESTART_TRIES = 8
+#: A copy that took at most this long left only a few turns' frames behind it.
+WAL_QUICK = 0.003
 #: A WAL larger than this is checkpointed and truncated after the commit that grew it.
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
 #: How long that checkpoint waits for readers of older snapshots, holding the writers' turn
@@ -411,11 +421,34 @@ class SQLiteStore(SQLiteSearch, Store):
         """Copy the WAL into the database beside the writers (a passive checkpoint: it waits
         for no one), at most every :data:`CHECKPOINT_SECONDS` unless *force*. Done often, the
         next write starts the WAL again from its beginning, so it stays small; a WAL that
-        readers keep from starting again is truncated after a commit (:meth:`_limit_wal`)."""
+        readers keep from starting again is truncated after a commit (:meth:`_limit_wal`).
+
+        Writes that never pause (turns back to back) append while the copy runs, so it never
+        ends with nothing left and the WAL would never start again: it would grow to
+        :data:`WAL_LIMIT_BYTES` and be truncated inside some writer's commit (tens of ms at
+        once). Once it holds :data:`WAL_RESTART_FRAMES`, the few frames written during the
+        copy are copied again in the writers' turn, so the next write starts it again."""
         if not force and time.monotonic() - self._checkpointed < CHECKPOINT_SECONDS:
             return
         self._checkpointed = time.monotonic()
-        self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)")
+        conn = self._conn()
+        for _ in range(WAL_RESTART_TRIES):  # a copy, then another while writes came in it
+            began = time.monotonic()
+            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if busy or frames < WAL_RESTART_FRAMES or self._in_transaction():
+                return
+            # Copied quickly and nearly whole: few frames came during the copy, and the writers
+            # wait only for those (a long copy is followed by another beside them).
+            if frames - copied <= WAL_RESTART_LEFT and time.monotonic() - began <= WAL_QUICK:
+                self._finish_checkpoint(conn)
+                return
+
+    def _finish_checkpoint(self, conn: sqlite3.Connection) -> None:
+        """Copy the frames the last checkpoint left in the writers' turn (a writer that comes
+        meanwhile waits for this copy: its two syncs, a few ms), so the next write starts the
+        WAL again."""
+        with self._writer_turn():
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def merge_indexes(
         self, *, seconds: float | None = None, stop: Callable[[], bool] | None = None
