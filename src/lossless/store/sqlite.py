@@ -72,7 +72,8 @@ WAL_RESTART_FRAMES = 8192
 #: copies.
 WAL_RESTART_LEFT = 64
 WAL_RESTART_TRIES = 8
-#: A copy that took at most this long left only a few turns' frames behind it.
+#: A copy that took at most this long left only a few turns' frames behind it (and a writer
+#: that held the writers' turn for at most this long wrote only a few).
 WAL_QUICK = 0.003
 #: A WAL larger than this is checkpointed and truncated after the commit that grew it.
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
@@ -122,12 +123,19 @@ class WriterQueue:
             if fd is not None:
                 os.close(fd)  # closing the file ends the lock
 
-    def _take(self, timeout: float) -> int | None:
+    def _open(self) -> int | None:
+        """The queue's file, opened (each turn locks an open file of its own), or ``None``
+        where files cannot be locked."""
         if self.path is None or fcntl is None:
             return None
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
+            return None
+
+    def _take(self, timeout: float) -> int | None:
+        fd = self._open()
+        if fd is None:
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -163,9 +171,9 @@ class WriterQueue:
                 os.close(fd)
                 return None
             state["gave_up"] = True
+        database = str(self.path).removesuffix("-writers")
         raise StoreError(
-            f"cannot start a write on {self.path.with_name(self.path.name[: -len('-writers')])}:"
-            f" database is locked{_busy_hint('locked')}"
+            f"cannot start a write on {database}: database is locked{_busy_hint('locked')}"
         )
 
 
@@ -439,16 +447,21 @@ class SQLiteStore(SQLiteSearch, Store):
                 return
             # Copied quickly and nearly whole: few frames came during the copy, and the writers
             # wait only for those (a long copy is followed by another beside them).
-            if frames - copied <= WAL_RESTART_LEFT and time.monotonic() - began <= WAL_QUICK:
-                self._finish_checkpoint(conn)
+            quick = time.monotonic() - began <= WAL_QUICK
+            if frames - copied <= WAL_RESTART_LEFT and quick and self._finish_checkpoint(conn):
                 return
 
-    def _finish_checkpoint(self, conn: sqlite3.Connection) -> None:
+    def _finish_checkpoint(self, conn: sqlite3.Connection) -> bool:
         """Copy the frames the last checkpoint left in the writers' turn (a writer that comes
         meanwhile waits for this copy: its two syncs, a few ms), so the next write starts the
-        WAL again."""
+        WAL again. Not when the turn was long in coming: its holder wrote for that long, and
+        those frames are copied beside the writers first (``False``)."""
+        began = time.monotonic()
         with self._writer_turn():
+            if time.monotonic() - began > WAL_QUICK:
+                return False
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        return True
 
     def merge_indexes(
         self, *, seconds: float | None = None, stop: Callable[[], bool] | None = None
