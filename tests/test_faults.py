@@ -839,6 +839,33 @@ def test_a_schema_whose_names_are_not_text_is_reported_as_damage(
         assert "lossless restore" in done.err, done.err
 
 
+def test_a_schema_that_lost_a_column_is_reported_as_damage_and_a_wrong_statement_is_not(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """A stray byte in the stored schema can rename a column: every statement naming it fails
+    with "no such column". The store says the file is damaged, naming what its schema lacks
+    of what lossless made, never a traceback. A statement naming a column no store has is a
+    mistake in the statement, and stays one."""
+    db = tmp_path / "column.db"
+    with Engine.open(db, config=Config()) as engine:
+        engine.ingest("s", {"role": "user", "content": "kept"})
+        with pytest.raises(sqlite3.OperationalError, match="no such column: nothing_here"):
+            engine.store.fetchall("SELECT nothing_here FROM conversations")
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute(
+            "UPDATE sqlite_master SET sql = replace(sql, 'metadata', 'metadatx')"
+            " WHERE name = 'conversations'"
+        )
+        conn.commit()
+    for args in (["stats"], ["conversations"]):
+        done = run_cli("--db", str(db), *args)
+        assert done.code != 0, (args, done)
+        assert "is damaged" in done.err and "Traceback" not in done.err, (args, done.err)
+        assert "lacks the column metadata of conversations" in done.err, done.err
+        assert "lossless restore" in done.err, done.err
+
+
 def test_a_write_whose_commit_meets_a_damaged_header_is_reported_as_damage(
     tmp_path: Path, run_cli: Any
 ) -> None:

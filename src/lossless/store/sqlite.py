@@ -9,6 +9,7 @@ timeout. Full-text rows are filled in bulk after each batch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sqlite3
@@ -1060,9 +1061,61 @@ def _damage(path: Path, exc: BaseException) -> StoreError | None:
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
     # A stored text that is not UTF-8 any more: the store writes only text it encoded so.
     undecodable = str(exc).startswith("Could not decode to UTF-8")
-    if code not in _DAMAGED and "malformed" not in str(exc) and not undecodable:
+    if code in _DAMAGED or "malformed" in str(exc) or undecodable:
+        return _damaged(path, str(exc)[:160])
+    if str(exc).startswith(("no such column", "no such table")):
+        # The store's own statements name what its migrations made: a name the file lacks
+        # is damage (or another program's change) when the file's schema says so too; when
+        # it has everything the migrations make, the statement is wrong, and it is raised.
+        missing = _missing_schema(path)
+        if missing:
+            return _damaged(path, f"{exc}: its schema lacks {missing}")
+    return None
+
+
+@functools.cache
+def _made_schema() -> dict[str, frozenset[str]]:
+    """The tables every store has once migrated, with their columns (read from a new
+    in-memory store)."""
+    store = SQLiteStore(Path(":memory:"))
+    try:
+        return _schema(store._conn())
+    finally:
+        store.close()
+
+
+def _schema(conn: sqlite3.Connection) -> dict[str, frozenset[str]]:
+    """The tables and views of a database, each with its column names."""
+    names = [
+        str(n)
+        for (n,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+            " AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
+    return {
+        n: frozenset(str(c[1]) for c in conn.execute(f"PRAGMA table_xinfo('{n}')")) for n in names
+    }
+
+
+def _missing_schema(path: Path) -> str | None:
+    """What the database file at *path* lacks of what the migrations make (a table, or a
+    table's columns, named), or ``None`` when it has it all or cannot be read so."""
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            found = _schema(conn)
+            applied = {str(n) for (n,) in conn.execute("SELECT name FROM migrations")}
+    except (sqlite3.Error, UnicodeDecodeError, OSError):
         return None
-    return _damaged(path, str(exc)[:160])
+    if applied - {name for name, _ in MIGRATIONS}:
+        return None  # made by a newer lossless: its schema is not this one's to judge
+    lacks = []
+    for table, columns in sorted(_made_schema().items()):
+        if table not in found:
+            lacks.append(f"the table {table}")
+        elif gone := sorted(columns - found[table]):
+            lacks.append(f"the column {', '.join(gone)} of {table}")
+    return "; ".join(lacks[:3]) or None
 
 
 def _raised_in_store(exc: BaseException) -> bool:
