@@ -479,7 +479,7 @@ def test_summary_ids_stay_unique_when_the_clock_has_not_moved(
 ) -> None:
     # A coarse clock gives every pass the same time; a condensed summary lands on the
     # ordinal of its first leaf; a deterministic summarizer repeats its text.
-    monkeypatch.setattr("lossless.compaction.now", lambda: T0)
+    monkeypatch.setattr("lossless.compaction.compactor.now", lambda: T0)
     engine = open_engine(ScriptedSummarizer(default="Same summary."))
     Feed(engine).turns(15)
 

@@ -73,7 +73,7 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
     """``old`` (1) is compacted two levels deep, with thinking, a tool call and its result
     below its summaries and a large file in its fresh tail; ``new`` (2) has three messages.
     Every time is fixed (the summaries' too: their ids hash it), so screens are repeatable."""
-    monkeypatch.setattr("lossless.compaction.now", lambda: START + timedelta(hours=1))
+    monkeypatch.setattr("lossless.compaction.compactor.now", lambda: START + timedelta(hours=1))
     eng = Engine.open(
         tmp_path / "t.db", config=SMALL, summarizer=ScriptedSummarizer(default=counter())
     )

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import doctor
-from .compaction import Compactor, message_sources, summary_sources
+from .compaction import Compactor
+from .compaction.compactor import message_sources, summary_sources
 from .errors import ConflictError, LosslessError
 from .ingest.reconcile import import_path
 from .ingest.transcripts import detect_transcript_format, head_values

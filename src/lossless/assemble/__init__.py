@@ -1,0 +1,187 @@
+"""Context assembly: the message array a model sees before each turn.
+
+The spec's steps: (1) the context items in ordinal order; (2) each resolved — a summary becomes
+a user message holding the spec's ``<summary>`` XML (marked as untrusted history), a message is
+rebuilt from its parts; (3) split into the evictable prefix and the protected fresh tail;
+(4) the fresh tail is included whole when it fits — the budget is a cap: a tail over it
+shrinks from the front, whole turns first, keeping room for the newest summary, and a newest
+message over the budget on its own is shown clipped, with where to read it whole; (5) the rest
+of the budget is filled from the evictable items, newest first, dropping the oldest, and
+what room is still left is spent on detail (``fill_budget``): summaries are unfolded into the
+summaries they were made from while those fit, newest first, then the messages below the
+newest summaries are shown as they were (newest first, from a message whose seq is a multiple
+of :data:`FILL_STEP`, so the prompt's prefix stays put for several turns; a summary all of
+whose messages are shown gives its place to them); (6) assistant content as block arrays;
+(7) tool pairing sanitized: every tool result has its call in the output and every call its
+result — an orphan of either kind is left out. A summary costs what it is shown as (its
+untrusted-data note and XML), so the budget counts what the model reads.
+
+The cost is proportional to the active context, never to the stored history. Nothing here
+depends on the time of day, so two assemblies with no compaction in between give byte-identical
+prefixes (provider prompt caches keep hitting).
+
+Formats: ``anthropic`` (Messages: block arrays, roles alternating, thinking blocks passed
+through), ``openai`` (Chat Completions: ``tool_calls`` and ``tool`` messages) and ``responses``
+(Responses input items: function calls and outputs, reasoning items passed through). A stored
+message of the requested format keeps its own blocks exactly; others are converted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..compaction import fresh_tail_start
+from ..model import ContextItem, StoredMessage, Summary
+from ..resume import boundary, resume_text
+from .fit import FILL_STEP, _clip, _date_marks, _fill, _fit
+from .formats import _RENDER, FORMATS, _Block, _blocks, _referenced, _sanitize, blocks, render
+from .summaries import UNTRUSTED_NOTE, _Shown, render_summary, summary_text
+
+if TYPE_CHECKING:
+    from ..services import Services
+
+__all__ = [
+    "FILL_STEP",
+    "FORMATS",
+    "UNTRUSTED_NOTE",
+    "AssembledContext",
+    "assemble",
+    "blocks",
+    "render",
+    "render_summary",
+    "summary_text",
+]
+
+
+@dataclass
+class AssembledContext:
+    """What :func:`assemble` produced."""
+
+    messages: list[dict[str, Any]]
+    tokens: int
+    budget: int
+    format: str
+    summaries: int = 0
+    raw_messages: int = 0
+    dropped_items: int = 0
+    dropped_orphans: list[str] = field(default_factory=list)
+    resume_tokens: int = 0  # the resume summary's, when one was injected
+    #: The context items given to the model, in order (``msg#N`` or a summary id).
+    items: list[str] = field(default_factory=list)
+    #: The message shown clipped because it alone was over the budget, if any.
+    clipped: str | None = None
+    #: Summaries and messages shown from below the context's summaries, to fill the budget.
+    unfolded: int = 0
+
+    @property
+    def over_budget(self) -> bool:
+        """Never, since the budget became a cap (kept for callers that check it)."""
+        return self.tokens > self.budget
+
+
+def _turns(
+    items: Sequence[ContextItem],
+    messages: dict[int, StoredMessage],
+    summaries: dict[str, tuple[Summary, list[str]]],
+    fmt: str,
+    stubs: dict[int, str] | None = None,
+) -> list[tuple[str, list[_Block]]]:
+    out = []
+    for item in items:
+        if item.summary_id is not None:
+            summary, parents = summaries[item.summary_id]
+            out.append(("user", [_Block("text", text=summary_text(summary, parents))]))
+        elif stubs and int(item.message_id or 0) in stubs:
+            message = messages[int(item.message_id or 0)]
+            out.append((message.role, _referenced(message, stubs[message.message_id])))
+        else:
+            message = messages[int(item.message_id or 0)]
+            out.append((message.role, _blocks(message, fmt)))
+    return out
+
+
+def assemble(
+    services: Services,
+    conversation_id: int,
+    token_budget: int,
+    *,
+    format: str = "anthropic",
+    pending_calls: bool = False,
+    fill: bool | None = None,
+    dates: bool | None = None,
+) -> AssembledContext:
+    """The model-facing messages of a conversation within *token_budget* (see module doc).
+
+    With *pending_calls*, a tool call whose result is not stored yet is kept (a host that
+    appends the result itself, such as the Agents SDK's runner, wants to see it). *fill*
+    (default: ``fill_budget``) spends the room left on detail; *dates* (default:
+    ``date_marks``) marks each user message said on another day than what comes before it."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown context format {format!r}; use one of: {', '.join(FORMATS)}")
+    items = services.store.context(conversation_id)
+    cfg = services.config
+    tail = fresh_tail_start(items, cfg.fresh_tail_count, cfg.fresh_tail_max_tokens)
+    shown = _Shown(services)
+    shown.load(services.store.get_summaries([i.summary_id for i in items if i.summary_id]))
+    items = [shown.item(i) for i in items]
+    resume = None
+    if cfg.resume.inject:
+        upto = boundary(services.store, conversation_id, items)
+        if upto is not None:
+            resume = resume_text(services, conversation_id, upto)
+    resume_tokens = services.tokens.count(resume) if resume else 0
+    fit = _fit(items, tail, token_budget, resume_tokens)
+    if not fit.resume:
+        resume, resume_tokens = None, 0
+    chosen = [items[i] for i in fit.indices]
+    left_out = len(items) - len(chosen)  # by the budget (what detail replaced is not)
+    stubs: dict[int, str] = {}
+    used = sum(item.tokens for item in chosen) + resume_tokens
+    if (cfg.fill_budget if fill is None else fill) and fit.clipped is None and used < token_budget:
+        before = any(i.summary_id for i in chosen)
+        chosen = _fill(services, shown, chosen, token_budget - used)
+        if before and not any(i.summary_id for i in chosen):
+            resume, resume_tokens = None, 0  # the whole history is shown as it was
+        used = sum(item.tokens for item in chosen) + resume_tokens
+    message_ids = [i.message_id for i in chosen if i.message_id is not None]
+    messages = {m.message_id: m for m in services.store.get_messages_by_id(message_ids)}
+    if fit.clipped is not None:
+        item = items[fit.clipped]
+        clipped = messages[int(item.message_id or 0)]
+        stub = _clip(services, clipped, token_budget - used + item.tokens)
+        if stub is None:  # not even the note fits: nothing does
+            left_out += 1
+            chosen = [i for i in chosen if i is not item]
+            message_ids.remove(clipped.message_id)
+            used -= item.tokens
+        else:
+            stubs[clipped.message_id] = stub
+            used += services.tokens.count(stub) - item.tokens
+    summary_ids = [i.summary_id for i in chosen if i.summary_id is not None]
+    turns = _turns(chosen, messages, shown.found, format, stubs)
+    if cfg.date_marks if dates is None else dates:
+        marks = _date_marks(services, chosen, messages, shown, token_budget - used)
+        for at, mark in marks.items():
+            turns[at][1].insert(0, _Block("text", text=mark))
+            used += services.tokens.count(mark)
+    if resume:  # right after the summaries, before the fresh tail
+        at = 1 + max((n for n, i in enumerate(chosen) if i.summary_id is not None), default=-1)
+        turns.insert(at, ("user", [_Block("text", text=resume)]))
+    dropped = _sanitize(turns, pending_calls=pending_calls)
+    out = _RENDER[format](turns)
+    return AssembledContext(
+        messages=out,
+        tokens=used,
+        budget=token_budget,
+        format=format,
+        summaries=len(summary_ids),
+        raw_messages=len(message_ids),
+        dropped_items=left_out,
+        dropped_orphans=dropped,
+        resume_tokens=resume_tokens,
+        items=[i.ref for i in chosen],
+        clipped=next((f"msg#{m}" for m in stubs), None),
+        unfolded=sum(1 for i in chosen if i.ordinal < 0),
+    )

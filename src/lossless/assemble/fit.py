@@ -1,0 +1,247 @@
+"""What fits the budget: the fresh tail, the newest summary, the resume summary and the older
+items (:func:`_fit`); the room left spent on detail (:func:`_fill`); date marks; a message
+over the budget on its own shown clipped."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..model import ContextItem, StoredMessage
+from ..summarize.escalation import truncate_to_tokens
+from ..timestamps import parse_ts
+from .summaries import _Shown
+
+if TYPE_CHECKING:
+    from ..services import Services
+
+#: The messages shown from below the summaries start at a seq that is a multiple of this, so
+#: the start moves in steps as the conversation grows, not at every turn (a provider's prompt
+#: cache keeps the prefix between steps).
+FILL_STEP = 16
+
+
+@dataclass
+class _Fit:
+    """Which context items go to the model (indices, in order), whether the resume summary
+    does, and the one message shown clipped (when the newest turn alone is over budget)."""
+
+    indices: list[int]
+    resume: bool
+    clipped: int | None = None
+
+
+def _fit(items: Sequence[ContextItem], tail: int, budget: int, resume_tokens: int) -> _Fit:
+    """The budget is a cap. The fresh tail goes in whole when it fits; when it does not, it
+    shrinks from the front — whole turns first, then within the newest turn, never starting on
+    a tool result (its call stays with it) — keeping room for the newest summary. What room is
+    left takes the resume summary, then the older items, newest first."""
+    n = len(items)
+    after = [0] * (n + 1)  # after[i]: tokens of items[i:]
+    for i in range(n - 1, -1, -1):
+        after[i] = after[i + 1] + items[i].tokens
+    newest = next((i for i in range(tail - 1, -1, -1) if items[i].summary_id is not None), None)
+    reserve = items[newest].tokens if newest is not None else 0
+    if reserve >= budget:
+        newest, reserve = None, 0
+    start = tail
+    while start < n and after[start] + reserve > budget:
+        turn = next((j for j in range(start + 1, n) if items[j].role == "user"), None)
+        unit = next((j for j in range(start + 1, n) if items[j].role != "tool"), None)
+        if turn is None and unit is None:
+            break
+        start = turn if turn is not None else int(unit or 0)
+    if start < n and after[start] + reserve > budget:
+        newest, reserve = None, 0  # the newest turn comes before the summary
+    clipped = None
+    if start < n and after[start] > budget:
+        # The newest unit alone (a message, or a call and its results) is over the budget:
+        # its largest message is clipped, keeping its shape (a tool result stays one); when
+        # the rest of the unit does not leave room for that, the newest message alone.
+        big = max(range(start, n), key=lambda i: items[i].tokens)
+        if after[start] - items[big].tokens >= budget // 2:
+            start, big = n - 1, n - 1
+        clipped = big
+    indices = list(range(start, n))
+    room = budget - after[start] - reserve
+    if clipped is not None:
+        room = 0
+    resume = bool(resume_tokens) and resume_tokens <= room
+    room -= resume_tokens if resume else 0
+    if newest is not None:
+        indices.append(newest)
+    for i in range(start - 1, -1, -1):
+        if i == newest:
+            continue
+        if items[i].tokens > room:
+            break
+        indices.append(i)
+        room -= items[i].tokens
+    return _Fit(sorted(indices), resume, clipped)
+
+
+def _below(services: Services, summary_id: str) -> Iterator[list[int]]:
+    """The messages below a summary, newest first, a leaf's worth at a time (the DAG is
+    walked only as far as the caller reads)."""
+    parents, messages = services.store.summary_sources(summary_id)
+    if messages:
+        yield messages[::-1]
+    for parent in reversed(parents):
+        yield from _below(services, parent)
+
+
+def _unfold(
+    services: Services, shown: _Shown, chosen: list[ContextItem], room: int
+) -> tuple[list[ContextItem], int]:
+    """*chosen* with its summaries replaced by the summaries they were made from while those
+    fit in *room* (the newest first, again and again: the deepest detail the room holds),
+    and the room left."""
+    done: set[str] = set()  # leaves, and summaries whose sources did not fit
+    while True:
+        pos = next(
+            (
+                n
+                for n in range(len(chosen) - 1, -1, -1)
+                if chosen[n].summary_id is not None and chosen[n].summary_id not in done
+            ),
+            None,
+        )
+        if pos is None:
+            return chosen, room
+        summary_id = str(chosen[pos].summary_id)
+        done.add(summary_id)
+        parents, _ = services.store.summary_sources(summary_id)
+        if not parents:
+            continue
+        sources = services.store.get_summaries(parents)
+        shown.load(sources)
+        cost = sum(shown.costs[s.summary_id] for s in sources) - chosen[pos].tokens
+        if cost > room:
+            continue
+        room -= cost
+        instead = [ContextItem.of_summary(s, -1, tokens=shown.costs[s.summary_id]) for s in sources]
+        chosen = chosen[:pos] + instead + chosen[pos + 1 :]
+
+
+def _fill(
+    services: Services, shown: _Shown, chosen: list[ContextItem], room: int
+) -> list[ContextItem]:
+    """*chosen* with the *room* left under the budget used for detail, as it was stored:
+    first its summaries are unfolded into what they were made from while that fits
+    (:func:`_unfold`); then the messages below the newest summaries are shown, newest first,
+    from a seq that is a multiple of :data:`FILL_STEP` and never from a tool result — a
+    summary all of whose messages are shown gives its place (and tokens) to them."""
+    chosen, room = _unfold(services, shown, chosen, room)
+    present = {i.message_id for i in chosen if i.message_id is not None}
+    # The messages below the summaries, newest first (with the summary each is below), while
+    # they fit: a summary all of whose messages are taken would give its tokens back.
+    run: list[tuple[int, int, ContextItem]] = []  # (seq, summary position, item)
+    below: dict[int, int] = {}  # summary position → how many messages are below it
+    spent = freed = 0
+    for pos in (n for n in range(len(chosen) - 1, -1, -1) if chosen[n].summary_id):
+        count, complete = 0, True
+        for batch in _below(services, str(chosen[pos].summary_id)):
+            sizes = services.store.message_sizes(batch)
+            for mid in batch:
+                if mid in present or mid not in sizes:
+                    continue
+                seq, tokens, role = sizes[mid]
+                if spent + tokens > room + freed + chosen[pos].tokens:
+                    complete = False
+                    break
+                spent += tokens
+                count += 1
+                run.append(
+                    (seq, pos, ContextItem(-1, "message", mid, None, tokens, role, None, "", ""))
+                )
+            if not complete:
+                break
+        below[pos] = count if complete else -1
+        if not complete:
+            break
+        freed += chosen[pos].tokens
+    # Unless it reaches back to the first summary's start, the run starts at a seq that is a
+    # multiple of FILL_STEP, never on a tool result, and within the room once the summaries
+    # it does not show whole are counted again.
+    summaries = [n for n, item in enumerate(chosen) if item.summary_id]
+    everything = all(below.get(n, -1) >= 0 for n in summaries)
+    while run:
+        while run and not everything and (run[-1][0] % FILL_STEP or run[-1][2].role == "tool"):
+            run.pop()
+        shown_below = Counter(pos for _, pos, _ in run)
+        whole = {pos for pos, count in below.items() if count >= 0 and shown_below[pos] == count}
+        if sum(i.tokens for _, _, i in run) - sum(chosen[p].tokens for p in whole) <= room:
+            break
+        run.pop()
+        everything = False
+    else:
+        return chosen
+    out: list[ContextItem] = []
+    for pos, item in enumerate(chosen):
+        if pos not in whole:
+            out.append(item)
+        out += [i for _, p, i in reversed(run) if p == pos]
+    return out
+
+
+def date_mark(stamp: str) -> str:
+    """The mark a message said on a new day carries: ``[Tuesday 9 May 2023]``."""
+    moment = parse_ts(stamp)
+    if moment is None:
+        return ""
+    return f"[{moment:%A} {moment.day} {moment:%B %Y}]"
+
+
+def _date_marks(
+    services: Services,
+    chosen: list[ContextItem],
+    messages: dict[int, StoredMessage],
+    shown: _Shown,
+    room: int,
+) -> dict[int, str]:
+    """Which of *chosen* (by position) carry a date mark, and its text: a user message said
+    on another day (UTC) than the user message or summary before it (a summary's day is the
+    day it ends), the newest first while the marks fit in *room* — so "when did we…" can be
+    answered from the context: a message's day is that of the last mark or summary before
+    it (or of the first message, which has nothing before it to differ from)."""
+    marks: dict[int, str] = {}
+    changed: list[int] = []
+    day = None
+    for n, item in enumerate(chosen):
+        if item.summary_id is not None:
+            summary = shown.found[item.summary_id][0]
+            day = (summary.latest_at or summary.created_at)[:10]
+        elif item.role == "user":
+            said = messages[int(item.message_id or 0)].created_at[:10]
+            if day is not None and said != day:
+                changed.append(n)
+            day = said
+    for n in reversed(changed):
+        mark = date_mark(messages[int(chosen[n].message_id or 0)].created_at)
+        cost = services.tokens.count(mark)
+        if not mark or cost > room:
+            break
+        marks[n] = mark
+        room -= cost
+    return marks
+
+
+def _clip(services: Services, message: StoredMessage, room: int) -> str | None:
+    """A message over the budget on its own as its start within *room* tokens and a note
+    saying where the rest is (``None`` when not even the note fits)."""
+    message_id = message.message_id
+    count = services.tokens.count
+    note = (
+        f"[msg#{message_id} is ~{message.token_count:,} tokens, more than this context can"
+        f" hold; its start follows, and lcm_describe msg#{message_id} reads it whole]"
+    )
+    if count(note) > room:
+        return None
+    head = truncate_to_tokens(message.content, room - count(note) - 1, services.tokens)
+    stub = f"{note}\n{head}"
+    while count(stub) > room and head:  # a counter that disagrees with the estimate
+        head = head[: len(head) * 3 // 4]
+        stub = f"{note}\n{head}"
+    return stub if count(stub) <= room else note

@@ -1,0 +1,433 @@
+"""The compactor: leaf and condensed passes over one store with one summarizer, and the modes
+that drive them (incremental, full sweep, until under a target)."""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from ..errors import ConflictError
+from ..model import ContextItem, MessageText, Summary
+from ..summarize.base import (
+    Level,
+    SourceItem,
+    Summarizer,
+    SummarizerTimeout,
+    SummaryRequest,
+    SummaryResult,
+)
+from ..summarize.escalation import Outcome, escalate
+from ..summarize.prompts import render_sources, system_prompt, user_prompt
+from ..timestamps import format_ts, now
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..services import Services
+from .chunks import ChunkPlanner
+from .report import CompactionReport, PassResult
+
+#: Times a pass is tried when another process changes the context under it.
+CONFLICT_RETRIES = 5
+
+#: A pass aims for at most this share of its input (the configured target caps it too).
+CHUNK_TARGET_SHARE = 0.75
+
+
+def message_sources(messages: Sequence[MessageText]) -> tuple[SourceItem, ...]:
+    """Messages as the source items of a leaf summary."""
+    return tuple(
+        SourceItem(f"msg#{mid}", speaker, text, at, at, tokens)
+        for mid, speaker, text, at, tokens in messages
+    )
+
+
+def summary_sources(summaries: Sequence[Summary]) -> tuple[SourceItem, ...]:
+    """Summaries as the source items of a condensed summary."""
+    return tuple(
+        SourceItem(
+            ref=s.summary_id,
+            role="summary",
+            text=s.content,
+            earliest_at=s.earliest_at or s.created_at,
+            latest_at=s.latest_at or s.created_at,
+            tokens=s.token_count,
+        )
+        for s in summaries
+    )
+
+
+class _Deadline(Summarizer):
+    """A summarizer that refuses to start a call after *deadline* (monotonic seconds)."""
+
+    def __init__(self, inner: Summarizer, deadline: float) -> None:
+        self.inner = inner
+        self.deadline = deadline
+        self.name = inner.name  # type: ignore[misc]
+        self.model = inner.model
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        if time.monotonic() >= self.deadline:
+            raise SummarizerTimeout(
+                "the compaction run reached its time limit (guards.run_seconds); the rest of"
+                " this run falls back without calling the model"
+            )
+        return self.inner.summarize(request)
+
+
+class Compactor(ChunkPlanner):
+    """Runs passes over one store with one summarizer (the caller holds the right to compact
+    the conversation; writers of new messages go on meanwhile)."""
+
+    def __init__(
+        self,
+        services: Services,
+        summarizer: Summarizer | None = None,
+        *,
+        budget: int | None = None,
+        config: Config | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        self.services = services
+        self.store = services.store
+        self.config = config or services.config
+        summarizer = summarizer or services.summarizer
+        run = self.config.guards.run_seconds
+        if deadline is None and run is not None:
+            deadline = time.monotonic() + run
+        # Past the run's deadline no model is called: escalation falls back at once.
+        self.summarizer = summarizer if deadline is None else _Deadline(summarizer, deadline)
+        # With a known budget the tail may take at most its share of it (the spec's defaults
+        # were made for very large windows; 64 messages can be a third of a small one).
+        caps = [c for c in (self.config.fresh_tail_max_tokens,) if c is not None]
+        if budget is not None:
+            caps.append(max(1, int(budget * self.config.fresh_tail_budget_share)))
+        self.tail_max_tokens: int | None = min(caps) if caps else None
+        # Within a run, each conversation's context as read once and then patched after each
+        # pass (a summary takes its first source's ordinal and the items after keep theirs,
+        # so the patched list is what a read would give): passes read what they summarize,
+        # not the whole context again. Dropped when a write finds the context changed.
+        self._contexts: dict[int, list[ContextItem]] = {}
+
+    def _context(self, conversation_id: int) -> list[ContextItem]:
+        items = self._contexts.get(conversation_id)
+        if items is None:
+            items = self.store.context(conversation_id)
+            if self._running:
+                self._contexts[conversation_id] = items
+        return items
+
+    @contextlib.contextmanager
+    def _run(self) -> Iterator[None]:
+        """One run (a sweep, an incremental step): the context is read once for it."""
+        outer = self._running
+        self._running = True
+        try:
+            yield
+        finally:
+            self._running = outer
+            if not outer:
+                self._contexts.clear()
+
+    _running = False
+
+    def _placed(self, conversation_id: int, chunk: Sequence[ContextItem], summary: Summary) -> None:
+        """The cached context with *summary* in place of *chunk* (as the store now has it)."""
+        items = self._contexts.get(conversation_id)
+        if items is None:
+            return
+        # Ordinals increase along the context: the chunk's place is found by bisection.
+        start = bisect.bisect_left(items, chunk[0].ordinal, key=lambda it: it.ordinal)
+        if items[start : start + len(chunk)] != list(chunk):
+            self._contexts.pop(conversation_id, None)  # not what was written over: read again
+            return
+        items[start : start + len(chunk)] = [ContextItem.of_summary(summary, chunk[0].ordinal)]
+
+    # --- passes ----------------------------------------------------------------------------
+
+    def leaf_pass(self, conversation_id: int) -> PassResult | None:
+        """Run one leaf pass; ``None`` when nothing is eligible or nothing would be saved."""
+        return self._retrying(lambda: self._leaf_pass(conversation_id))
+
+    def _retrying(self, run: Callable[[], PassResult | None]) -> PassResult | None:
+        """Run a pass again when another process changed the context under it (its write is
+        refused whole, so trying again on the fresh context is safe)."""
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                return run()
+            except ConflictError:
+                self._contexts.clear()  # the context changed under the run: read it again
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
+        return None  # pragma: no cover - the loop returns or raises
+
+    def _leaf_pass(self, conversation_id: int) -> PassResult | None:
+        items = self._context(conversation_id)
+        chunk = self.leaf_chunk(items)
+        if not chunk:
+            return None
+        message_ids = [it.message_id for it in chunk if it.message_id]
+        sources = message_sources(self.store.message_texts(message_ids))
+        previous = self._previous_context(items, chunk[0].ordinal, depth=0)
+        files = self.store.large_files(message_ids=message_ids)
+        file_ids = tuple(dict.fromkeys(f.file_id for f in files))
+        return self._write(
+            conversation_id, "leaf", 0, chunk, sources, previous, descendants=0, file_ids=file_ids
+        )
+
+    def condensed_pass(
+        self,
+        conversation_id: int,
+        *,
+        max_depth: int | None = None,
+        hard: bool = False,
+    ) -> PassResult | None:
+        """Run one condensed pass; ``None`` when nothing is eligible or nothing would be saved.
+
+        With *hard*, a run of summaries of mixed depths may be merged when no same-depth run
+        qualifies.
+        """
+        return self._retrying(
+            lambda: self._condensed_pass(conversation_id, max_depth=max_depth, hard=hard)
+        )
+
+    def _condensed_pass(
+        self, conversation_id: int, *, max_depth: int | None, hard: bool
+    ) -> PassResult | None:
+        items = self._context(conversation_id)
+        chunk = self.condensed_chunk(items, max_depth=max_depth, hard=hard)
+        if not chunk:
+            return None
+        parents = self.store.get_summaries([it.summary_id for it in chunk if it.summary_id])
+        sources = summary_sources(parents)
+        depth = max(p.depth for p in parents) + 1
+        previous = self._previous_context(items, chunk[0].ordinal, depth=depth)
+        descendants = sum(1 + p.descendant_count for p in parents)
+        file_ids = tuple(dict.fromkeys(f for p in parents for f in p.file_ids))
+        return self._write(
+            conversation_id,
+            "condensed",
+            depth,
+            chunk,
+            sources,
+            previous,
+            descendants=descendants,
+            file_ids=file_ids,
+        )
+
+    def _previous_context(
+        self, items: Sequence[ContextItem], before: int, *, depth: int
+    ) -> str | None:
+        # Ordinals increase along the context: start just before *before*, not at the end.
+        at = bisect.bisect_left(items, before, key=lambda it: it.ordinal)
+        for i in range(at - 1, -1, -1):
+            it = items[i]
+            if it.item_type == "summary" and it.depth == depth:
+                return self.store.get_summaries([str(it.summary_id)])[0].content
+        return None
+
+    def _write(
+        self,
+        conversation_id: int,
+        kind: Literal["leaf", "condensed"],
+        depth: int,
+        chunk: list[ContextItem],
+        sources: tuple[SourceItem, ...],
+        previous: str | None,
+        *,
+        descendants: int,
+        file_ids: tuple[str, ...] = (),
+    ) -> PassResult | None:
+        summary, outcome, calls = self.summarize(
+            conversation_id,
+            kind,
+            depth,
+            sources,
+            previous,
+            descendants=descendants,
+            file_ids=file_ids,
+        )
+        input_tokens = sum(s.tokens for s in sources)
+        if outcome.tokens >= input_tokens:
+            return None
+        self.store.write_summary(summary, chunk)
+        self._placed(conversation_id, chunk, summary)
+        return PassResult(
+            kind=kind,
+            summary_id=summary.summary_id,
+            depth=depth,
+            sources=len(chunk),
+            tokens_before=input_tokens,
+            tokens_after=outcome.tokens,
+            level=outcome.level,
+            calls=calls,
+        )
+
+    def summarize(
+        self,
+        conversation_id: int,
+        kind: Literal["leaf", "condensed"],
+        depth: int,
+        sources: tuple[SourceItem, ...],
+        previous: str | None,
+        *,
+        descendants: int,
+        file_ids: tuple[str, ...] = (),
+    ) -> tuple[Summary, Outcome, int]:
+        """Summarize *sources* (with escalation) into a new, unwritten summary; returns it,
+        the escalation outcome and the number of summarizer calls."""
+        cfg = self.config
+        condensed = kind == "condensed"
+        input_tokens = sum(s.tokens for s in sources)
+        # A chunk smaller than the configured target would come back whole (not smaller than
+        # its input), escalate, and end truncated: aim for at most half of what goes in.
+        configured = cfg.condensed_target_tokens if condensed else cfg.leaf_target_tokens
+        target = max(16, min(configured, int(input_tokens * CHUNK_TARGET_SHARE)))
+        calls = 0
+        # The sources as the model reads them, made once: every rung's prompt holds them, and
+        # the deterministic fallback cuts them.
+        rendered = render_sources(sources, condensed=condensed)
+
+        def make(level: Level, target_tokens: int, temperature: float) -> SummaryRequest:
+            nonlocal calls
+            calls += 1
+            return SummaryRequest(
+                kind=kind,
+                depth=depth,
+                level=level,
+                sources=sources,
+                target_tokens=target_tokens,
+                temperature=temperature,
+                system=system_prompt(),
+                prompt=user_prompt(
+                    sources,
+                    depth=depth,
+                    level=level,
+                    target_tokens=target_tokens,
+                    previous_context=previous,
+                    condensed=condensed,
+                    rendered=rendered,
+                ),
+                previous_context=previous,
+                max_output_tokens=3 * target_tokens,
+            )
+
+        outcome = escalate(
+            self.summarizer,
+            make,
+            input_tokens=input_tokens,
+            target_tokens=target,
+            source_text=rendered,
+            fallback_max_tokens=cfg.fallback_max_tokens,
+            counter=self.services.tokens,
+        )
+        created = format_ts(now())
+        # Content and time, plus what it summarizes: a message or summary is summarized only
+        # once, so ids stay unique when the clock has not moved and the text repeats.
+        refs = ",".join(s.ref for s in sources)
+        digest = hashlib.sha256(
+            f"{conversation_id}\0{kind}\0{refs}\0{created}\0{outcome.text}".encode(
+                "utf-8", "surrogatepass"
+            )
+        ).hexdigest()
+        summary = Summary(
+            summary_id="sum_" + digest[:16],
+            conversation_id=conversation_id,
+            kind=kind,
+            depth=depth,
+            content=outcome.text,
+            token_count=outcome.tokens,
+            created_at=created,
+            earliest_at=min(s.earliest_at for s in sources),
+            latest_at=max(s.latest_at for s in sources),
+            descendant_count=descendants,
+            file_ids=file_ids,
+            model=outcome.model if outcome.level != "fallback" else "fallback",
+        )
+        return summary, outcome, calls
+
+    # --- modes -----------------------------------------------------------------------------
+
+    def _tokens(self, conversation_id: int) -> int:
+        return sum(it.tokens for it in self._context(conversation_id))
+
+    def incremental(self, conversation_id: int) -> CompactionReport:
+        """After a turn: a leaf pass if enough raw material built up, then condensation."""
+        with self._run():
+            items = self._context(conversation_id)
+            report = CompactionReport(conversation_id, "incremental", sum(i.tokens for i in items))
+            if self.raw_tokens_outside_tail(items) > self.config.leaf_chunk_tokens:
+                result = self.leaf_pass(conversation_id)
+                if result is not None:
+                    report.passes.append(result)
+                    max_depth = self.config.incremental_max_depth
+                    while max_depth != 0:
+                        condensed = self.condensed_pass(conversation_id, max_depth=max_depth)
+                        if condensed is None:
+                            break
+                        report.passes.append(condensed)
+        # Nothing written: the context read above is still the context (this is every turn).
+        report.tokens_after = (
+            self._tokens(conversation_id) if report.passes else report.tokens_before
+        )
+        return report
+
+    def full_sweep(self, conversation_id: int, *, hard: bool = False) -> CompactionReport:
+        """Leaf passes until none is eligible, then condensation from the shallowest depth."""
+        with self._run():
+            report = CompactionReport(conversation_id, "full", self._tokens(conversation_id))
+            self._sweep(conversation_id, report, hard=hard)
+        report.tokens_after = self._tokens(conversation_id)
+        return report
+
+    def _sweep(
+        self,
+        conversation_id: int,
+        report: CompactionReport,
+        *,
+        hard: bool,
+    ) -> bool:
+        progressed = False
+        while True:
+            result = self.leaf_pass(conversation_id)
+            if result is None or result.saved <= 0:
+                break
+            report.passes.append(result)
+            progressed = True
+        while True:
+            result = self.condensed_pass(conversation_id, hard=hard)
+            if result is None or result.saved <= 0:
+                break
+            report.passes.append(result)
+            progressed = True
+        return progressed
+
+    def until_under(self, conversation_id: int, target: int) -> CompactionReport:
+        """Up to ``max_rounds`` sweeps until the context is at or under *target* tokens.
+
+        Under pressure the hard fanout floor applies, and adjacent summaries of mixed depths
+        are merged when no same-depth run is long enough: reaching the target every time keeps
+        the room for new turns, and so the compaction rate, constant.
+        """
+        with self._run():
+            report = CompactionReport(
+                conversation_id, "until", self._tokens(conversation_id), target=target
+            )
+            hard = False
+            for _ in range(self.config.max_rounds):
+                if self._tokens(conversation_id) <= target:
+                    break
+                report.rounds += 1
+                if self._sweep(conversation_id, report, hard=hard):
+                    continue
+                if hard:
+                    break  # nothing more can be compacted
+                # Under pressure: condense with the hard fanout floor, in this same round.
+                hard = True
+                if not self._sweep(conversation_id, report, hard=True):
+                    break
+        report.tokens_after = self._tokens(conversation_id)
+        return report
