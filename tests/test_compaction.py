@@ -879,11 +879,20 @@ def test_until_under_falls_back_to_the_hard_fanout_floor_within_its_rounds(
     engine = open_engine(
         max_rounds=2, leaf_min_fanout=4, condensed_min_fanout=4, condensed_min_fanout_hard=2
     )
-    Feed(engine).turns(10)  # 16 messages outside the tail: 3 leaves, fewer than 4
+    ids = Feed(engine).turns(10)  # 16 messages outside the tail: 3 leaves, fewer than 4
     report = engine.compact("s", until=1)
 
-    assert report.by_depth() == {0: 3, 1: 1}  # the 3 leaves condensed under pressure
+    # Under pressure the 3 leaves become one, still at depth 0: a level is added only when a
+    # level has condensed_min_fanout summaries (3 < 4), so the depth stays within
+    # 1 + log4(leaves) however often a tight window forces it.
+    assert report.by_depth() == {0: 4}
     assert report.rounds <= 2
+    ((folded, _),) = engine.context_summaries("s")
+    assert folded.depth == 0 and folded.kind == "leaf"
+    assert engine.summary_sources(folded.summary_id) == ([], ids[:16])
+    retired = engine.store.get_summaries([p.summary_id for p in report.passes[:3]])
+    assert [s.superseded_by for s in retired] == [folded.summary_id] * 3
+    assert doctor.check(engine.store) == []
     assert engine.compact("s").passes == []  # a normal sweep would not have condensed them
 
 
@@ -1466,3 +1475,92 @@ def test_a_pass_raced_by_another_process_is_tried_again_on_the_fresh_context(
     assert covered == []  # redone on the fresh context: nothing summarized twice
     other.close()
     engine.close()
+
+
+def test_a_forced_compaction_shrinks_the_fresh_tail_down_to_the_newest_exchange(
+    open_engine: EngineFactory,
+) -> None:
+    engine = open_engine(fresh_tail_count=64)  # a tail that holds the whole session
+    feed = Feed(engine)
+    feed.turns(6, tokens=100)
+    newest = [feed.say("user", 80, "the request"), feed.say("assistant", 40, "working")]
+
+    unforced = engine.compact("s", until=300)
+    assert unforced.passes == [] and unforced.reached_target is False  # all of it is the tail
+
+    report = engine.compact("s", until=300, force=True)
+
+    assert report.reached_target is True, report.to_dict()
+    assert raw_ids(engine)[-2:] == newest  # the newest exchange stays as it was
+    assert len(raw_ids(engine)) < 6  # the old tail's turns went into summaries
+    assert report.tail_tokens is not None
+    assert doctor.check(engine.store) == []
+
+
+def test_a_forced_compaction_that_cannot_reach_its_target_stops_at_the_newest_exchange(
+    open_engine: EngineFactory,
+) -> None:
+    engine = open_engine(fresh_tail_count=64)
+    feed = Feed(engine)
+    feed.turns(3, tokens=60)
+    newest = [feed.say("user", 400, "a very long request")]
+
+    report = engine.compact("s", until=100, force=True)
+
+    assert report.reached_target is False
+    assert raw_ids(engine) == newest
+    assert report.rounds <= 3 * SMALL.max_rounds
+
+
+@pytest.mark.parametrize("fanout", [2, 3, 4])
+def test_forced_compaction_every_turn_keeps_the_dag_depth_within_the_log_of_its_leaves(
+    open_engine: EngineFactory, fanout: int
+) -> None:
+    """A window so tight that every turn forces a compaction (a host asking to compact
+    before each request) grows the DAG a level only when a level has condensed_min_fanout
+    summaries: depth <= 1 + log_fanout(leaves), and every message stays reachable."""
+    import math
+
+    engine = open_engine(condensed_min_fanout=fanout, leaf_min_fanout=fanout)
+    feed = Feed(engine)
+    for turn in range(30):
+        feed.say("user", 60, f"question {turn}")
+        feed.say("assistant", 60, f"answer {turn}")
+        engine.compact("s", until=150, force=True)
+        live = engine.store.live_summaries(engine.conversation("s").conversation_id)
+        leaves = sum(1 for s in live if s.kind == "leaf")
+        depth = max((s.depth for s in live), default=0)
+        assert depth <= 1 + math.log(max(leaves, 1), fanout) + 1e-9, (turn, depth, leaves)
+    assert doctor.check(engine.store) == []
+
+
+def test_instructions_reach_every_pass_of_the_summarizer(open_engine: EngineFactory) -> None:
+    engine = open_engine()
+    Feed(engine).turns(10)
+    engine.compact("s", instructions="Keep the deployment dates and who decided them.")
+
+    requests = scripted(engine).requests
+    assert requests
+    assert all("Keep the deployment dates" in r.prompt for r in requests)
+    assert all(r.instructions == "Keep the deployment dates and who decided them." for r in requests)
+
+
+def test_a_stopped_compaction_writes_whole_passes_only_and_says_it_stopped(
+    open_engine: EngineFactory,
+) -> None:
+    stop = threading.Event()
+    calls = {"n": 0}
+
+    def answer(request: SummaryRequest) -> str:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            stop.set()  # the host gives up while the second pass is being summarized
+        return "short summary"
+
+    engine = open_engine(ScriptedSummarizer(default=answer))
+    Feed(engine).turns(20)
+    report = engine.compact("s", stop=stop)
+
+    assert report.stopped is True
+    assert len(report.passes) == 2  # the pass under way was finished, no other was begun
+    assert doctor.check(engine.store) == []

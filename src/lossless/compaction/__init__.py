@@ -20,6 +20,7 @@ per chunk of new material (never for history already summarized).
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -53,11 +54,16 @@ def compact(
     budget: int | None = None,
     deadline: float | None = None,
     if_free: bool = False,
+    force: bool = False,
+    instructions: str | None = None,
+    stop: threading.Event | None = None,
 ) -> CompactionReport:
     """Compact a conversation's active context (see :meth:`lossless.engine.Engine.compact`):
     one process at a time per conversation (on PostgreSQL, across hosts); with *if_free* a
     run elsewhere is left to finish the work, and the report has no passes."""
-    compactor = Compactor(services, budget=budget, deadline=deadline)
+    compactor = Compactor(
+        services, budget=budget, deadline=deadline, instructions=instructions, stop=stop
+    )
     store = services.store
     here = services.compacting.get(conversation_id)
     if not here.acquire(blocking=not if_free):
@@ -66,7 +72,7 @@ def compact(
         with store.compaction_lock(conversation_id, wait=not if_free) as mine:
             if not mine:
                 return _left_to_another(services, conversation_id, mode)
-            return _compact_held(compactor, services, conversation_id, mode, until)
+            return _compact_held(compactor, services, conversation_id, mode, until, force)
     finally:
         here.release()
 
@@ -83,9 +89,10 @@ def _compact_held(
     conversation_id: int,
     mode: str,
     until: int | None,
+    force: bool = False,
 ) -> CompactionReport:
     if until is not None:
-        report = compactor.until_under(conversation_id, until)
+        report = compactor.until_under(conversation_id, until, force=force)
     elif mode == "incremental":
         report = compactor.incremental(conversation_id)
     elif mode == "full":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Literal
@@ -90,8 +91,19 @@ class Compactor(ChunkPlanner):
         budget: int | None = None,
         config: Config | None = None,
         deadline: float | None = None,
+        instructions: str | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.services = services
+        #: What the host asked the summaries to keep (OpenClaw's ``customInstructions``,
+        #: Hermes's ``focus_topic``): passed to the summarizer with every pass of this run.
+        self.instructions = instructions.strip() if instructions and instructions.strip() else None
+        #: Set by the caller to stop the run between passes (a host that gave up waiting):
+        #: the pass under way finishes or is not written; nothing is left half done.
+        self.stop = stop
+        #: While a run compacts until a target: no pass aims above this (a summary as large
+        #: as the room it should make would not make it).
+        self.pass_target_cap: int | None = None
         self.store = services.store
         self.config = config or services.config
         summarizer = summarizer or services.summarizer
@@ -202,8 +214,11 @@ class Compactor(ChunkPlanner):
         if not chunk:
             return None
         parents = self.store.get_summaries([it.summary_id for it in chunk if it.summary_id])
+        top = max(p.depth for p in parents)
+        if hard and sum(p.depth == top for p in parents) < self.config.condensed_min_fanout:
+            return self._fold(conversation_id, items, chunk, parents, top)
         sources = summary_sources(parents)
-        depth = max(p.depth for p in parents) + 1
+        depth = top + 1
         previous = self._previous_context(items, chunk[0].ordinal, depth=depth)
         descendants = sum(1 + p.descendant_count for p in parents)
         file_ids = tuple(dict.fromkeys(f for p in parents for f in p.file_ids))
@@ -216,6 +231,54 @@ class Compactor(ChunkPlanner):
             previous,
             descendants=descendants,
             file_ids=file_ids,
+        )
+
+    def _fold(
+        self,
+        conversation_id: int,
+        items: Sequence[ContextItem],
+        chunk: list[ContextItem],
+        merged: Sequence[Summary],
+        depth: int,
+    ) -> PassResult | None:
+        """Under pressure, a run with fewer than ``condensed_min_fanout`` summaries at its
+        deepest depth becomes one summary at that same depth: the deepest ones are folded in
+        (their own sources become the new summary's, and they are retired as rewritten, naming
+        it), the shallower ones are its sources. So the DAG grows a level only when a level
+        has ``condensed_min_fanout`` summaries, and its depth stays within 1 + log of the
+        leaf count, however often a tight window forces a compaction."""
+        folded = [p for p in merged if p.depth == depth]
+        links: list[int] | list[str]
+        if depth == 0:  # leaves only: one leaf over all their messages
+            kind: Literal["leaf", "condensed"] = "leaf"
+            links = [m for p in merged for m in self.store.summary_sources(p.summary_id)[1]]
+            descendants = 0
+        else:
+            kind = "condensed"
+            links = [
+                parent
+                for p in merged
+                for parent in (
+                    self.store.summary_sources(p.summary_id)[0]
+                    if p.depth == depth
+                    else [p.summary_id]
+                )
+            ]
+            descendants = sum(1 + p.descendant_count for p in self.store.get_summaries(links))
+        if not links:
+            return None
+        file_ids = tuple(dict.fromkeys(f for p in merged for f in p.file_ids))
+        return self._write(
+            conversation_id,
+            kind,
+            depth,
+            chunk,
+            summary_sources(merged),
+            self._previous_context(items, chunk[0].ordinal, depth=depth),
+            descendants=descendants,
+            file_ids=file_ids,
+            links=links,
+            retire=[p.summary_id for p in folded],
         )
 
     def _previous_context(
@@ -240,6 +303,8 @@ class Compactor(ChunkPlanner):
         *,
         descendants: int,
         file_ids: tuple[str, ...] = (),
+        links: list[int] | list[str] | None = None,
+        retire: Sequence[str] = (),
     ) -> PassResult | None:
         summary, outcome, calls = self.summarize(
             conversation_id,
@@ -249,11 +314,12 @@ class Compactor(ChunkPlanner):
             previous,
             descendants=descendants,
             file_ids=file_ids,
+            from_summaries=kind == "condensed" or links is not None,
         )
         input_tokens = sum(s.tokens for s in sources)
         if outcome.tokens >= input_tokens:
             return None
-        self.store.write_summary(summary, chunk)
+        self.store.write_summary(summary, chunk, links=links, retire=retire)
         self._placed(conversation_id, chunk, summary)
         return PassResult(
             kind=kind,
@@ -276,16 +342,20 @@ class Compactor(ChunkPlanner):
         *,
         descendants: int,
         file_ids: tuple[str, ...] = (),
+        from_summaries: bool | None = None,
     ) -> tuple[Summary, Outcome, int]:
         """Summarize *sources* (with escalation) into a new, unwritten summary; returns it,
-        the escalation outcome and the number of summarizer calls."""
+        the escalation outcome and the number of summarizer calls. *from_summaries*: the
+        sources are summaries (the prompt says so), by default when *kind* is condensed."""
         cfg = self.config
-        condensed = kind == "condensed"
+        condensed = kind == "condensed" if from_summaries is None else from_summaries
         input_tokens = sum(s.tokens for s in sources)
         # A chunk smaller than the configured target would come back whole (not smaller than
         # its input), escalate, and end truncated: aim for at most half of what goes in.
         configured = cfg.condensed_target_tokens if condensed else cfg.leaf_target_tokens
         target = max(16, min(configured, int(input_tokens * CHUNK_TARGET_SHARE)))
+        if self.pass_target_cap is not None:
+            target = max(16, min(target, self.pass_target_cap))
         calls = 0
         # The sources as the model reads them, made once: every rung's prompt holds them, and
         # the deterministic fallback cuts them.
@@ -310,9 +380,11 @@ class Compactor(ChunkPlanner):
                     previous_context=previous,
                     condensed=condensed,
                     rendered=rendered,
+                    instructions=self.instructions,
                 ),
                 previous_context=previous,
                 max_output_tokens=3 * target_tokens,
+                instructions=self.instructions,
             )
 
         outcome = escalate(
@@ -391,13 +463,13 @@ class Compactor(ChunkPlanner):
         hard: bool,
     ) -> bool:
         progressed = False
-        while True:
+        while not self.stopped(report):
             result = self.leaf_pass(conversation_id)
             if result is None or result.saved <= 0:
                 break
             report.passes.append(result)
             progressed = True
-        while True:
+        while not self.stopped(report):
             result = self.condensed_pass(conversation_id, hard=hard)
             if result is None or result.saved <= 0:
                 break
@@ -405,29 +477,67 @@ class Compactor(ChunkPlanner):
             progressed = True
         return progressed
 
-    def until_under(self, conversation_id: int, target: int) -> CompactionReport:
+    def stopped(self, report: CompactionReport) -> bool:
+        """Whether the caller asked the run to stop (recorded in *report*)."""
+        if self.stop is not None and self.stop.is_set():
+            report.stopped = True
+        return report.stopped
+
+    def until_under(
+        self, conversation_id: int, target: int, *, force: bool = False
+    ) -> CompactionReport:
         """Up to ``max_rounds`` sweeps until the context is at or under *target* tokens.
 
-        Under pressure the hard fanout floor applies, and adjacent summaries of mixed depths
-        are merged when no same-depth run is long enough: reaching the target every time keeps
-        the room for new turns, and so the compaction rate, constant.
+        Under pressure the hard fanout floor applies, and summaries are folded together when
+        no run is long enough to condense (:meth:`_fold`: the depth grows only when a level
+        has ``condensed_min_fanout`` summaries): reaching the target every time keeps the
+        room for new turns, and so the compaction rate, constant. No pass aims for more than
+        a third of *target*.
+
+        With *force* (a host that must fit its next request), when nothing outside the fresh
+        tail is left to compact, the tail gives up its oldest turns, half of it at a time, down
+        to the newest exchange (the newest user message and what followed it), and those are
+        compacted too.
         """
-        with self._run():
-            report = CompactionReport(
-                conversation_id, "until", self._tokens(conversation_id), target=target
-            )
-            hard = False
-            for _ in range(self.config.max_rounds):
-                if self._tokens(conversation_id) <= target:
-                    break
-                report.rounds += 1
-                if self._sweep(conversation_id, report, hard=hard):
-                    continue
-                if hard:
-                    break  # nothing more can be compacted
+        self.pass_target_cap = max(16, target // 3)
+        try:
+            with self._run():
+                report = CompactionReport(
+                    conversation_id, "until", self._tokens(conversation_id), target=target
+                )
+                self._until(conversation_id, target, report, force=force)
+            report.tokens_after = self._tokens(conversation_id)
+            return report
+        finally:
+            self.pass_target_cap = None
+
+    def _until(
+        self, conversation_id: int, target: int, report: CompactionReport, *, force: bool
+    ) -> None:
+        hard = False
+        for _ in range(self.config.max_rounds + (2 * self.config.max_rounds if force else 0)):
+            if self._tokens(conversation_id) <= target or self.stopped(report):
+                return
+            report.rounds += 1
+            if self._sweep(conversation_id, report, hard=hard):
+                continue
+            if not hard:
                 # Under pressure: condense with the hard fanout floor, in this same round.
                 hard = True
-                if not self._sweep(conversation_id, report, hard=True):
-                    break
-        report.tokens_after = self._tokens(conversation_id)
-        return report
+                if self._sweep(conversation_id, report, hard=True):
+                    continue
+            if not (force and self._shrink_tail(conversation_id, report)):
+                return  # nothing more can be compacted
+
+    def _shrink_tail(self, conversation_id: int, report: CompactionReport) -> bool:
+        """Halve the fresh tail's cap (whole turns leave its front), down to the newest
+        exchange; ``False`` when it is that already."""
+        items = self._context(conversation_id)
+        start = self.tail_start(items)
+        newest = max((i for i in range(start, len(items)) if items[i].role == "user"), default=None)
+        if newest is None or newest <= start:
+            return False
+        size = sum(it.tokens for it in items[start:])
+        self.tail_max_tokens = max(1, size // 2)
+        report.tail_tokens = sum(it.tokens for it in items[self.tail_start(items) :])
+        return True

@@ -40,6 +40,12 @@ class CompactionReport:
     target: int | None = None
     rounds: int = 0
     errors: list[str] = field(default_factory=list)
+    #: The run stopped early because its caller asked it to (a host's abort).
+    stopped: bool = False
+    #: Set when a forced run shrank the fresh tail: the tail's tokens it left.
+    tail_tokens: int | None = None
+    #: Why the run did less than asked, in words a host can log (``None`` when it did it).
+    reason: str | None = None
 
     @property
     def summarizer_calls(self) -> int:
@@ -83,4 +89,7 @@ class CompactionReport:
                 for p in self.passes
             ],
             "errors": self.errors,
+            "stopped": self.stopped,
+            "tail_tokens": self.tail_tokens,
+            "reason": self.reason,
         }

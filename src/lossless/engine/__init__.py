@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -316,6 +317,9 @@ class Engine(Reads, Recall, Upkeep):
         budget: int | None = None,
         deadline: float | None = None,
         if_free: bool = False,
+        force: bool = False,
+        instructions: str | None = None,
+        stop: threading.Event | None = None,
     ) -> CompactionReport:
         """Compact a conversation's active context.
 
@@ -329,6 +333,12 @@ class Engine(Reads, Recall, Upkeep):
         One process compacts a conversation at a time (on PostgreSQL, across hosts); another
         waits for it, or with *if_free* (what a turn does) leaves the work to it and returns
         a report with no passes.
+
+        With *until* and *force* (a host that must fit its next request), once nothing outside
+        the fresh tail is left the tail gives up its oldest turns, down to the newest exchange.
+        *instructions* (what to keep in view: a host's custom instructions or focus topic) go
+        to the summarizer with every pass. Setting *stop* ends the run between passes (each
+        pass is one transaction: nothing is left half written).
         """
         return compact_context(
             self.services,
@@ -338,6 +348,9 @@ class Engine(Reads, Recall, Upkeep):
             budget=budget,
             deadline=deadline,
             if_free=if_free,
+            force=force,
+            instructions=instructions,
+            stop=stop,
         )
 
     def after_turn(

@@ -145,12 +145,20 @@ class SummaryStore(ContextStore):
         self,
         summary: Summary,
         sources: Sequence[ContextItem],
+        *,
+        links: Sequence[int] | Sequence[str] | None = None,
+        retire: Sequence[str] = (),
     ) -> None:
         """Store *summary* and put it in place of *sources* in the context: one transaction.
 
         *sources* are consecutive context items (messages for a leaf, same-depth summaries for
         a condensed summary). If the context changed since they were read, nothing is written
         and :class:`ConflictError` is raised (retrying the pass is safe).
+
+        A summary folded under pressure names what it was made from in *links* instead (a
+        leaf's message ids, a condensed summary's parent ids, in order), and the summaries it
+        takes the place of in *retire*: they are retired as ``rewritten``, naming it as their
+        successor (kept, with their own edges).
         """
         if not sources:
             raise ValueError("a summary needs at least one source")
@@ -172,7 +180,16 @@ class SummaryStore(ContextStore):
                     f"the context of conversation {conv} changed during compaction; run it again"
                 )
             conn.execute(self._SUM_INSERT, _summary_row(summary))
-            self._link_sources(conn, summary, first, last)
+            if links is None:
+                self._link_sources(conn, summary, first, last)
+            else:
+                self._link_given(conn, summary, links)
+            if retire:
+                conn.executemany(
+                    "UPDATE summaries SET retired_at = ?, retired_reason = 'rewritten',"
+                    " superseded_by = ? WHERE summary_id = ? AND retired_at IS NULL",
+                    [(summary.created_at, summary.summary_id, old) for old in retire],
+                )
             self._index_summaries(conn, [summary.summary_id])
             self._place_summary(conn, summary, first, last)
             version = self._context_changed(conn, conv)
@@ -207,6 +224,21 @@ class SummaryStore(ContextStore):
             f" SELECT ?, {source}, row_number() OVER (ORDER BY ordinal) - 1 FROM context_items"
             " WHERE conversation_id = ? AND ordinal BETWEEN ? AND ?",
             (summary.summary_id, summary.conversation_id, first, last),
+        )
+
+    @staticmethod
+    def _link_given(
+        conn: Connection, summary: Summary, links: Sequence[int] | Sequence[str]
+    ) -> None:
+        """Record *links* as what *summary* was made from, in their order."""
+        table, column = (
+            ("summary_messages", "message_id")
+            if summary.kind == "leaf"
+            else ("summary_parents", "parent_summary_id")
+        )
+        conn.executemany(
+            f"INSERT INTO {table} (summary_id, {column}, ordinal) VALUES (?, ?, ?)",
+            [(summary.summary_id, link, n) for n, link in enumerate(links)],
         )
 
     @staticmethod

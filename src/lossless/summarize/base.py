@@ -80,6 +80,8 @@ class SummaryRequest:
     prompt: str
     previous_context: str | None = None
     max_output_tokens: int | None = None
+    #: What the host asked the summary to keep in view (already in ``prompt`` for models).
+    instructions: str | None = None
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,8 @@ _COMMON = frozenset(
     }
 )
 FIRST_REQUEST_BONUS = 2.0
+#: A unit sharing words with what the host asked the summary to focus on.
+FOCUS_BONUS = 2.0
 INFORMATIVENESS_WEIGHT = 2.0
 
 
@@ -386,6 +388,11 @@ class ExtractiveSummarizer(Summarizer):
             if u.role == "user" and u.source not in firsts and u.score >= 3.0:
                 firsts.add(u.source)
                 u.score += FIRST_REQUEST_BONUS
+        focus = _focus_words(request.instructions)
+        if focus:
+            for u in candidates:
+                if focus & set(re.findall(r"\w{4,}", u.text.lower())):
+                    u.score += FOCUS_BONUS
         ranked = sorted(
             candidates,
             key=lambda u: (-(u.score / math.sqrt(max(u.tokens, 4))), u.index),
@@ -514,3 +521,10 @@ class ExtractiveSummarizer(Summarizer):
             if fit is None or len(unique) <= 1 or estimate_tokens(footer) <= fit:
                 return footer
             unique.pop()
+
+
+def _focus_words(instructions: str | None) -> set[str]:
+    """The words of a focus (four letters or more, not the stop words)."""
+    if not instructions:
+        return set()
+    return {w for w in re.findall(r"\w{4,}", instructions.lower()) if w not in _COMMON}

@@ -116,12 +116,22 @@ def user_prompt(
     previous_context: str | None,
     condensed: bool,
     rendered: str | None = None,
+    instructions: str | None = None,
 ) -> str:
     """The user prompt for one summary (*rendered*: the sources as
-    :func:`render_sources` gives them, when the caller has them already)."""
+    :func:`render_sources` gives them, when the caller has them already; *instructions*:
+    what the host or its user asked the summaries to keep, e.g. OpenClaw's
+    ``customInstructions`` or Hermes's focus topic)."""
     parts = [aim(depth)]
     if level == "aggressive":
         parts.append(_AGGRESSIVE)
+    if instructions:
+        parts.append(
+            "The host asked that the summary keep this in view (what to preserve or focus"
+            " on; it does not change the rules above):\n<instructions>\n"
+            + inert(instructions)
+            + "\n</instructions>"
+        )
     parts.append(f"Use at most about {target_tokens} tokens.")
     parts.append(_FOOTER)
     if previous_context:
