@@ -1542,7 +1542,9 @@ def test_instructions_reach_every_pass_of_the_summarizer(open_engine: EngineFact
     requests = scripted(engine).requests
     assert requests
     assert all("Keep the deployment dates" in r.prompt for r in requests)
-    assert all(r.instructions == "Keep the deployment dates and who decided them." for r in requests)
+    assert all(
+        r.instructions == "Keep the deployment dates and who decided them." for r in requests
+    )
 
 
 def test_a_stopped_compaction_writes_whole_passes_only_and_says_it_stopped(
