@@ -165,7 +165,9 @@ def test_a_budget_boundary_between_call_and_result_leaves_no_orphan(engine: Engi
     assembled = engine.assemble("s", tail_tokens + result_tokens)
     blocks = [b for m in assembled.messages for b in m["content"]]
     assert not any(b["type"] in ("tool_use", "tool_result") for b in blocks)
-    assert assembled.dropped_orphans == ["tool result c1"]
+    # The call and its result are one unit: left out together, so neither was an orphan.
+    assert assembled.dropped_orphans == []
+    assert items[2].ref not in assembled.items
 
 
 def test_the_prefix_is_byte_identical_when_nothing_was_compacted(engine: Engine) -> None:
@@ -311,6 +313,17 @@ TURNS = st.lists(
 )
 
 
+def _strings(value: object) -> list[str]:
+    """Every string inside *value* (a rendered message list)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _strings(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _strings(v)]
+    return []
+
+
 def _say(engine: Engine, session: str, turns: list[tuple[int, int, int]]) -> None:
     for t, (asked, tool, answered) in enumerate(turns):
         engine.ingest(session, {"role": "user", "content": words(asked, f"t{t}u")})
@@ -363,14 +376,9 @@ def test_the_budget_is_a_cap_and_the_newest_turn_and_summary_come_first(
             assert shown in "".join(
                 b.get("text", "") for m in assembled.messages for b in m["content"]
             )
-    counted = sum(tokens[ref] for ref in assembled.items if ref != assembled.clipped)
-    if assembled.clipped is not None:
-        [stub] = [
-            b["text"]
-            for m in assembled.messages
-            for b in m["content"]
-            if "lcm_describe" in b["text"]
-        ]
+    counted = sum(tokens[ref] for ref in assembled.items if ref not in assembled.clipped_all)
+    for ref in assembled.clipped_all:  # shown as its head and where to read it whole
+        [stub] = [t for t in _strings(assembled.messages) if f"lcm_describe {ref} " in t]
         counted += estimate_tokens(stub)
     assert assembled.tokens == counted + assembled.resume_tokens
     # The output holds exactly the messages it names — from the context, or from below its
@@ -380,25 +388,28 @@ def test_the_budget_is_a_cap_and_the_newest_turn_and_summary_come_first(
         ref = f"msg#{message.message_id}"
         first = message.content.split()[0]
         shown_word = re.search(rf"\b{re.escape(first)}\b", text) is not None
-        if ref == assembled.clipped:
+        if ref in assembled.clipped_all:
             assert f"lcm_describe {ref}" in text
         elif ref in assembled.items:
             assert shown_word or message.role == "tool" or "call" in first, ref  # orphans go
         elif not assembled.resume_tokens:  # the resume summary may quote a left-out message
             assert not shown_word, ref
-    # The newest message is always there (whole, or clipped with where to read it whole)
-    # once the budget holds the clip's note; the newest summary (or, with room to spare, the
-    # detail it was made from) whenever it fits beside the newest unit of the conversation (a
-    # message, or a call with its results).
+    # The essentials come first: the newest user request is always there (whole, or clipped
+    # with where to read it whole) once the budget holds the clip's note; then the newest
+    # summary (or, with room to spare, the detail it was made from) whenever it fits beside
+    # that request; then what followed the request, newest first.
+    request = max(i for i, item in enumerate(items) if item.role == "user")
     if budget >= 80:
-        assert items[-1].ref in assembled.items
-    last_unit = max(i for i, item in enumerate(items) if item.role != "tool")
-    unit_tokens = sum(item.tokens for item in items[last_unit:])
+        assert items[request].ref in assembled.items
     summaries = [i for i in items if i.summary_id is not None]
-    if summaries and tokens[summaries[-1].ref] + unit_tokens <= budget:
+    request_tokens = min(items[request].tokens, budget)
+    if summaries and tokens[summaries[-1].ref] + request_tokens <= budget:
         context_refs = {i.ref for i in items}
         unfolded = [ref for ref in assembled.items if ref not in context_refs]
         assert summaries[-1].ref in assembled.items or unfolded
+        after = sum(item.tokens for item in items[request + 1 :])
+        if tokens[summaries[-1].ref] + request_tokens + after <= budget:
+            assert all(item.ref in assembled.items for item in items[request:])
 
 
 # --- the room under the budget is spent on detail -------------------------------------------

@@ -70,8 +70,12 @@ class AssembledContext:
     resume_tokens: int = 0  # the resume summary's, when one was injected
     #: The context items given to the model, in order (``msg#N`` or a summary id).
     items: list[str] = field(default_factory=list)
-    #: The message shown clipped because it alone was over the budget, if any.
+    #: The message shown clipped because it alone was over the budget, if any (the newest
+    #: request when it is one of them).
     clipped: str | None = None
+    #: Every message shown clipped (its head and where to read it whole): the newest request
+    #: over the budget, a message of the turn under way too large for what was left.
+    clipped_all: list[str] = field(default_factory=list)
     #: Summaries and messages shown from below the context's summaries, to fill the budget.
     unfolded: int = 0
 
@@ -138,8 +142,9 @@ def assemble(
     chosen = [items[i] for i in fit.indices]
     left_out = len(items) - len(chosen)  # by the budget (what detail replaced is not)
     stubs: dict[int, str] = {}
-    used = sum(item.tokens for item in chosen) + resume_tokens
-    if (cfg.fill_budget if fill is None else fill) and fit.clipped is None and used < token_budget:
+    clips = {id(items[i]): room for i, room in fit.clipped.items()}
+    used = sum(item.tokens for item in chosen if id(item) not in clips) + resume_tokens
+    if (cfg.fill_budget if fill is None else fill) and not clips and used < token_budget:
         before = any(i.summary_id for i in chosen)
         chosen = _fill(services, shown, chosen, token_budget - used)
         if before and not any(i.summary_id for i in chosen):
@@ -147,18 +152,16 @@ def assemble(
         used = sum(item.tokens for item in chosen) + resume_tokens
     message_ids = [i.message_id for i in chosen if i.message_id is not None]
     messages = {m.message_id: m for m in services.store.get_messages_by_id(message_ids)}
-    if fit.clipped is not None:
-        item = items[fit.clipped]
+    for item in [i for i in chosen if id(i) in clips]:
         clipped = messages[int(item.message_id or 0)]
-        stub = _clip(services, clipped, token_budget - used + item.tokens)
-        if stub is None:  # not even the note fits: nothing does
+        stub = _clip(services, clipped, clips[id(item)])
+        if stub is None:  # not even the note fits: it is left out
             left_out += 1
             chosen = [i for i in chosen if i is not item]
             message_ids.remove(clipped.message_id)
-            used -= item.tokens
         else:
             stubs[clipped.message_id] = stub
-            used += services.tokens.count(stub) - item.tokens
+            used += services.tokens.count(stub)
     summary_ids = [i.summary_id for i in chosen if i.summary_id is not None]
     turns = _turns(chosen, messages, shown.found, format, stubs)
     if cfg.date_marks if dates is None else dates:
@@ -183,5 +186,6 @@ def assemble(
         resume_tokens=resume_tokens,
         items=[i.ref for i in chosen],
         clipped=next((f"msg#{m}" for m in stubs), None),
+        clipped_all=[f"msg#{m}" for m in stubs],
         unfolded=sum(1 for i in chosen if i.ordinal < 0),
     )

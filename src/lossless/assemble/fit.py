@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..model import ContextItem, StoredMessage
@@ -23,63 +23,113 @@ if TYPE_CHECKING:
 FILL_STEP = 16
 
 
+#: A message is shown clipped (its head and where to read it whole) only in at least this
+#: much room; in less, it is left out.
+MIN_CLIP_ROOM = 64
+
+
 @dataclass
 class _Fit:
     """Which context items go to the model (indices, in order), whether the resume summary
-    does, and the one message shown clipped (when the newest turn alone is over budget)."""
+    does, and the messages shown clipped (index → the room for its head and note)."""
 
     indices: list[int]
     resume: bool
-    clipped: int | None = None
+    clipped: dict[int, int] = field(default_factory=dict)
+
+
+def _units(items: Sequence[ContextItem], start: int, end: int) -> list[tuple[int, int]]:
+    """``items[start:end]`` as units, newest first: a message with the tool results that
+    follow it (a result never starts a unit: its call stays with it)."""
+    out: list[tuple[int, int]] = []
+    stop = end
+    for i in range(end - 1, start - 1, -1):
+        if items[i].role != "tool" or i == start:
+            out.append((i, stop))
+            stop = i
+    return out
 
 
 def _fit(items: Sequence[ContextItem], tail: int, budget: int, resume_tokens: int) -> _Fit:
-    """The budget is a cap. The fresh tail goes in whole when it fits; when it does not, it
-    shrinks from the front — whole turns first, then within the newest turn, never starting on
-    a tool result (its call stays with it) — keeping room for the newest summary. What room is
-    left takes the resume summary, then the older items, newest first."""
+    """The budget is a cap, spent on the essentials first, in this order:
+
+    1. the newest user request, whole (alone over the budget: its head and where to read it);
+    2. the newest summary;
+    3. what followed the request (the turn under way), newest first, a message too large for
+       what is left shown clipped;
+    4. the other summaries, newest first;
+    5. the fresh tail before the request, newest first, whole units (a tool result stays
+       with its call);
+    6. the resume summary;
+    7. the older messages, newest first.
+
+    Each step stops at the first item that does not fit, so what is shown of the
+    conversation's end is one unbroken run."""
     n = len(items)
-    after = [0] * (n + 1)  # after[i]: tokens of items[i:]
-    for i in range(n - 1, -1, -1):
-        after[i] = after[i + 1] + items[i].tokens
-    newest = next((i for i in range(tail - 1, -1, -1) if items[i].summary_id is not None), None)
-    reserve = items[newest].tokens if newest is not None else 0
-    if reserve >= budget:
-        newest, reserve = None, 0
-    start = tail
-    while start < n and after[start] + reserve > budget:
-        turn = next((j for j in range(start + 1, n) if items[j].role == "user"), None)
-        unit = next((j for j in range(start + 1, n) if items[j].role != "tool"), None)
-        if turn is None and unit is None:
-            break
-        start = turn if turn is not None else int(unit or 0)
-    if start < n and after[start] + reserve > budget:
-        newest, reserve = None, 0  # the newest turn comes before the summary
-    clipped = None
-    if start < n and after[start] > budget:
-        # The newest unit alone (a message, or a call and its results) is over the budget:
-        # its largest message is clipped, keeping its shape (a tool result stays one); when
-        # the rest of the unit does not leave room for that, the newest message alone.
-        big = max(range(start, n), key=lambda i: items[i].tokens)
-        if after[start] - items[big].tokens >= budget // 2:
-            start, big = n - 1, n - 1
-        clipped = big
-    indices = list(range(start, n))
-    room = budget - after[start] - reserve
-    if clipped is not None:
-        room = 0
-    resume = bool(resume_tokens) and resume_tokens <= room
-    room -= resume_tokens if resume else 0
-    if newest is not None:
-        indices.append(newest)
-    for i in range(start - 1, -1, -1):
-        if i == newest:
+    room = budget
+    take: set[int] = set()
+    clipped: dict[int, int] = {}
+    request = next(
+        (
+            i
+            for i in range(n - 1, -1, -1)
+            if items[i].item_type == "message" and items[i].role == "user"
+        ),
+        None,
+    )
+    if request is not None:
+        if items[request].tokens <= room:
+            take.add(request)
+            room -= items[request].tokens
+        else:
+            clipped[request] = room
+            room = 0
+    summaries = [i for i in range(n - 1, -1, -1) if items[i].summary_id is not None]
+    if summaries and items[summaries[0]].tokens <= room:
+        take.add(summaries[0])
+        room -= items[summaries[0]].tokens
+    # The turn under way (after the request; without one, the fresh tail).
+    whole = True
+    for start, stop in _units(items, tail if request is None else request + 1, n):
+        cost = sum(items[i].tokens for i in range(start, stop))
+        if cost <= room:
+            take.update(range(start, stop))
+            room -= cost
             continue
+        big = max(range(start, stop), key=lambda i: items[i].tokens)
+        rest = cost - items[big].tokens
+        if room - rest >= MIN_CLIP_ROOM:
+            take.update(i for i in range(start, stop) if i != big)
+            clipped[big] = room - rest
+            room = 0
+        whole = False
+        break
+    for i in summaries[1:]:
         if items[i].tokens > room:
             break
-        indices.append(i)
+        take.add(i)
         room -= items[i].tokens
-    return _Fit(sorted(indices), resume, clipped)
+    if whole and request is not None:
+        for start, stop in _units(items, min(tail, request), request):
+            cost = sum(items[i].tokens for i in range(start, stop))
+            if cost > room:
+                whole = False
+                break
+            take.update(range(start, stop))
+            room -= cost
+    resume = bool(resume_tokens) and resume_tokens <= room
+    room -= resume_tokens if resume else 0
+    if whole:
+        older = min(tail, request if request is not None else tail)
+        for start, stop in _units(items, 0, older):
+            if items[start].summary_id is not None:
+                continue  # placed above
+            cost = sum(items[i].tokens for i in range(start, stop) if items[i].summary_id is None)
+            if cost > room:
+                break
+            take.update(i for i in range(start, stop) if items[i].summary_id is None)
+            room -= cost
+    return _Fit(sorted(take | set(clipped)), resume, clipped)
 
 
 def _below(services: Services, summary_id: str) -> Iterator[list[int]]:
