@@ -42,6 +42,7 @@ __all__ = [
     "ProviderProfile",
     "RedactConfig",
     "ResumeConfig",
+    "RoomConfig",
     "SessionsConfig",
     "default_config_path",
     "default_data_dir",
@@ -144,6 +145,40 @@ class ResumeConfig:
     )
     max_tokens: int = field(
         default=800, metadata=_opt(minimum=100, help="token bound of the resume summary")
+    )
+
+
+@dataclass(frozen=True)
+class RoomConfig:
+    """The host's room: what a host's model window leaves the conversation's messages once
+    the host's own part of the prompt (system prompt, tool schemas, injected context) and
+    the model's reply are set aside. Hosts that report their figures are measured; these
+    are the defaults until they are."""
+
+    host_share: float = field(
+        default=0.25,
+        metadata=_opt(
+            minimum=0.0,
+            maximum=0.9,
+            help="share of the window taken to be the host's own (system prompt, tools) until"
+            " the host's figures measure it",
+        ),
+    )
+    reply_tokens: int = field(
+        default=4_096,
+        metadata=_opt(
+            minimum=0,
+            help="tokens kept for the model's reply when the host names no reserve (at most a"
+            " quarter of the window)",
+        ),
+    )
+    min_tokens: int = field(
+        default=1_024,
+        metadata=_opt(
+            minimum=64,
+            help="the least room the messages get, even when the host's own prompt leaves less"
+            " (a warning says so once)",
+        ),
     )
 
 
@@ -383,6 +418,7 @@ class Config:
     )
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     resume: ResumeConfig = field(default_factory=ResumeConfig)
+    room: RoomConfig = field(default_factory=RoomConfig)
     redact: RedactConfig = field(default_factory=RedactConfig)
     profiles: dict[str, ProviderProfile] = field(default_factory=dict)
     custom_provider: CustomProviderConfig = field(default_factory=CustomProviderConfig)

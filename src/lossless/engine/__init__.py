@@ -34,7 +34,7 @@ from ..ingest.pipeline import append, prepare
 from ..ingest.reconcile import Progress, ReconcileReport, reconcile_file
 from ..model import Conversation, IngestResult, NormalizedMessage, StoredMessage
 from ..redact import Redactor, Sealer, restore, tagger
-from ..services import ConversationLocks, Services
+from ..services import BoundedCache, ConversationLocks, Services
 from ..store import DEFER_TRIGRAM_AT, Store, open_store
 from ..summarize import Summarizer
 from ..summarize.providers import build_summarizer
@@ -45,6 +45,7 @@ from .base import (
     default_db_path,
     files_dir_for,
 )
+from .hosting import Hosting
 from .reads import Reads
 from .recall import Recall
 from .upkeep import Upkeep
@@ -73,7 +74,7 @@ class TurnResult:
     error: str | None = None
 
 
-class Engine(Reads, Recall, Upkeep):
+class Engine(Reads, Recall, Upkeep, Hosting):
     """Lossless context management over one store.
 
     Open one with :meth:`open`; use it as a context manager or call :meth:`close`. Its
@@ -105,6 +106,9 @@ class Engine(Reads, Recall, Upkeep):
         self._session_locks = ConversationLocks()
         # session id → conversation; ids never change, so the hot path skips the lookup.
         self._by_session: dict[str, Conversation] = {}
+        # conversation → its newest assembly's tokens (what a host's reported prompt size is
+        # measured against: Engine.measure_room).
+        self._assembled: BoundedCache[int, int] = BoundedCache(1024)
 
     @classmethod
     def open(
@@ -428,7 +432,7 @@ class Engine(Reads, Recall, Upkeep):
         """
         conv = self.conversation(conversation)
         with self.store.read():  # one snapshot: the context and its rows agree
-            return assemble_context(
+            made = assemble_context(
                 self.services,
                 conv.conversation_id,
                 token_budget,
@@ -437,6 +441,8 @@ class Engine(Reads, Recall, Upkeep):
                 fill=fill,
                 dates=dates,
             )
+        self._assembled.put(conv.conversation_id, made.tokens)
+        return made
 
     def bootstrap(
         self,
