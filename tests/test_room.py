@@ -64,11 +64,13 @@ def test_a_measured_host_part_is_kept_for_the_next_turn_in_a_new_process(db: str
 def test_a_window_the_host_fills_alone_warns_once_and_keeps_the_minimum(
     db: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="lossless.room"):
-        with Engine.open(db, config=CONFIG) as engine:
-            engine.measure_room("s", window=16_000, prompt_tokens=14_000, messages_tokens=0)
-            room = engine.room("s", 16_000, reply=4_000)
-            again = engine.room("s", 16_000, reply=4_000)
+    with (
+        caplog.at_level(logging.WARNING, logger="lossless.room"),
+        Engine.open(db, config=CONFIG) as engine,
+    ):
+        engine.measure_room("s", window=16_000, prompt_tokens=14_000, messages_tokens=0)
+        room = engine.room("s", 16_000, reply=4_000)
+        again = engine.room("s", 16_000, reply=4_000)
     assert room.overflows and room.budget == CONFIG.room.min_tokens == again.budget
     warned = [r.getMessage() for r in caplog.records if "leave" in r.getMessage()]
     assert len(warned) == 1, warned  # once per conversation and window
