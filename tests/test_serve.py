@@ -356,3 +356,64 @@ def test_requests_read_from_a_file_are_all_answered(tmp_path: Path) -> None:
     answers = {a["id"]: a for a in map(json.loads, done.stdout.decode().splitlines())}
     assert answers[1]["result"]["inserted"] == 1
     assert answers[2]["result"]["backend"] == "sqlite"
+
+
+def _long_turns(n: int) -> list[dict[str, Any]]:
+    """*n* turns of about 170 words a message (about 350 tokens each)."""
+    out = []
+    for i in range(n):
+        out.append(
+            {"role": "user", "content": f"Q{i}: " + " ".join(f"ask{i}w{k}" for k in range(170))}
+        )
+        out.append(
+            {
+                "role": "assistant",
+                "content": f"A{i}: " + " ".join(f"say{i}w{k}" for k in range(170)),
+            }
+        )
+    return out
+
+
+def test_with_the_window_the_bridge_assembles_within_the_room_the_host_leaves(
+    db: str, tmp_path: Path
+) -> None:
+    """The issue's reproduction: 300 stored messages, a 40k window of which the host's own
+    prompt takes 18k. Given the window instead of a bare budget, the assembly fits the room
+    (the window less the host's part, less the reply, less the turn under way) and carries
+    summaries; the host's reported prompt size is what measures its part."""
+    with ServeClient.spawn(["--db", db]) as bridge:
+        bridge.call("ingest_batch", session_id="oc", messages=_long_turns(150))
+        first = bridge.call(
+            "assemble", session_id="oc", window=40_000, reply_tokens=4_000, format="openai"
+        )
+        # No measurement yet: a quarter of the window is taken to be the host's.
+        assert first["room"]["source"] == "default" and first["room"]["overhead"] == 10_000
+        assert first["tokens"] <= 40_000 - 10_000 - 4_000
+        # The host's request carried those messages with its own 18,000 tokens and a 600-token
+        # prompt; the provider said so. Measured and kept for the next turn.
+        turn = bridge.call(
+            "after_turn",
+            session_id="oc",
+            messages=[],
+            window=40_000,
+            prompt_tokens=first["tokens"] + 18_600,
+            pending_tokens=600,
+        )
+        assert turn["room"]["overhead"] == 18_000 and turn["room"]["source"] == "recorded"
+        done = bridge.call(
+            "compact_for_host",
+            session_id="oc",
+            window=40_000,
+            host_tokens=18_000 + first["tokens"],
+            format="openai",
+        )
+        assert done["compacted"] and done["tokens_after"] <= 40_000 - 4_000
+        made = bridge.call("assemble", session_id="oc", window=40_000, pending_tokens=600)
+        assert made["tokens"] <= 40_000 - 18_000 - 4_000 - 600
+        assert made["summaries"] >= 1
+        status = bridge.call("status", session_id="oc")
+        assert status["room"]["overhead"] == 18_000
+        again = bridge.call("compact_for_host", session_id="oc", window=40_000)
+        assert not again["compacted"] and again["reason"].startswith("already")
+        # No compaction runs for a session: cancelling says so.
+        assert bridge.call("cancel_compaction", session_id="oc") == {"cancelled": False}

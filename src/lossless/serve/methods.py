@@ -11,6 +11,8 @@ Engine` and name the conversation by the host's ``session_id`` (created on first
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +23,7 @@ from ..engine import Engine
 from ..errors import ArgumentError
 from ..model import IngestResult
 from ..retrieval.tools import TOOLS, Param, RecallTool
+from ..room import Room, recorded
 from ..timestamps import parse_ts
 from ..toolbox import ToolScope
 
@@ -79,6 +82,46 @@ _BUDGET = Param(
 )
 
 
+_WINDOW = Param(
+    "window",
+    "integer",
+    "The model's context window in tokens: the budget becomes the room the host leaves the"
+    " messages (the window less the host's own prompt, measured and kept per session, less"
+    " the reply reserve).",
+    None,
+    minimum=1,
+)
+_REPLY = Param(
+    "reply_tokens",
+    "integer",
+    "What the host keeps for the model's reply (default: the kept one, else room.reply_tokens).",
+    None,
+    minimum=0,
+)
+_HINT = Param(
+    "overhead_hint",
+    "integer",
+    "A lower bound of the host's own prompt (system prompt and the like) before any measurement.",
+    None,
+    minimum=0,
+)
+_PENDING = Param(
+    "pending_tokens",
+    "integer",
+    "Tokens the host sends after the assembled messages (the turn under way).",
+    0,
+    minimum=0,
+)
+
+
+def _room(engine: Engine, a: dict[str, Any]) -> Room | None:
+    if a.get("window") is None:
+        return None
+    return engine.room(
+        a["session_id"], a["window"], reply=a.get("reply_tokens"), hint=a.get("overhead_hint")
+    )
+
+
 def _ingested(result: IngestResult) -> dict[str, Any]:
     return {
         "conversation_id": result.conversation_id,
@@ -103,12 +146,14 @@ def _bootstrap(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
 
 def _session_state(engine: Engine, conversation_id: int) -> dict[str, Any]:
     conv = engine.conversation(conversation_id)
+    room = recorded(conv.metadata, engine.config.room.min_tokens)
     return {
         "conversation_id": conv.conversation_id,
         "session_id": conv.session_id,
         "messages": engine.message_count(conv.conversation_id),
         "context_tokens": sum(i.tokens for i in engine.context(conv.conversation_id)),
         "summaries": sum(engine.summary_counts(conv.conversation_id).values()),
+        "room": None if room is None else room.to_dict(),
     }
 
 
@@ -140,22 +185,49 @@ def _ingest_batch(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _after_turn(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    budget = a["token_budget"]
+    room = None
+    if a["window"] is not None:
+        if a["prompt_tokens"]:  # the host's figure for the request lossless assembled
+            engine.measure_room(
+                a["session_id"],
+                window=a["window"],
+                prompt_tokens=a["prompt_tokens"],
+                pending_tokens=a["pending_tokens"],
+                reply=a["reply_tokens"],
+            )
+        room = _room(engine, a)
+        budget = room.budget if room is not None else budget
     turn = engine.after_turn(
-        a["session_id"], a["messages"], token_budget=a["token_budget"], format=a["format"]
+        a["session_id"], a["messages"], token_budget=budget, format=a["format"]
     )
     return {
         **_ingested(turn.ingest),
         "compaction": None if turn.compaction is None else turn.compaction.to_dict(),
         "deferred": turn.deferred,
         "error": turn.error,
+        "room": None if room is None else room.to_dict(),
     }
 
 
 def _assemble(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    room = _room(engine, a)
+    budget = a["token_budget"]
+    if room is not None:
+        fits = max(1, room.budget - a["pending_tokens"])
+        budget = fits if budget is None else min(budget, fits)
+    if budget is None:
+        raise ArgumentError("assemble: give token_budget, or window (the model's context window)")
     made = engine.assemble(
-        a["session_id"], a["token_budget"], format=a["format"], pending_calls=a["pending_calls"]
+        a["session_id"],
+        budget,
+        format=a["format"],
+        pending_calls=a["pending_calls"],
+        fill=a["fill"],
     )
     return {
+        "room": None if room is None else room.to_dict(),
+        "clipped_all": made.clipped_all,
         "messages": made.messages,
         "tokens": made.tokens,
         "budget": made.budget,
@@ -167,6 +239,44 @@ def _assemble(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         "over_budget": made.over_budget,
         "clipped": made.clipped,
     }
+
+
+#: The host compactions under way, by session: ``cancel_compaction`` stops one.
+_RUNNING: dict[str, threading.Event] = {}
+_RUNNING_GUARD = threading.Lock()
+
+
+def _compact_for_host(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    session = a["session_id"]
+    room = engine.room(session, a["window"], reply=a["reply_tokens"], hint=a["overhead_hint"])
+    stop = threading.Event()
+    with _RUNNING_GUARD:
+        _RUNNING[session] = stop
+    deadline = None if a["timeout"] is None else time.monotonic() + a["timeout"]
+    try:
+        done = engine.compact_for_host(
+            session,
+            room,
+            host_tokens=a["host_tokens"],
+            full=a["full"],
+            instructions=a["instructions"],
+            stop=stop,
+            deadline=deadline,
+            format=a["format"],
+        )
+    finally:
+        with _RUNNING_GUARD:
+            if _RUNNING.get(session) is stop:
+                del _RUNNING[session]
+    return done.to_dict()
+
+
+def _cancel(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    with _RUNNING_GUARD:
+        stop = _RUNNING.get(a["session_id"])
+    if stop is not None:
+        stop.set()
+    return {"cancelled": stop is not None}
 
 
 def _compact(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
@@ -294,6 +404,18 @@ _METHODS = (
             Param("messages", "objects", "The turn's new messages, oldest first.", []),
             _BUDGET,
             _FORMAT,
+            _WINDOW,
+            Param(
+                "prompt_tokens",
+                "integer",
+                "The size of the turn's last request to the model as the host or its provider"
+                " counted it (usage); with window, measures the host's own part of it.",
+                None,
+                minimum=0,
+            ),
+            _PENDING,
+            _REPLY,
+            _HINT,
         ),
         _after_turn,
     ),
@@ -307,7 +429,9 @@ _METHODS = (
             Param(
                 "token_budget",
                 "integer",
-                "The tokens the messages may take (a cap: the model's window less its reply).",
+                "The tokens the messages may take (a cap: the model's window less its reply);"
+                " with window, at most the room.",
+                None,
                 minimum=1,
             ),
             Param("format", "string", "The messages' shape.", "anthropic", choices=FORMATS),
@@ -316,6 +440,16 @@ _METHODS = (
                 "boolean",
                 "Keep a tool call whose result is not stored yet.",
                 False,
+            ),
+            _WINDOW,
+            _PENDING,
+            _REPLY,
+            _HINT,
+            Param(
+                "fill",
+                "boolean",
+                "Spend room left on detail from below the summaries (default: fill_budget).",
+                None,
             ),
         ),
         _assemble,
@@ -334,6 +468,52 @@ _METHODS = (
             _BUDGET,
         ),
         _compact,
+    ),
+    Method(
+        "compact_for_host",
+        "The host must fit its next request: compact the session down to compaction_target of"
+        " the room its window leaves the messages (the fresh tail shrinking to the newest"
+        " exchange if need be). Answers in the host's terms: compacted, its whole prompt before"
+        " and after, and, when nothing was compacted, why ('already under target' / 'already"
+        " compacted'). Asked again in the same turn with the same target, it answers without"
+        " another run.",
+        (
+            _SESSION,
+            Param("window", "integer", "The model's context window in tokens.", minimum=1),
+            Param(
+                "host_tokens",
+                "integer",
+                "The host's count of its whole prompt now (system prompt and tools included).",
+                None,
+                minimum=0,
+            ),
+            _REPLY,
+            _HINT,
+            Param("full", "boolean", "A user's /compact: every eligible pass.", False),
+            Param(
+                "instructions",
+                "string",
+                "What the summaries should keep in view (the host's custom instructions).",
+                None,
+            ),
+            Param(
+                "timeout",
+                "integer",
+                "Seconds after which no model is called (later passes fall back).",
+                None,
+                minimum=0,
+            ),
+            Param("format", "string", "The messages' shape.", "anthropic", choices=FORMATS),
+        ),
+        _compact_for_host,
+    ),
+    Method(
+        "cancel_compaction",
+        "Stop the session's host compaction between passes (the host gave up waiting):"
+        " nothing is left half written.",
+        (_SESSION,),
+        _cancel,
+        ordered_by=None,
     ),
     _declared(
         "grep",
