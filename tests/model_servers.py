@@ -15,6 +15,11 @@ request it was sent.
 
 Anything else is answered by ``reply(text)``: "yes" gets "Confirmed.", other text "Reply to:
 <text>", so the same words always get the same answer.
+
+Each answer's usage counts the request as a provider would (:func:`prompt_tokens`: a token per
+four characters of what the model reads: system prompt, messages, tool schemas), so a host
+that learns from usage learns true figures; :meth:`_Server.prompt_sizes` gives every request's
+count, to check what a host sent against its window.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ def reply(text: str) -> str:
     """The scripted answer to the user's *text*."""
     said = text.strip()
     return "Confirmed." if said.lower() == "yes" else f"Reply to: {said[:200]}"
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """What a request's model reads, in tokens as a provider would count them (about four
+    characters a token): the system prompt, the messages or input items, the tool schemas."""
+    read = {k: body.get(k) for k in ("system", "messages", "input", "instructions", "tools")}
+    return -(-len(json.dumps(read, ensure_ascii=False, separators=(",", ":"))) // 4)
 
 
 def _texts(content: Any) -> list[str]:
@@ -83,6 +95,15 @@ class _Server:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def prompt_sizes(self, path: str = "") -> list[int]:
+        """Every model request's size (:func:`prompt_tokens`), in order; with *path*, of the
+        requests to paths ending so."""
+        return [
+            prompt_tokens(r["body"])
+            for r in self.requests
+            if r["body"] and r["path"].split("?")[0].rstrip("/").endswith(path)
+        ]
 
     @property
     def url(self) -> str:
@@ -138,7 +159,10 @@ class AnthropicServer(_Server):
             self.json(handler, {"error": {"type": "not_found", "message": path}}, 404)
             return
         text = self.text_for(request["body"])
-        self.stream(handler, self.events(text, request["body"].get("model", "m")))
+        self.stream(
+            handler,
+            self.events(text, request["body"].get("model", "m"), prompt_tokens(request["body"])),
+        )
 
     def last_user_text(self, body: dict[str, Any]) -> str:
         for message in reversed(body.get("messages") or []):
@@ -160,8 +184,8 @@ class AnthropicServer(_Server):
         return reply(said.split("</system-reminder>")[-1])
 
     @staticmethod
-    def events(text: str, model: str) -> Iterator[tuple[str, dict[str, Any]]]:
-        usage = {"input_tokens": 100, "output_tokens": 10}
+    def events(text: str, model: str, read: int = 100) -> Iterator[tuple[str, dict[str, Any]]]:
+        usage = {"input_tokens": read, "output_tokens": 10}
         yield (
             "message_start",
             {
@@ -218,7 +242,7 @@ class ResponsesServer(_Server):
             text = f"SUMMARY-{next(self.summaries)}: the work so far."
         else:
             text = reply(self.last_user_text(request["body"]))
-        self.stream(handler, self.events(text, n))
+        self.stream(handler, self.events(text, n, prompt_tokens(request["body"])))
 
     @staticmethod
     def is_compaction(request: dict[str, Any]) -> bool:
@@ -239,7 +263,7 @@ class ResponsesServer(_Server):
         return ""
 
     @staticmethod
-    def events(text: str, n: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    def events(text: str, n: int, read: int = 100) -> Iterator[tuple[str, dict[str, Any]]]:
         item = {
             "type": "message",
             "id": f"msg_{n}",
@@ -275,11 +299,11 @@ class ResponsesServer(_Server):
             },
         )
         usage = {
-            "input_tokens": 100,
+            "input_tokens": read,
             "input_tokens_details": {"cached_tokens": 0},
             "output_tokens": 10,
             "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": 110,
+            "total_tokens": read + 10,
         }
         yield (
             "response.completed",
@@ -302,7 +326,8 @@ class ChatServer(_Server):
             return
         body = request["body"]
         text, calls = self.plan(body.get("messages") or [])
-        usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+        read = prompt_tokens(body)
+        usage = {"prompt_tokens": read, "completion_tokens": 10, "total_tokens": read + 10}
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if calls:
             message["tool_calls"] = calls

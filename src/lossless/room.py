@@ -74,6 +74,11 @@ class Room:
         """The messages' budget: what is available, and never less than the minimum."""
         return max(self.minimum, self.available)
 
+    def budget_after(self, pending: int) -> int:
+        """The messages' budget when the host sends *pending* tokens after them (the turn
+        under way): what is left, and never less than the minimum."""
+        return max(self.minimum, self.available - max(0, pending))
+
     @property
     def overflows(self) -> bool:
         """The host's own part and the reply leave less than the minimum."""

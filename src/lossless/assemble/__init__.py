@@ -3,11 +3,13 @@
 The spec's steps: (1) the context items in ordinal order; (2) each resolved — a summary becomes
 a user message holding the spec's ``<summary>`` XML (marked as untrusted history), a message is
 rebuilt from its parts; (3) split into the evictable prefix and the protected fresh tail;
-(4) the fresh tail is included whole when it fits — the budget is a cap: a tail over it
-shrinks from the front, whole turns first, keeping room for the newest summary, and a newest
-message over the budget on its own is shown clipped, with where to read it whole; (5) the rest
-of the budget is filled from the evictable items, newest first, dropping the oldest, and
-what room is still left is spent on detail (``fill_budget``): summaries are unfolded into the
+(4) the budget is a cap, spent on the essentials first (:func:`~.fit._fit`): the newest user
+request whole (alone over the budget: its head and where to read it whole; left to the host
+when it sends the request itself, *prompt*), the newest summary, the turn under way after the
+request (a message too large for what is left shown clipped), the other summaries, the rest of
+the fresh tail, the resume summary, the older messages — each step newest first, a tool call
+and its results as one unit; (5) what room is still left is spent on detail (``fill_budget``):
+summaries are unfolded into the
 summaries they were made from while those fit, newest first, then the messages below the
 newest summaries are shown as they were (newest first, from a message whose seq is a multiple
 of :data:`FILL_STEP`, so the prompt's prefix stays put for several turns; a summary all of
@@ -115,13 +117,16 @@ def assemble(
     pending_calls: bool = False,
     fill: bool | None = None,
     dates: bool | None = None,
+    prompt: str | None = None,
 ) -> AssembledContext:
     """The model-facing messages of a conversation within *token_budget* (see module doc).
 
     With *pending_calls*, a tool call whose result is not stored yet is kept (a host that
     appends the result itself, such as the Agents SDK's runner, wants to see it). *fill*
     (default: ``fill_budget``) spends the room left on detail; *dates* (default:
-    ``date_marks``) marks each user message said on another day than what comes before it."""
+    ``date_marks``) marks each user message said on another day than what comes before it.
+    *prompt*: the request the host sends after these messages itself (OpenClaw's ``prompt``):
+    the budget goes to the summaries and the turns before it first."""
     if format not in FORMATS:
         raise ValueError(f"unknown context format {format!r}; use one of: {', '.join(FORMATS)}")
     items = services.store.context(conversation_id)
@@ -136,7 +141,7 @@ def assemble(
         if upto is not None:
             resume = resume_text(services, conversation_id, upto)
     resume_tokens = services.tokens.count(resume) if resume else 0
-    fit = _fit(items, tail, token_budget, resume_tokens)
+    fit = _fit(items, tail, token_budget, resume_tokens, prompted=prompt is not None)
     if not fit.resume:
         resume, resume_tokens = None, 0
     chosen = [items[i] for i in fit.indices]

@@ -50,10 +50,18 @@ def _units(items: Sequence[ContextItem], start: int, end: int) -> list[tuple[int
     return out
 
 
-def _fit(items: Sequence[ContextItem], tail: int, budget: int, resume_tokens: int) -> _Fit:
+def _fit(
+    items: Sequence[ContextItem],
+    tail: int,
+    budget: int,
+    resume_tokens: int,
+    *,
+    prompted: bool = False,
+) -> _Fit:
     """The budget is a cap, spent on the essentials first, in this order:
 
-    1. the newest user request, whole (alone over the budget: its head and where to read it);
+    1. the newest user request, whole (alone over the budget: its head and where to read it)
+       — unless *prompted*: the host sends the request itself, after these messages;
     2. the newest summary;
     3. what followed the request (the turn under way), newest first, a message too large for
        what is left shown clipped;
@@ -69,14 +77,16 @@ def _fit(items: Sequence[ContextItem], tail: int, budget: int, resume_tokens: in
     room = budget
     take: set[int] = set()
     clipped: dict[int, int] = {}
-    request = next(
-        (
-            i
-            for i in range(n - 1, -1, -1)
-            if items[i].item_type == "message" and items[i].role == "user"
-        ),
-        None,
-    )
+    request = None
+    if not prompted:
+        request = next(
+            (
+                i
+                for i in range(n - 1, -1, -1)
+                if items[i].item_type == "message" and items[i].role == "user"
+            ),
+            None,
+        )
     if request is not None:
         if items[request].tokens <= room:
             take.add(request)

@@ -417,6 +417,7 @@ class Engine(Reads, Recall, Upkeep, Hosting):
         pending_calls: bool = False,
         fill: bool | None = None,
         dates: bool | None = None,
+        prompt: str | None = None,
     ) -> AssembledContext:
         """The messages to send the model before its next turn, within *token_budget* (a
         cap: never more).
@@ -429,6 +430,11 @@ class Engine(Reads, Recall, Upkeep, Hosting):
         *fill* (default: the ``fill_budget`` setting) is false. A user message said on
         another day than what comes before it starts with its date (``[Tuesday 9 May 2023]``)
         unless *dates* (default: the ``date_marks`` setting) is false.
+
+        A tight budget goes to the essentials first: the newest user request whole, the
+        newest summary, the turn under way, the other summaries, the rest of the fresh tail.
+        *prompt* is the request when the host sends it itself after these messages (it is not
+        stored yet): then the summaries come first.
         """
         conv = self.conversation(conversation)
         with self.store.read():  # one snapshot: the context and its rows agree
@@ -440,6 +446,7 @@ class Engine(Reads, Recall, Upkeep, Hosting):
                 pending_calls=pending_calls,
                 fill=fill,
                 dates=dates,
+                prompt=prompt,
             )
         self._assembled.put(conv.conversation_id, made.tokens)
         return made

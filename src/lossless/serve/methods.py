@@ -194,6 +194,7 @@ def _after_turn(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
                 window=a["window"],
                 prompt_tokens=a["prompt_tokens"],
                 pending_tokens=a["pending_tokens"],
+                messages_tokens=a["assembled_tokens"],
                 reply=a["reply_tokens"],
             )
         room = _room(engine, a)
@@ -214,7 +215,7 @@ def _assemble(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     room = _room(engine, a)
     budget = a["token_budget"]
     if room is not None:
-        fits = max(1, room.budget - a["pending_tokens"])
+        fits = room.budget_after(a["pending_tokens"])
         budget = fits if budget is None else min(budget, fits)
     if budget is None:
         raise ArgumentError("assemble: give token_budget, or window (the model's context window)")
@@ -224,6 +225,7 @@ def _assemble(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         format=a["format"],
         pending_calls=a["pending_calls"],
         fill=a["fill"],
+        prompt=a["prompt"],
     )
     return {
         "room": None if room is None else room.to_dict(),
@@ -414,6 +416,14 @@ _METHODS = (
                 minimum=0,
             ),
             _PENDING,
+            Param(
+                "assembled_tokens",
+                "integer",
+                "The tokens of the messages lossless assembled for that request (default: its"
+                " newest assembly of the session in this process).",
+                None,
+                minimum=0,
+            ),
             _REPLY,
             _HINT,
         ),
@@ -449,6 +459,13 @@ _METHODS = (
                 "fill",
                 "boolean",
                 "Spend room left on detail from below the summaries (default: fill_budget).",
+                None,
+            ),
+            Param(
+                "prompt",
+                "string",
+                "The request the host sends after these messages itself (not stored yet):"
+                " the summaries come first.",
                 None,
             ),
         ),
