@@ -20,6 +20,7 @@ per chunk of new material (never for history already summarized).
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from .report import CompactionReport, PassResult
 
 if TYPE_CHECKING:
     from ..services import Services
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CompactionPlan",
@@ -75,6 +78,21 @@ def compact(
             return _compact_held(compactor, services, conversation_id, mode, until, force)
     finally:
         here.release()
+
+
+def log_run(report: CompactionReport, why: str) -> None:
+    """One log line (INFO, ``lossless.compaction``) for a compaction run that wrote passes:
+    what asked for it (``turn``, ``host``), its passes, the tokens before and after."""
+    if report.passes:
+        logger.info(
+            "conversation %s: %s compaction, %d pass(es), %d -> %d tokens%s",
+            report.conversation_id,
+            why,
+            len(report.passes),
+            report.tokens_before,
+            report.tokens_after,
+            "" if report.target is None else f" (target {report.target})",
+        )
 
 
 def _left_to_another(services: Services, conversation_id: int, mode: str) -> CompactionReport:
@@ -166,6 +184,7 @@ def after_turn_compaction(
             report.rounds = over.rounds
             report.target = target
             report.tokens_after = over.tokens_after
+    log_run(report, "turn")
     return report
 
 

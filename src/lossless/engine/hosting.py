@@ -8,6 +8,7 @@ import threading
 
 from ..assemble import assemble as assemble_context
 from ..compaction import compact as compact_context
+from ..compaction import log_run
 from ..room import HostCompaction, Room, measure, room_for
 from ..services import BoundedCache
 from .base import ConversationRef, Facade
@@ -98,7 +99,8 @@ class Hosting(Facade):
         format: str = "anthropic",
     ) -> HostCompaction:
         """Compact because the host asked (its prompt is over its own limit): down to
-        ``compaction_target`` of the *room*, shrinking the fresh tail to the newest exchange if
+        ``compaction_target`` of the *room* (``context_threshold`` of it when lower, as a turn
+        would), shrinking the fresh tail to the newest exchange if
         that is what it takes (:meth:`Engine.compact` with ``force``). The answer is in the
         host's terms (its whole prompt: *host_tokens* before, the host's own part plus the
         next assembly after) and says why when nothing was compacted: ``already under target``
@@ -109,7 +111,8 @@ class Hosting(Facade):
         then down to the target."""
         conv = self.conversation(conversation)
         cid = conv.conversation_id
-        target = max(1, int(room.budget * self.config.compaction_target))
+        cfg = self.config
+        target = max(1, int(room.budget * min(cfg.compaction_target, cfg.context_threshold)))
         context = self.store.context(cid)
         before = sum(i.tokens for i in context)
         newest = context[-1].ref if context else None
@@ -133,6 +136,7 @@ class Hosting(Facade):
                 instructions=instructions,
                 stop=stop,
             )
+            log_run(report, "host")
             passes, stopped = len(report.passes), report.stopped
             context = self.store.context(cid)
             self._by_session.pop(conv.session_id, None)

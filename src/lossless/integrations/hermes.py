@@ -15,9 +15,16 @@ the CLI. A Hermes session is a lossless conversation with the same session id.
   method), whether or not Hermes compresses, and again (idempotently) whenever Hermes hands
   messages over: ``compress`` and ``on_session_end`` store what the store lacks first, so a turn
   the hook never saw (an interrupted one) is kept too.
-* **Compression** is lossless's: the conversation is compacted to a budget below Hermes's
-  threshold and the assembled context — summaries (one user message), then the newest turns
-  with tool calls and results together — replaces Hermes's working list.
+* **The room** is what Hermes's window leaves the conversation: the window less Hermes's own
+  part of every request (its system prompt and tool schemas, measured from each request the
+  ``pre_api_request`` hook sees, and from ``compress``'s ``current_tokens``; kept per session)
+  less the reply (Hermes's ``max_tokens``). ``context_threshold`` is a share of that room, so a
+  threshold below Hermes's own ~13k tokens cannot make it compress before every turn (a
+  warning says so once).
+* **Compression** is lossless's: the conversation is compacted to ``compaction_target`` of the
+  room (``focus_topic`` passed to the summarizer; once a turn however often Hermes asks) and
+  the assembled context — summaries (one user message), then the newest turns with tool calls
+  and results together, under the threshold — replaces Hermes's working list.
 * **Recall**: ``lcm_grep``, ``lcm_describe``, ``lcm_expand_query``, ``chat_context_query``,
   ``get_history`` and the rest of a pinned scope's tools, searching the session's own
   conversations.
@@ -47,6 +54,7 @@ from ..config import load_config
 from ..engine import Engine
 from ..errors import NotFoundError
 from ..resume import HEADER as RESUME_HEADER
+from ..room import Room
 from ..toolbox import SESSION_TOOLS, ToolScope, call_json, tool_schemas
 from .absorb import Absorber
 
@@ -74,11 +82,16 @@ HOST_KEYS = ("_db_persisted",)
 TOOL_NAMES = SESSION_TOOLS
 #: How the message lossless hands Hermes with the summaries begins.
 SUMMARY_LEAD = SUMMARY_MESSAGE_LEAD
-#: The smallest budget compression assembles to, whatever Hermes's threshold.
-MIN_BUDGET = 1_000
+#: The window when Hermes has not named one yet (its own floor).
+DEFAULT_WINDOW = 64_000
 
 _engines: dict[str, Engine] = {}
 _opening = threading.Lock()
+#: session id → the model's window as Hermes last told an engine of that session (the
+#: ``pre_api_request`` hook measures Hermes's own part of the window with it).
+_windows: dict[str, int] = {}
+#: Sessions whose too-low threshold was reported (once each).
+_warned: set[str] = set()
 
 
 def shared_engine() -> Engine:
@@ -149,19 +162,29 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
         provider: str = "",
         api_mode: str = "",
     ) -> None:
-        """The model's window: compress at ``context_threshold`` of it (lossless's setting)."""
+        """The model's window: compress at ``context_threshold`` of the room it leaves the
+        conversation (lossless's setting)."""
         self.threshold_percent = self.engine.config.context_threshold
         super().update_model(model, context_length, base_url, api_key, provider, api_mode)
+        if self.session_id is not None and context_length:
+            _windows[self.session_id] = int(context_length)
+        self._threshold()
 
     def bind_session_state(self, session_db: Any = None, session_id: str | None = None) -> None:
         """Hermes names the session (at start, and after ``/new``, ``/resume``, ``/branch``)."""
         if session_id:
-            self.session_id = session_id
+            self._bind(session_id)
 
     def on_session_start(self, session_id: str, **kwargs: Any) -> None:
-        """A session starts (or goes on after a compression): remember its id."""
+        """A session starts (or goes on after a compression): remember its id. Its
+        conversation is made by the first turn stored: Hermes starts sessions it never runs
+        a turn in (a background review's agent, a sub-agent before its first call)."""
+        self._bind(session_id)
+
+    def _bind(self, session_id: str) -> None:
         self.session_id = session_id
-        self.engine.conversation(session_id, create=True)
+        if self.context_length:
+            _windows[session_id] = int(self.context_length)
 
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
         """Hermes hands over its working list (at exit, at ``/new``, before a compression):
@@ -176,9 +199,54 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
         self.last_total_tokens = int(usage.get("total_tokens") or 0)
 
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
-        """Whether the prompt passed the threshold."""
+        """Whether the prompt passed the threshold: Hermes's own part of it, and
+        ``context_threshold`` of the room the window leaves the conversation."""
         tokens = prompt_tokens if prompt_tokens is not None else self.last_prompt_tokens
+        self._threshold()
         return bool(self.threshold_tokens) and (tokens or 0) >= self.threshold_tokens
+
+    def _room(self) -> Room:
+        """The room of the session's messages (a default one for a session not stored yet)."""
+        engine = self.engine
+        window = int(self.context_length or DEFAULT_WINDOW)
+        session = self.session_id
+        if session is not None and engine.find_conversation(session) is not None:
+            return engine.room(session, window)
+        cfg = engine.config.room
+        return Room(
+            window,
+            int(window * cfg.host_share),
+            min(cfg.reply_tokens, window // 4),
+            "default",
+            cfg.min_tokens,
+        )
+
+    def _threshold(self) -> Room:
+        """Set ``threshold_tokens`` (what Hermes reads) from the room; report once when the
+        configured share of the window would be below Hermes's own part."""
+        room = self._room()
+        share = self.engine.config.context_threshold
+        self.threshold_tokens = room.overhead + int(share * room.budget)
+        session = self.session_id
+        if (
+            session is not None
+            and room.source != "default"
+            and share * room.window < room.overhead
+            and session not in _warned
+        ):
+            _warned.add(session)
+            logger.warning(
+                "context_threshold %.2f of the %s-token window is %s tokens, below Hermes's own"
+                " ~%s (system prompt and tools): lossless applies it to the room the"
+                " conversation has (%s) and compresses once its messages pass %s tokens",
+                share,
+                f"{room.window:,}",
+                f"{int(share * room.window):,}",
+                f"{room.overhead:,}",
+                room.describe(),
+                f"{int(share * room.budget):,}",
+            )
+        return room
 
     # --- compression -----------------------------------------------------------------------
 
@@ -190,45 +258,52 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
         force: bool = False,
         memory_context: str = "",
     ) -> list[dict[str, Any]]:
-        """Store what is new, compact the conversation to a budget under the threshold, and
-        return the assembled context (what compaction left, not unfolded to fill the room)
-        as Hermes's new working list (no system message, tool
-        calls with their results, no two messages of one role side by side)."""
+        """Store what is new, compact the conversation to ``compaction_target`` of the room
+        Hermes's window leaves it (the fresh tail down to the newest exchange if need be;
+        once a turn, however often Hermes asks), and return the assembled context under the
+        threshold (what compaction left, not unfolded to fill the room) as Hermes's new
+        working list (no system message, tool calls with their results, no two messages of
+        one role side by side)."""
         session_id = self.session_id
         if session_id is None or not messages:
             return messages
         engine = self.engine
         try:
             self._absorb(session_id, messages)
-            # Compact to compaction_target of the room, so several turns pass before the next
-            # compression; assemble within the whole room (the summaries, the resume summary
-            # and what compaction left all fit in it).
-            room = self._room(messages, current_tokens)
-            target = max(MIN_BUDGET, int(room * engine.config.compaction_target))
-            engine.compact(session_id, until=target, budget=room)
-            # Not filled back up to the room with unfolded detail: that would bring the
-            # list straight back to Hermes's threshold, and Hermes would compress again.
-            made = engine.assemble(session_id, room, format="openai", fill=False)
+            window = int(self.context_length or DEFAULT_WINDOW)
+            counted = _tokens(engine, messages)
+            if current_tokens and current_tokens > counted:  # Hermes's part: the rest
+                engine.measure_room(
+                    session_id,
+                    window=window,
+                    prompt_tokens=current_tokens,
+                    messages_tokens=counted,
+                )
+            room = self._threshold()
+            engine.compact_for_host(
+                session_id,
+                room,
+                host_tokens=current_tokens,
+                full=force,
+                instructions=focus_topic,
+                format="openai",
+            )
+            # Under the threshold (so Hermes does not compress again at once), and not filled
+            # back up with unfolded detail: that would bring the list straight back to it.
+            under = int(engine.config.context_threshold * room.budget) - 1
+            budget = max(room.minimum, min(room.budget, under))
+            made = engine.assemble(session_id, budget, format="openai", fill=False)
         except Exception:  # the host's turn goes on: Hermes keeps its list, nothing is lost
             logger.exception("lossless could not compress session %s", session_id)
             return messages
         out = to_hermes(made.messages)
-        if not out or out == messages:
+        if not out or out == messages or not made.summaries:
+            # Nothing was summarized: the list stays Hermes's own (handing it back rewritten
+            # would only make Hermes store a copy of the same turns).
             return messages
         mark(engine, session_id, messages, out)
         self.compression_count += 1
         return out
-
-    def _room(self, messages: Sequence[Mapping[str, Any]], current: int | None) -> int:
-        """Tokens the messages may take before Hermes's threshold: the threshold less what
-        Hermes sends beside them (system prompt, tool schemas)."""
-        engine = self.engine
-        counted = sum(
-            engine.token_counter.count(json.dumps(m, default=str, ensure_ascii=False))
-            for m in messages
-        )
-        overhead = max(0, (current or 0) - counted)
-        return max(MIN_BUDGET, int(self.threshold_tokens) - overhead)
 
     def _absorb(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
         with self.engine.lock(self.engine.conversation(session_id, create=True).conversation_id):
@@ -303,6 +378,43 @@ def _made_by_lossless(message: Mapping[str, Any]) -> bool:
     )
 
 
+def _tokens(engine: Engine, messages: Sequence[Any]) -> int:
+    """*messages* as lossless counts them when it stores them (what its context and its
+    compaction targets are counted in; a shape it does not know is kept, and counted, whole)."""
+    return sum(
+        engine.normalize(_clean(m) if isinstance(m, Mapping) else m).token_count for m in messages
+    )
+
+
+def _before_request(**kwargs: Any) -> None:
+    """The ``pre_api_request`` hook: what Hermes sends besides the conversation's messages
+    (its system prompt, the tool schemas, what it injects) is measured from the request
+    itself, with the model's reply reserve (``max_tokens``), and kept for the session."""
+    session_id = kwargs.get("session_id")
+    window = _windows.get(str(session_id or ""))
+    history = kwargs.get("conversation_history")
+    request = kwargs.get("request")
+    body = request.get("body") if isinstance(request, dict) else None
+    if not window or not isinstance(history, list) or not isinstance(body, dict):
+        return
+    engine = shared_engine()
+    if engine.find_conversation(str(session_id)) is None:
+        return  # nothing stored yet: its first turn will be
+    try:
+        sent = {"messages": body.get("messages"), "tools": body.get("tools")}
+        whole = engine.token_counter.count(json.dumps(sent, default=str, ensure_ascii=False))
+        reply = kwargs.get("max_tokens")
+        engine.measure_room(
+            str(session_id),
+            window=window,
+            prompt_tokens=whole,
+            messages_tokens=_tokens(engine, history),
+            reply=reply if isinstance(reply, int) and reply > 0 else None,
+        )
+    except Exception:  # never the host's request
+        logger.exception("lossless could not measure the request of session %s", session_id)
+
+
 def _after_turn(**kwargs: Any) -> None:
     """The ``post_llm_call`` hook: store the turn (Hermes calls it once per answered turn)."""
     session_id = kwargs.get("session_id")
@@ -316,7 +428,9 @@ def _after_turn(**kwargs: Any) -> None:
         conv = engine.conversation(session_id, create=True)
         with engine.lock(conv.conversation_id):
             absorb(engine, session_id, history)
-        engine.after_turn(conv.conversation_id)
+        window = _windows.get(session_id)
+        budget = engine.room(conv.conversation_id, window).budget if window else None
+        engine.after_turn(conv.conversation_id, token_budget=budget)
     except Exception:  # never the host's turn: the next hand-over stores what this missed
         logger.exception("lossless could not store the turn of session %s", session_id)
 
@@ -325,3 +439,4 @@ def register(ctx: Any) -> None:
     """Hermes's plugin entry: the engine, and the hook that stores every turn."""
     ctx.register_context_engine(LosslessContextEngine())
     ctx.register_hook("post_llm_call", _after_turn)
+    ctx.register_hook("pre_api_request", _before_request)
