@@ -146,17 +146,33 @@ class _Server:
 
 
 class AnthropicServer(_Server):
-    """The Anthropic Messages API, streamed (see the module doc)."""
+    """The Anthropic Messages API, streamed (see the module doc). With *window*, a request
+    over it is refused as the API refuses one (``prompt is too long``)."""
 
     COMPACTION = "detailed summary of the conversation"
+
+    def __init__(self, window: int | None = None) -> None:
+        super().__init__()
+        self.window = window
+        self.refused = 0
 
     def answer(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
         path = request["path"]
         if "/count_tokens" in path:
-            self.json(handler, {"input_tokens": 100})
+            self.json(handler, {"input_tokens": prompt_tokens(request["body"])})
             return
         if not path.startswith("/v1/messages"):
             self.json(handler, {"error": {"type": "not_found", "message": path}}, 404)
+            return
+        read = prompt_tokens(request["body"])
+        if self.window is not None and read > self.window:
+            self.refused += 1
+            message = f"prompt is too long: {read} tokens > {self.window} maximum"
+            self.json(
+                handler,
+                {"type": "error", "error": {"type": "invalid_request_error", "message": message}},
+                400,
+            )
             return
         text = self.text_for(request["body"])
         self.stream(

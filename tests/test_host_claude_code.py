@@ -12,6 +12,7 @@ compaction, and the transcript Claude Code wrote imports whole, once, into a fre
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 
 from host_packages import CLAUDE_CODE, npm_host
 from lossless import Config, Engine
-from model_servers import AnthropicServer, reply
+from model_servers import AnthropicServer, prompt_tokens, reply
 
 pytestmark = pytest.mark.slow
 
@@ -152,3 +153,61 @@ def test_claude_code_with_the_plugin_keeps_every_turn_and_gets_summaries_back(
         shutil.copy(transcript, copy)
         assert sum(r.imported for r in fresh.import_path(copy)) == 0
         assert [c.conversation.session_id for c in fresh.conversations()] == [session]
+
+
+def long_prompt(i: int) -> str:
+    """Turn *i*'s request: 600 words."""
+    return f"Request {i}: " + " ".join(f"detail{i}-{k}" for k in range(600))
+
+
+def test_claude_code_at_a_tight_window_always_gets_summaries_back(
+    claude_exe: Path, tmp_path: Path
+) -> None:
+    """A model with a 24k window (the server refuses a longer request, as the API does; Claude
+    Code's own prompt is some 14k of it), turns of 600 words: Claude Code compacts again and
+    again when a request is refused. No turn fails, every request after the first compaction
+    carries lossless's summaries and the turn's request whole, lossless compacts at most once
+    a turn, its DAG stays shallow, and every turn is stored once."""
+    window = 24_000
+    with AnthropicServer(window=window) as server:
+        claude = Claude(claude_exe, tmp_path, server)
+        claude.env.pop("LOSSLESS_FRESH_TAIL_COUNT")  # lossless's defaults
+        claude.run("plugin", "marketplace", "add", str(REPO))
+        claude.run("plugin", "install", "lossless@lossless", "--scope", "project")
+        prompts = [long_prompt(i) for i in range(12)]
+        starts = []
+        for prompt in prompts:
+            starts.append(len(server.requests))
+            assert claude.say(prompt)["result"] == reply(prompt)
+        requests = list(server.requests)
+        refused = server.refused
+
+    session = claude.session
+    assert session is not None
+    log = claude.log.read_text(encoding="utf-8")
+    assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
+    compactions = log.count("SessionStart/compact")
+    assert compactions >= 2 and refused >= 2, log[-3000:]  # compacted again and again
+    bodies = [json.dumps(r["body"], ensure_ascii=False) for r in requests]
+    sizes = [prompt_tokens(r["body"]) for r in requests]
+    first = next(n for n, b in enumerate(bodies) if "[lossless] Claude Code compacted" in b)
+    turn_of = {start: n for n, start in enumerate(starts)}
+    turn = 0
+    for n, body in enumerate(bodies):
+        turn = turn_of.get(n, turn)
+        if n < first or AnthropicServer.COMPACTION in body or sizes[n] > window:
+            continue  # before any compaction, Claude Code's own summarizing, or refused
+        assert "<summary id=" in body, n
+        assert prompts[turn] in body, n
+    # lossless compacted at most once a turn (its hooks' runs that wrote summaries).
+    for lines in log.split("UserPromptSubmit")[1:]:
+        assert lines.count("compaction_passes=") <= 1, lines
+
+    with Engine.open(claude.store, config=Config()) as engine:
+        messages = engine.messages(session)
+        said = [m.content for m in messages if m.role == "user" and m.host_meta is None]
+        assert said == prompts  # every turn once, in order
+        live = engine.store.live_summaries(engine.conversation(session).conversation_id)
+    leaves = sum(1 for s in live if s.kind == "leaf")
+    depth = max(s.depth for s in live)
+    assert depth <= 1 + math.log(max(leaves, 1), Config().condensed_min_fanout) + 1e-9

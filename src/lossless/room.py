@@ -163,9 +163,11 @@ def recorded(metadata: Mapping[str, Any], minimum: int = 1_024) -> Room | None:
 
 
 def _reply(services: Services, window: int, reply: int | None) -> int:
-    if reply is not None:
-        return max(0, reply)
-    return min(services.config.room.reply_tokens, window // 4)
+    """The reply reserve: the host's, else ``room.reply_tokens``; at most a quarter of the
+    window (a host's larger reserve is its own compaction margin, not what a reply needs:
+    OpenClaw 2026.7 keeps 20,000 tokens of a 32,000-token window)."""
+    wanted = services.config.room.reply_tokens if reply is None else max(0, reply)
+    return min(wanted, window // 4)
 
 
 def room_for(

@@ -42,7 +42,8 @@ class Hosting(Facade):
         """The room *conversation*'s messages have in a host's *window*: the window less the
         host's own part (named by *overhead*, else measured earlier and kept, else
         ``room.host_share`` of the window, or *hint* when larger) less the reply reserve
-        (*reply*, else the kept one, else ``room.reply_tokens``). Its :attr:`~Room.budget` is
+        (*reply*, else the kept one, else ``room.reply_tokens``; at most a quarter of the
+        window). Its :attr:`~Room.budget` is
         what to assemble and compact within. A window the host's own part leaves less than
         ``room.min_tokens`` is logged once per conversation
         (:func:`~lossless.room.overflow_warning`).

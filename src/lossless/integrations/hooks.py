@@ -234,8 +234,11 @@ def run_hook(
         elif hook.event in CAPTURE_EVENTS:
             _capture(opened, hook, host, outcome)
         else:
-            mode = "full" if hook.event == "PreCompact" else "incremental"
-            _compact(opened, _import(opened, _transcript(hook), host, outcome), outcome, mode)
+            conversation_id = _import(opened, _transcript(hook), host, outcome)
+            if hook.event == "PreCompact":
+                _compact_all(opened, conversation_id, outcome, max_chars)
+            else:
+                _compact(opened, conversation_id, outcome, "incremental")
     outcome.seconds = time.perf_counter() - started
     return outcome
 
@@ -283,14 +286,31 @@ def _capture(engine: Engine, hook: HookInput, host: Host, outcome: HookOutcome) 
         _import(engine, Path(agent).expanduser(), host, outcome)
 
 
-def _compact(engine: Engine, conversation_id: int, outcome: HookOutcome, mode: str) -> None:
+def _compact(
+    engine: Engine,
+    conversation_id: int,
+    outcome: HookOutcome,
+    mode: str,
+    until: int | None = None,
+) -> None:
     outcome.conversation_id = conversation_id
     try:
-        report = engine.compact(conversation_id, mode=mode)
+        report = engine.compact(conversation_id, mode=mode, until=until, force=until is not None)
     except LosslessError as exc:  # the import is stored; compaction runs again next time
         outcome.problems.append(f"compaction of conversation {conversation_id}: {exc}")
         return
     outcome.compaction_passes += len(report.passes)
+
+
+def _compact_all(
+    engine: Engine, conversation_id: int, outcome: HookOutcome, max_chars: int
+) -> None:
+    """The host is about to drop its whole window, lossless's fresh tail included: a full
+    sweep, then, while the context is larger than about an eighth of *max_chars* in tokens (a
+    quarter of what the reinjection holds), the fresh tail down to the newest exchange goes
+    into summaries too, so that the reinjected context has summaries of all of it."""
+    _compact(engine, conversation_id, outcome, "full")
+    _compact(engine, conversation_id, outcome, "full", until=max(256, max_chars // 8))
 
 
 def _reinject(
@@ -330,7 +350,7 @@ def _reinject(
     if not engine.context_summaries(conversation_id):
         # The host compacted a session no PreCompact hook saw: compact it now, so that the
         # window gets summaries and not only the resume summary.
-        _compact(engine, conversation_id, outcome, "full")
+        _compact_all(engine, conversation_id, outcome, max_chars)
     result = reinjection(engine, conversation_id, host, max_chars=max_chars)
     outcome.summaries_shown = result.summaries_shown
     outcome.summaries_total = result.summaries_total
