@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -564,3 +565,73 @@ def test_identical_chat_completions_replies_are_all_kept(
     # The third request carried both earlier replies.
     last = json.loads(httpserver.log[-1][0].data)["messages"]
     assert [m["role"] for m in last] == ["user", "assistant", "assistant"]
+
+
+def test_at_a_4k_budget_every_call_fits_and_keeps_summaries_and_the_request(
+    tmp_path: Path,
+) -> None:
+    """Lossless's defaults and a 4,000-token budget, turns of 600 words with a tool call
+    each: what get_items gives every model call fits the budget (the runner adds the turn's
+    own items after it), every call from the first compaction on carries a summary and the
+    turn's request whole, one compaction at most a turn, a shallow DAG, and every item
+    stored once."""
+    import math
+
+    budget = 4_000
+
+    def ask(i: int) -> str:
+        return f"Request {i}: which port does service-{i} use? " + " ".join(
+            f"context{i}-{k}" for k in range(600)
+        )
+
+    async def main(engine: AsyncEngine) -> int:
+        session = LosslessSession("tight", engine, token_budget=budget)
+        model = ScriptedModel([step for i in range(14) for step in turn_steps(i)])
+        agent = Agent(name="ops", model=model, tools=[read_file])
+        runs: list[int] = []
+        for i in range(14):
+            before = len(logged)
+            await Runner.run(agent, ask(i), session=session, run_config=NO_TRACING)
+            runs.append(len(logged) - before)
+        model.assert_complete()
+        first = None
+        for n, call in enumerate(model.calls):
+            text = text_of(list(call.input))
+            counted = [(await engine.normalize(item)).token_count for item in call.input]
+            # What get_items gave (as lossless counts it) fits the budget; the runner adds
+            # the turn's request after it, and its tool call and output for its second call.
+            added = sum(counted[-3:]) if n % 2 else counted[-1]
+            assert sum(counted) - added <= budget, n
+            if first is None and "<summary id=" in text:
+                first = n
+            if first is not None:
+                assert "<summary id=" in text, n
+                assert ask(n // 2) in text, n  # two model calls a turn
+        assert first is not None
+        # At most one compaction run a turn (lossless logs each run that wrote summaries).
+        assert max(runs) <= 1 and sum(runs) >= 2, runs
+        conv = await session.conversation()
+        stored = await engine.messages(conv.conversation_id)
+        assert [m.content for m in stored if m.role == "user"] == [ask(i) for i in range(14)]
+        assert len(stored) == 14 * 4  # user, call, output, answer: each once
+        return conv.conversation_id
+
+    logged: list[str] = []
+
+    class Runs(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.append(record.getMessage())
+
+    log = logging.getLogger("lossless.compaction")
+    handler, level = Runs(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        conversation_id = run(main, tmp_path / "tight.db", Config())
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    with Engine.open(tmp_path / "tight.db", config=Config()) as engine:
+        live = engine.store.live_summaries(conversation_id)
+    leaves = sum(1 for s in live if s.kind == "leaf")
+    assert max(s.depth for s in live) <= 1 + math.log(max(leaves, 1), 4) + 1e-9
