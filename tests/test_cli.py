@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from lossless import Config, Engine
 from lossless.cli.main import cli
 from lossless.sample import write_session
 
@@ -198,6 +199,27 @@ def test_context_prints_the_assembled_messages_in_each_format(
         assert "<summary id=" in json.dumps(data["messages"][0])
     text = run_cli("--db", db, "context", "ctx", "--budget", "50000")
     assert text.out.startswith("conversation 1:")
+
+
+def test_context_within_the_room_a_hosts_window_leaves(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "x.db")
+    transcript = write_session(tmp_path / "s.jsonl", 60, session_id="room")
+    assert run_cli("--db", db, "import", str(transcript)).code == 0
+    # No window on record and none given: say what to give.
+    bare = run_cli("--db", db, "context", "room")
+    assert bare.code != 0 and "--window" in bare.err and "--budget" in bare.err
+    # A window: a quarter of it taken to be the host's until measured, 4,096 for the reply.
+    res = run_cli("--db", db, "context", "room", "--window", "16000", "--json")
+    assert res.code == 0, res
+    data = json.loads(res.out)
+    assert data["room"]["source"] == "default" and data["budget"] == 16000 - 4000 - 4000
+    assert data["tokens"] <= data["budget"]
+    # What a host measured is kept: the next call needs no window.
+    with Engine.open(db, config=Config()) as engine:
+        engine.measure_room("room", window=16000, prompt_tokens=9_000, messages_tokens=3_000)
+    text = run_cli("--db", db, "context", "room")
+    assert text.code == 0, text
+    assert text.out.startswith("room: window 16,000 - host 6,000 (recorded) - reply 4,000")
 
 
 def test_grep_finds_across_messages_and_summaries_and_explains_modes(

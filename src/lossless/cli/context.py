@@ -6,13 +6,29 @@ import click
 from rich.markup import escape
 
 from ..assemble import FORMATS
+from ..errors import ArgumentError
+from ..room import recorded
 from .conversations import resolve
 from .output import State, emit_json, json_option, json_text, pass_state, stderr, stdout
 
 
 @click.command("context")
 @click.argument("conversation")
-@click.option("--budget", type=click.IntRange(min=1), required=True, metavar="TOKENS")
+@click.option(
+    "--budget",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="TOKENS",
+    help="The messages' budget. Default: the room the conversation's host leaves them.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="TOKENS",
+    help="The model's window: the budget becomes the room it leaves the messages (the host's"
+    " own prompt, as measured for this conversation, and the reply set aside).",
+)
 @click.option(
     "--format",
     "fmt",
@@ -30,17 +46,34 @@ from .output import State, emit_json, json_option, json_text, pass_state, stderr
 @json_option
 @pass_state
 def context_command(
-    state: State, conversation: str, budget: int, fmt: str, fill: bool | None, as_json: bool
+    state: State,
+    conversation: str,
+    budget: int | None,
+    window: int | None,
+    fmt: str,
+    fill: bool | None,
+    as_json: bool,
 ) -> None:
     """Print the context CONVERSATION's model would get next, within TOKENS (never more).
 
     Summaries first (as XML), then the newest items that fit, then the fresh tail; room left
     is spent on detail from below the summaries (--no-fill shows the summaries as they are);
     tool calls and results never without each other. --json prints exactly the messages to
-    send.
+    send. Without --budget, within the room the host's window leaves the messages (--window,
+    else the window the host last reported): its own prompt and the reply set aside.
     """
     engine = state.engine()
     conv = resolve(engine, conversation)
+    room = None
+    if budget is None:
+        kept = recorded(conv.metadata)
+        if window is None and kept is None:
+            raise ArgumentError(
+                f"conversation {conv.conversation_id} has no host window on record: give"
+                " --budget TOKENS (the messages' budget) or --window TOKENS (the model's)"
+            )
+        room = engine.room(conv.conversation_id, window or (kept.window if kept else 1))
+        budget = room.budget
     assembled = engine.assemble(conv.conversation_id, budget, format=fmt, fill=fill)
     if as_json:
         emit_json(
@@ -48,6 +81,7 @@ def context_command(
                 "conversation_id": conv.conversation_id,
                 "format": fmt,
                 "budget": budget,
+                "room": None if room is None else room.to_dict(),
                 "tokens": assembled.tokens,
                 "summaries": assembled.summaries,
                 "raw_messages": assembled.raw_messages,
@@ -59,6 +93,8 @@ def context_command(
             }
         )
         return
+    if room is not None:
+        stdout.print(f"room: {room.describe()}", highlight=False)
     stdout.print(
         f"conversation {conv.conversation_id}: {assembled.tokens:,} of {budget:,} tokens "
         f"({assembled.summaries} summaries, {assembled.raw_messages} messages"
