@@ -10,8 +10,8 @@ less the host's own prompt, measured from the previous request's size as a provi
 it, less the reply reserve, less the request itself, which the host sends after lossless's
 messages); when the request would be over its own limit (the window less the reply reserve) it
 asks lossless to compact (``Engine.compact_for_host``) and assembles again; after the answer it
-hands the turn over (``after_turn``). ``--message-turns N`` joins N LoCoMo turns of a speaker
-into one message (longer messages: a paste, a tool output).
+hands the turn over (``after_turn``). ``--message-turns N`` joins every N LoCoMo turns into
+one message (longer messages: a paste, a tool output).
 
 Per cell it prints: the turns that would fail (a request over the window), the compaction runs
 per turn (mean and most), the DAG's depth against its bound (1 + log base
@@ -41,7 +41,7 @@ from common import revision, save
 #: The windows, the host's own prompt, and message sizes swept by default.
 WINDOWS = (8_000, 16_000, 32_000, 128_000)
 OVERHEADS = (2_000, 12_000, 22_000)
-MESSAGE_TURNS = (1, 8)
+MESSAGE_TURNS = (1, 8, 32)
 #: The host's reply reserve: a quarter of the window, at most 8,000 tokens.
 REPLY_SHARE = 0.25
 REPLY_MAX = 8_000
@@ -59,25 +59,17 @@ class Runs(logging.Handler):
 
 
 def joined(turns: list[locomo.Turn], size: int) -> list[locomo.Turn]:
-    """Runs of up to *size* consecutive turns of one speaker as one message (its first
-    turn's id and time; the texts one after the other)."""
+    """Every *size* consecutive turns as one message (its first turn's id and time, the
+    texts one after the other), the messages alternating user and assistant: fewer, longer
+    messages, as when a user pastes a document or a tool returns a page."""
     if size <= 1:
         return turns
     out: list[locomo.Turn] = []
-    for dia, msg, stamp in turns:
-        last = out[-1] if out else None
-        if (
-            last is not None
-            and last[1]["role"] == msg["role"]
-            and last[1]["content"].count("\n") + 1 < size
-        ):
-            out[-1] = (
-                last[0],
-                {"role": msg["role"], "content": last[1]["content"] + "\n" + msg["content"]},
-                last[2],
-            )
-        else:
-            out.append((dia, dict(msg), stamp))
+    for n in range(0, len(turns), size):
+        block = turns[n : n + size]
+        role = "user" if (n // size) % 2 == 0 else "assistant"
+        text = "\n".join(msg["content"] for _, msg, _ in block)
+        out.append((block[0][0], {"role": role, "content": text}, block[0][2]))
     return out
 
 

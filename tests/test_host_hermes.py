@@ -63,6 +63,11 @@ class Runs(logging.Handler):
 log = logging.getLogger("lossless.compaction")
 log.addHandler(Runs())
 log.setLevel(logging.INFO)
+warned = []
+class Warned(logging.Handler):
+    def emit(self, record):
+        warned.append(record.getMessage())
+logging.getLogger("lossless.integrations.hermes").addHandler(Warned())
 
 base_url, prompts = sys.argv[1], json.loads(sys.argv[2])
 agent = AIAgent(model="m", provider="custom", base_url=base_url, api_key="sk-local",
@@ -76,6 +81,7 @@ for text in prompts:
     per_turn.append(len(runs) - before)
 agent.shutdown_memory_provider(history)
 print(json.dumps({"session_id": agent.session_id, "runs": per_turn, "log": runs,
+                  "warned": [w for w in warned if "context_threshold" in w],
                   "engine": type(agent.context_compressor).__name__}))
 agent.close()
 """
@@ -161,6 +167,12 @@ def test_hermes_at_any_threshold_never_fails_a_turn_compresses_with_lossless_and
     assert api_turns[0] not in conversation[-1]  # the first turn is no longer sent whole
     # At most one compaction run a turn (one that wrote summaries).
     assert max(ran["runs"]) <= 1, ran
+    # A threshold that would have been below Hermes's own prompt is said, once.
+    if threshold * WINDOW < 10_000:
+        assert len(ran["warned"]) == 1 and "below Hermes's own" in ran["warned"][0], ran
+        (tmp_path / "warned.txt").write_text(ran["warned"][0])
+    else:
+        assert ran["warned"] == [], ran
 
     # The recall tool: Hermes ran lcm_grep through the engine and the model saw the detail.
     tool_results = [t for r in requests for t in r if "hits" in t and "Thursday" in t]
