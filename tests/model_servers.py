@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -331,15 +332,22 @@ class ResponsesServer(_Server):
 
 
 class ChatServer(_Server):
-    """OpenAI Chat Completions (see the module doc)."""
+    """OpenAI Chat Completions (see the module doc). With *delay*, each answer waits that
+    many seconds first (a model's latency)."""
 
     RECALL = "RECALL: "
     HOST_CONTEXT = "OPENCLAW_INTERNAL_CONTEXT"
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__()
+        self.delay = delay
 
     def answer(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
         if not request["path"].rstrip("/").endswith("/chat/completions"):
             self.json(handler, {"error": {"message": f"no {request['path']} here"}}, 404)
             return
+        if self.delay:
+            time.sleep(self.delay)
         body = request["body"]
         text, calls = self.plan(body.get("messages") or [])
         read = prompt_tokens(body)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -417,3 +418,43 @@ def test_with_the_window_the_bridge_assembles_within_the_room_the_host_leaves(
         assert not again["compacted"] and again["reason"].startswith("already")
         # No compaction runs for a session: cancelling says so.
         assert bridge.call("cancel_compaction", session_id="oc") == {"cancelled": False}
+
+
+def test_a_host_that_gives_up_stops_the_compaction_between_passes(db: str, tmp_path: Path) -> None:
+    """A model that takes a second a summary; the host asks to compact, then cancels (its
+    abortSignal): the run stops after the pass under way, says so, and leaves a consistent
+    store; it would have written many more passes."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from model_servers import ChatServer
+
+    with ChatServer(delay=1.0) as model:
+        config = tmp_path / "slow.toml"
+        config.write_text(
+            SMALL
+            + 'summarizer = "slow"\n[profiles.slow]\nprovider = "openai"\nmodel = "m"\n'
+            + f'base_url = "{model.url}/v1"\napi_key = "sk-local"\n'
+        )
+        token_file = tmp_path / "token"
+        process, url = _start_http(db, config, token_file)
+        try:
+            client = ServeClient.http(url, token_file.read_text().strip())
+            client.call("ingest_batch", session_id="slow", messages=_long_turns(30))
+            done: dict[str, Any] = {}
+
+            def ask() -> None:
+                done.update(client.call("compact_for_host", session_id="slow", window=8_000))
+
+            asking = threading.Thread(target=ask)
+            asking.start()
+            time.sleep(2.5)
+            other = ServeClient.http(url, token_file.read_text().strip())
+            assert other.call("cancel_compaction", session_id="slow") == {"cancelled": True}
+            asking.join(30)
+            assert not asking.is_alive()
+            assert done["stopped"] is True and 1 <= done["passes"] <= 4, done
+            assert other.call("doctor")["ok"] is True
+            # Asked again, it goes on from where it stopped.
+            assert other.call("cancel_compaction", session_id="slow") == {"cancelled": False}
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(60) == 0
