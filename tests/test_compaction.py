@@ -1566,3 +1566,21 @@ def test_a_stopped_compaction_writes_whole_passes_only_and_says_it_stopped(
     assert report.stopped is True
     assert len(report.passes) == 2  # the pass under way was finished, no other was begun
     assert doctor.check(engine.store) == []
+
+
+def test_a_stretch_that_would_not_get_smaller_is_not_summarized_again(
+    open_engine: EngineFactory,
+) -> None:
+    """A summary no smaller than its sources is not written; the stretch is remembered, so
+    the next turns do not pay for the same summarizer calls again until it changes."""
+    engine = open_engine(ScriptedSummarizer(default=lambda req: "padding " * 64))
+    feed = Feed(engine)
+    feed.turns(4, tokens=2)  # a few words: not even the fallback's cut is smaller
+    first = engine.compact("s")
+    assert first.passes == []
+    calls = scripted(engine).calls
+    assert calls > 0
+    assert engine.compact("s").passes == [] and scripted(engine).calls == calls
+    feed.turns(1, tokens=2)  # the stretch changed: tried again
+    engine.compact("s")
+    assert scripted(engine).calls > calls

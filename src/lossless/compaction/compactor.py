@@ -36,6 +36,9 @@ CONFLICT_RETRIES = 5
 
 #: A pass aims for at most this share of its input (the configured target caps it too).
 CHUNK_TARGET_SHARE = 0.75
+#: Where a conversation keeps the stretches a pass could not shrink, and how many.
+UNSHRINKABLE_KEY = "unshrinkable"
+UNSHRINKABLE_KEPT = 8
 
 
 def message_sources(messages: Sequence[MessageText]) -> tuple[SourceItem, ...]:
@@ -281,6 +284,17 @@ class Compactor(ChunkPlanner):
             retire=[p.summary_id for p in folded],
         )
 
+    def _unshrinkable(self, conversation_id: int) -> list[str]:
+        """The stretches of this conversation whose summary came back no smaller than they
+        were (kept in its metadata, the newest :data:`UNSHRINKABLE_KEPT`): a pass over one of
+        them is not tried again, in this run or a later one, until the stretch changes."""
+        kept = self.store.get_conversation(conversation_id).metadata.get(UNSHRINKABLE_KEY)
+        return [str(k) for k in kept] if isinstance(kept, list) else []
+
+    def _remember_unshrinkable(self, conversation_id: int, key: str) -> None:
+        kept = [*self._unshrinkable(conversation_id), key][-UNSHRINKABLE_KEPT:]
+        self.store.update_conversation(conversation_id, metadata={UNSHRINKABLE_KEY: kept})
+
     def _previous_context(
         self, items: Sequence[ContextItem], before: int, *, depth: int
     ) -> str | None:
@@ -306,6 +320,9 @@ class Compactor(ChunkPlanner):
         links: list[int] | list[str] | None = None,
         retire: Sequence[str] = (),
     ) -> PassResult | None:
+        key = f"{kind}:{depth}:{chunk[0].ordinal}-{chunk[-1].ordinal}:{len(chunk)}"
+        if key in self._unshrinkable(conversation_id):
+            return None  # tried before and not smaller: not again until the stretch changes
         summary, outcome, calls = self.summarize(
             conversation_id,
             kind,
@@ -318,6 +335,7 @@ class Compactor(ChunkPlanner):
         )
         input_tokens = sum(s.tokens for s in sources)
         if outcome.tokens >= input_tokens:
+            self._remember_unshrinkable(conversation_id, key)
             return None
         self.store.write_summary(summary, chunk, links=links, retire=retire)
         self._placed(conversation_id, chunk, summary)
