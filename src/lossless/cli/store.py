@@ -36,6 +36,16 @@ def stats_command(state: State, as_json: bool) -> None:
     stdout.print(
         f"active context {stats['context_items']:,} items ({stats['context_tokens']:,} tokens)"
     )
+    rooms = stats["host_rooms"]
+    if rooms["measured"]:
+        tight = rooms["tightest"]
+        stdout.print(
+            f"host rooms     {rooms['measured']:,} measured"
+            + (f", {rooms['at_minimum']:,} at room.min_tokens" if rooms["at_minimum"] else "")
+            + f"; tightest {escape(str(tight['session_id']))}: {tight['budget']:,} of a"
+            f" {tight['window']:,}-token window",
+            highlight=False,
+        )
     stdout.print(
         f"on disk        {sizes['database'] / 1e6:.1f} MB"
         + (f" + {sizes['wal'] / 1e6:.1f} MB WAL" if "wal" in sizes else " (tables and indexes)")

@@ -19,6 +19,7 @@ from ..model import (
 )
 from ..resume import ResumeSummary
 from ..resume import resume as resume_summary
+from ..room import recorded
 from ..summarize.guards import guard_state
 from .base import ConversationRef, Facade
 
@@ -165,10 +166,23 @@ class Reads(Facade):
         for c in convs:
             for depth, n in c.summaries_by_depth.items():
                 by_depth[depth] = by_depth.get(depth, 0) + n
+        rooms = [
+            (c.conversation, room)
+            for c in convs
+            if (room := recorded(c.conversation.metadata, self.config.room.min_tokens))
+        ]
+        tightest = min(rooms, key=lambda pair: pair[1].budget, default=None)
         return {
             "database": self.store.location,
             "backend": self.store.backend,
             "conversations": len(convs),
+            "host_rooms": {
+                "measured": len(rooms),
+                "at_minimum": sum(1 for _, room in rooms if room.overflows),
+                "tightest": None
+                if tightest is None
+                else {"session_id": tightest[0].session_id, **tightest[1].to_dict()},
+            },
             "messages": sum(c.message_count for c in convs),
             "message_tokens": sum(c.message_tokens for c in convs),
             "summaries": sum(c.summary_count for c in convs),
