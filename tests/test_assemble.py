@@ -403,6 +403,12 @@ def test_the_budget_is_a_cap_and_the_newest_turn_and_summary_come_first(
         assert items[request].ref in assembled.items
     summaries = [i for i in items if i.summary_id is not None]
     request_tokens = min(items[request].tokens, budget)
+    if summaries and items[request].tokens > budget:
+        # The request clipped: the newest summary keeps its room when it takes at most half
+        # the budget (a request with summaries stored never goes without one).
+        newest = tokens[summaries[-1].ref]
+        if newest <= budget // 2 and budget - newest >= 64:
+            assert summaries[-1].ref in assembled.items
     if summaries and tokens[summaries[-1].ref] + request_tokens <= budget:
         context_refs = {i.ref for i in items}
         unfolded = [ref for ref in assembled.items if ref not in context_refs]
@@ -497,3 +503,27 @@ def test_a_user_message_said_on_another_day_carries_its_date(engine: Engine) -> 
     # Asked not to (a framework whose messages must come back exactly as stored): none.
     plain = engine.assemble("d", 10_000, format="openai", dates=False)
     assert [m["content"] for m in plain.messages] == [m.content for m in engine.messages("d")]
+
+
+def test_a_request_over_the_budget_is_clipped_beside_the_newest_summary(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    fill(engine, 12)
+    engine.compact("s")
+    engine.ingest("s", {"role": "user", "content": words(3_000, "paste")})
+    newest = next(i for i in reversed(engine.context("s")) if i.summary_id)
+    shown = engine.assemble("s", 100_000, fill=False)
+    summary_cost = next(
+        estimate_tokens(b["text"])
+        for m in shown.messages
+        for b in m["content"]
+        if newest.summary_id in b.get("text", "")
+    )
+    budget = 3 * summary_cost
+    with caplog.at_level("WARNING", logger="lossless.assemble"):
+        made = engine.assemble("s", budget)
+    assert made.tokens <= budget
+    assert made.clipped is not None and newest.summary_id in made.items
+    assert "paste0" in json.dumps(made.messages)  # its head, with where to read it whole
+    warned = [r.getMessage() for r in caplog.records]
+    assert any("the newest request" in w and made.clipped in w for w in warned), warned

@@ -220,6 +220,8 @@ def test_context_within_the_room_a_hosts_window_leaves(run_cli, tmp_path: Path) 
     text = run_cli("--db", db, "context", "room")
     assert text.code == 0, text
     assert text.out.startswith("room: window 16,000 - host 6,000 (recorded) - reply 4,000")
+    stats = run_cli("--db", db, "stats")
+    assert "host rooms     1 measured; tightest room: 6,000 of a 16,000-token window" in stats.out
 
 
 def test_grep_finds_across_messages_and_summaries_and_explains_modes(

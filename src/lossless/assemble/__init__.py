@@ -30,6 +30,7 @@ message of the requested format keeps its own blocks exactly; others are convert
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,8 @@ from .summaries import UNTRUSTED_NOTE, _Shown, render_summary, summary_text
 
 if TYPE_CHECKING:
     from ..services import Services
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "FILL_STEP",
@@ -167,6 +170,16 @@ def assemble(
         else:
             stubs[clipped.message_id] = stub
             used += services.tokens.count(stub)
+            if fit.request is not None and item is items[fit.request]:
+                logger.warning(
+                    "conversation %s: the newest request, msg#%s, is ~%s tokens, more than the"
+                    " %s this context can give it: shown clipped (its start, and where to read"
+                    " it whole); a larger budget or window shows it whole",
+                    conversation_id,
+                    clipped.message_id,
+                    f"{clipped.token_count:,}",
+                    f"{token_budget:,}",
+                )
     summary_ids = [i.summary_id for i in chosen if i.summary_id is not None]
     turns = _turns(chosen, messages, shown.found, format, stubs)
     if cfg.date_marks if dates is None else dates:

@@ -36,6 +36,8 @@ class _Fit:
     indices: list[int]
     resume: bool
     clipped: dict[int, int] = field(default_factory=dict)
+    #: The newest user request (its index), when the assembly shows it.
+    request: int | None = None
 
 
 def _units(items: Sequence[ContextItem], start: int, end: int) -> list[tuple[int, int]]:
@@ -87,14 +89,20 @@ def _fit(
             ),
             None,
         )
+    summaries = [i for i in range(n - 1, -1, -1) if items[i].summary_id is not None]
     if request is not None:
         if items[request].tokens <= room:
             take.add(request)
             room -= items[request].tokens
         else:
-            clipped[request] = room
-            room = 0
-    summaries = [i for i in range(n - 1, -1, -1) if items[i].summary_id is not None]
+            # Alone over the budget: its head and where to read it whole, leaving the newest
+            # summary its room when that takes at most half the budget (a request with
+            # summaries stored never goes without one).
+            keep = items[summaries[0]].tokens if summaries else 0
+            if keep > budget // 2 or budget - keep < MIN_CLIP_ROOM:
+                keep = 0
+            clipped[request] = room - keep
+            room = keep
     if summaries and items[summaries[0]].tokens <= room:
         take.add(summaries[0])
         room -= items[summaries[0]].tokens
@@ -139,7 +147,7 @@ def _fit(
                 break
             take.update(i for i in range(start, stop) if items[i].summary_id is None)
             room -= cost
-    return _Fit(sorted(take | set(clipped)), resume, clipped)
+    return _Fit(sorted(take | set(clipped)), resume, clipped, request)
 
 
 def _below(services: Services, summary_id: str) -> Iterator[list[int]]:
