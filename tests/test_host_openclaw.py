@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,14 +109,32 @@ CELLS = [
 ]
 
 
-@pytest.mark.parametrize(("release", "window", "transport"), CELLS)
+@pytest.mark.parametrize("window", [16_000, 32_000])
 def test_openclaw_at_a_tight_window_never_fails_a_turn_and_keeps_summaries_in_view(
-    plugin: Path, release: str, window: int, transport: str, tmp_path: Path
+    plugin: Path, window: int, tmp_path: Path
 ) -> None:
     """Twelve turns of 600+ words and a recall, with lossless installed as the docs say (its
-    defaults): no turn fails, every request fits the window, every request after the first
-    compaction carries a summary and the turn's request whole, at most one compaction a turn,
-    a shallow DAG, and every turn stored once."""
+    defaults), on both releases at once (each a session of its own: an OpenClaw turn is a
+    process that keeps one core busy): no turn fails, every request fits the window, every
+    request after the first compaction carries a summary and the turn's request whole, at most
+    one compaction a turn, a shallow DAG, and every turn stored once."""
+    cells = [(release, transport) for release, w, transport in CELLS if w == window]
+    with ThreadPoolExecutor(len(cells)) as pool:
+        runs = list(
+            pool.map(lambda cell: one_cell(plugin, *cell, window, tmp_path / cell[0]), cells)
+        )
+    for (release, _), (store, run) in zip(cells, runs, strict=True):
+        check(store, run, window)
+        imports_its_own_transcript(
+            tmp_path / release / "home" / ".openclaw" / "agents", store, tmp_path / release
+        )
+
+
+def one_cell(
+    plugin: Path, release: str, transport: str, window: int, tmp_path: Path
+) -> tuple[Path, Run]:
+    """One release's session at *window*: its store and what it left."""
+    tmp_path.mkdir(parents=True)
     host = openclaw_host(release)
     store = tmp_path / "store.db"
     settings = tmp_path / "lossless.toml"
@@ -129,9 +148,7 @@ def test_openclaw_at_a_tight_window_never_fails_a_turn_and_keeps_summaries_in_vi
                 "db": str(store),
                 "args": ["--config", str(settings)],
             }
-        run = run_session(host, plugin, reach, tmp_path, window)
-    check(store, run, window)
-    imports_its_own_transcript(tmp_path / "home" / ".openclaw" / "agents", store, tmp_path)
+        return store, run_session(host, plugin, reach, tmp_path, window)
 
 
 PROMPTS = [prompt(i) for i in range(12)] + ["RECALL: staging password"]
@@ -243,13 +260,17 @@ def check(store: Path, run: Run, window: int) -> None:
         assert not warned
         assert max(run.sizes) <= window, (run.sizes, window)
     # After the first request that carried a summary, every request carries one, and the
-    # turn's request whole.
+    # turn's request whole (where OpenClaw leaves the conversation no room and the request
+    # goes through lossless's assembly, as on 2026.7, at least its head and where to read it
+    # whole: the minimum cannot hold a 600-word request).
     first = next(
         n for n, texts in enumerate(run.requests) if any('<summary id="sum_' in t for t in texts)
     )
     for texts in run.requests[first:]:
         assert any('<summary id="sum_' in t for t in texts), "a request lost the summaries"
-        assert any(p in t for t in texts for p in prompts), "a request lost the turn's request"
+        whole = any(p in t for t in texts for p in prompts)
+        clipped = any("more than this context can hold; its start follows" in t for t in texts)
+        assert whole or (warned and clipped), "a request lost the turn's request"
     assert not any(prompts[0] in t for t in run.requests[-1]), "the first turn was still sent whole"
     # The recall tool ran through OpenClaw's tool loop and found the first turn's detail.
     assert run.answers[-1].startswith("Found:") and "Thursday" in run.answers[-1]
