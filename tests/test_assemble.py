@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from lossless import Config, Engine
 from lossless.assemble import summary_text
 from lossless.summarize import ScriptedSummarizer
+from lossless.timestamps import parse_ts
 from lossless.tokens import estimate_tokens
 
 SMALL = Config().replace(
@@ -299,6 +300,14 @@ def test_openclaw_format_converts_summaries_and_other_shapes(folded: Engine) -> 
     }
     result = next(m for m in made if m["role"] == "toolResult")
     assert result["toolCallId"] == "c9" and result["content"][0]["text"] == "result of c9"
+    # Each carries when it was said (OpenClaw shows a time before every message): a summary
+    # when its sources end, a converted message when it was stored.
+    [(summary, _)] = engine.context_summaries("s")
+    ended = parse_ts(summary.latest_at or summary.created_at)
+    assert ended is not None and made[0]["timestamp"] == int(ended.timestamp() * 1000)
+    stored = {m.content: m for m in engine.messages("s")}
+    said = parse_ts(stored["result of c9"].created_at)
+    assert said is not None and result["timestamp"] == int(said.timestamp() * 1000)
 
 
 # --- the budget is a cap: property-tested -----------------------------------------------------

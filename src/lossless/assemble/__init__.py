@@ -30,6 +30,7 @@ message of the requested format keeps its own blocks exactly; others are convert
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -101,14 +102,22 @@ def _turns(
     for item in items:
         if item.summary_id is not None:
             summary, parents = summaries[item.summary_id]
-            out.append(("user", [_Block("text", text=summary_text(summary, parents))]))
+            when = summary.latest_at or summary.created_at
+            out.append(("user", [_Block("text", text=summary_text(summary, parents), at=when)]))
         elif stubs and int(item.message_id or 0) in stubs:
             message = messages[int(item.message_id or 0)]
-            out.append((message.role, _referenced(message, stubs[message.message_id])))
+            out.append(
+                (message.role, _dated(_referenced(message, stubs[message.message_id]), message))
+            )
         else:
             message = messages[int(item.message_id or 0)]
-            out.append((message.role, _blocks(message, fmt)))
+            out.append((message.role, _dated(_blocks(message, fmt), message)))
     return out
+
+
+def _dated(blocks: list[_Block], message: StoredMessage) -> list[_Block]:
+    """*blocks* with the time *message* was said on those that carry none."""
+    return [b if b.at else dataclasses.replace(b, at=message.created_at) for b in blocks]
 
 
 def assemble(
@@ -189,7 +198,8 @@ def assemble(
             used += services.tokens.count(mark)
     if resume:  # right after the summaries, before the fresh tail
         at = 1 + max((n for n, i in enumerate(chosen) if i.summary_id is not None), default=-1)
-        turns.insert(at, ("user", [_Block("text", text=resume)]))
+        said = max((b.at for _, blocks in turns[:at] for b in blocks if b.at), default="")
+        turns.insert(at, ("user", [_Block("text", text=resume, at=said)]))
     dropped = _sanitize(turns, pending_calls=pending_calls)
     out = _RENDER[format](turns)
     return AssembledContext(

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..ingest.files import REFERENCE
 from ..model import StoredMessage
+from ..timestamps import parse_ts
 from .summaries import UNTRUSTED_NOTE
 
 FORMATS = (
@@ -37,6 +38,8 @@ class _Block:
     input: Any = None
     is_error: bool = False
     native: Any = None  # the source's own block or item, passed through when formats match
+    #: When it was said (stored time text), for a format whose converted messages carry one.
+    at: str = ""
 
 
 def _referenced(message: StoredMessage, text: str | None = None) -> list[_Block]:
@@ -367,11 +370,20 @@ def _responses(turns: list[tuple[str, list[_Block]]]) -> list[dict[str, Any]]:
     return out
 
 
+def _millis(blocks: Sequence[_Block]) -> int:
+    """The newest time of *blocks* in epoch milliseconds (OpenClaw's ``timestamp``); 0 when
+    none carries one."""
+    moments = [moment for b in blocks if b.at and (moment := parse_ts(b.at)) is not None]
+    return int(max(moments).timestamp() * 1000) if moments else 0
+
+
 def _openclaw(turns: list[tuple[str, list[_Block]]]) -> list[dict[str, Any]]:
     """OpenClaw's ``AgentMessage``s: its own messages exactly as stored (less a tool call whose
-    result is gone), others converted (summaries are user messages)."""
+    result is gone), others converted (summaries are user messages), with the time they were
+    said (a summary's: when its sources end)."""
     out: list[dict[str, Any]] = []
     for role, blocks in turns:
+        when = _millis(blocks)
         envelope = next((b.native for b in blocks if b.kind == "envelope"), None)
         natives = [b.native for b in blocks if b.kind == "native"]
         if envelope is not None:
@@ -400,11 +412,11 @@ def _openclaw(turns: list[tuple[str, list[_Block]]]) -> list[dict[str, Any]]:
                     "model": "lossless",
                     "usage": _NO_USAGE,
                     "stopReason": "toolUse" if calls else "stop",
-                    "timestamp": 0,
+                    "timestamp": when,
                 }
             )
         elif texts:
-            out.append({"role": "user", "content": "\n".join(texts), "timestamp": 0})
+            out.append({"role": "user", "content": "\n".join(texts), "timestamp": when})
         out.extend(
             {
                 "role": "toolResult",
@@ -412,7 +424,7 @@ def _openclaw(turns: list[tuple[str, list[_Block]]]) -> list[dict[str, Any]]:
                 "toolName": r.name or "tool",
                 "content": [{"type": "text", "text": r.text}],
                 "isError": r.is_error,
-                "timestamp": 0,
+                "timestamp": when,
             }
             for r in blocks
             if r.kind == "result"
