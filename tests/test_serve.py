@@ -390,8 +390,19 @@ def test_with_the_window_the_bridge_assembles_within_the_room_the_host_leaves(
         # No measurement yet: a quarter of the window is taken to be the host's.
         assert first["room"]["source"] == "default" and first["room"]["overhead"] == 10_000
         assert first["tokens"] <= 40_000 - 10_000 - 4_000
-        # The host's request carried those messages with its own 18,000 tokens and a 600-token
-        # prompt; the provider said so. Measured and kept for the next turn.
+        # The host's prompt is over its limit: it asks lossless to compact.
+        done = bridge.call(
+            "compact_for_host",
+            session_id="oc",
+            window=40_000,
+            host_tokens=118_000,
+            format="openai",
+        )
+        assert done["compacted"] and done["tokens_before"] == 118_000
+        assert done["tokens_after"] <= 40_000 - 4_000
+        # The host's request carried lossless's messages with its own 18,000 tokens and a
+        # 600-token prompt; the provider said so. Measured and kept for the next turn (whose
+        # compaction, if any, runs in the background: waited for).
         turn = bridge.call(
             "after_turn",
             session_id="oc",
@@ -399,16 +410,10 @@ def test_with_the_window_the_bridge_assembles_within_the_room_the_host_leaves(
             window=40_000,
             prompt_tokens=first["tokens"] + 18_600,
             pending_tokens=600,
+            assembled_tokens=first["tokens"],
         )
         assert turn["room"]["overhead"] == 18_000 and turn["room"]["source"] == "recorded"
-        done = bridge.call(
-            "compact_for_host",
-            session_id="oc",
-            window=40_000,
-            host_tokens=18_000 + first["tokens"],
-            format="openai",
-        )
-        assert done["compacted"] and done["tokens_after"] <= 40_000 - 4_000
+        bridge.call("wait_for_compaction", timeout=60)
         made = bridge.call("assemble", session_id="oc", window=40_000, pending_tokens=600)
         assert made["tokens"] <= 40_000 - 18_000 - 4_000 - 600
         assert made["summaries"] >= 1
