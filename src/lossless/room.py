@@ -20,18 +20,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .timestamps import format_ts, now
 
 if TYPE_CHECKING:
+    from .config import RoomConfig
     from .services import Services
 
 __all__ = [
     "ROOM_KEY",
     "HostCompaction",
     "Room",
+    "default_room",
     "measure",
     "overflow_warning",
     "recorded",
@@ -162,12 +164,22 @@ def recorded(metadata: Mapping[str, Any], minimum: int = 1_024) -> Room | None:
         return None
 
 
-def _reply(services: Services, window: int, reply: int | None) -> int:
+def _reply(cfg: RoomConfig, window: int, reply: int | None) -> int:
     """The reply reserve: the host's, else ``room.reply_tokens``; at most a quarter of the
     window (a host's larger reserve is its own compaction margin, not what a reply needs:
     OpenClaw 2026.7 keeps 20,000 tokens of a 32,000-token window)."""
-    wanted = services.config.room.reply_tokens if reply is None else max(0, reply)
+    wanted = cfg.reply_tokens if reply is None else max(0, reply)
     return min(wanted, window // 4)
+
+
+def default_room(
+    cfg: RoomConfig, window: int, *, hint: int | None = None, reply: int | None = None
+) -> Room:
+    """The room before the host's figures measured anything: ``room.host_share`` of the
+    window taken to be the host's (or *hint*, a lower bound the host gives, when larger)."""
+    window = max(1, int(window))
+    overhead = max(int(window * cfg.host_share), hint or 0)
+    return Room(window, overhead, _reply(cfg, window, reply), "default", cfg.min_tokens)
 
 
 def room_for(
@@ -190,22 +202,12 @@ def room_for(
     conv = services.store.get_conversation(conversation_id)
     kept = recorded(conv.metadata, cfg.min_tokens)
     if overhead is not None:
-        found = Room(window, max(0, overhead), 0, "host", cfg.min_tokens)
+        room = Room(window, max(0, overhead), _reply(cfg, window, reply), "host", cfg.min_tokens)
     elif kept is not None:
-        found = kept
+        reply = kept.reply if reply is None else reply
+        room = replace(kept, window=window, reply=_reply(cfg, window, reply))
     else:
-        guess = int(window * cfg.host_share)
-        found = Room(window, max(guess, hint or 0), 0, "default", cfg.min_tokens)
-    if reply is None and kept is not None and found is kept:
-        reply = kept.reply
-    room = Room(
-        window=window,
-        overhead=found.overhead,
-        reply=_reply(services, window, reply),
-        source=found.source,
-        minimum=cfg.min_tokens,
-        measured_at=found.measured_at,
-    )
+        room = default_room(cfg, window, hint=hint, reply=reply)
     _warn_once(services, conversation_id, conv.metadata, room)
     return room
 
@@ -226,7 +228,7 @@ def measure(
     overhead = max(0, int(prompt_tokens) - int(messages_tokens))
     conv = services.store.get_conversation(conversation_id)
     kept = recorded(conv.metadata, cfg.min_tokens)
-    reply = _reply(services, window, reply if reply is not None else (kept.reply if kept else None))
+    reply = _reply(cfg, window, reply if reply is not None else (kept.reply if kept else None))
     room = Room(window, overhead, reply, "measured", cfg.min_tokens, format_ts(now()))
     unchanged = (
         kept is not None

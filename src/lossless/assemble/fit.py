@@ -1,6 +1,7 @@
-"""What fits the budget: the fresh tail, the newest summary, the resume summary and the older
-items (:func:`_fit`); the room left spent on detail (:func:`_fill`); date marks; a message
-over the budget on its own shown clipped."""
+"""What fits the budget: the essentials in order — the newest request, the newest summary, the
+turn under way, the other summaries, the fresh tail, the resume summary, the older messages —
+a message too large for its place shown clipped (:func:`_fit`); the room left spent on detail
+(:func:`_fill`); date marks."""
 
 from __future__ import annotations
 
@@ -50,6 +51,30 @@ def _units(items: Sequence[ContextItem], start: int, end: int) -> list[tuple[int
             out.append((i, stop))
             stop = i
     return out
+
+
+def _take_whole(
+    items: Sequence[ContextItem],
+    units: list[tuple[int, int]],
+    room: int,
+    take: set[int],
+    *,
+    skip_summaries: bool = False,
+) -> tuple[int, bool]:
+    """Take *units* into *take* in order while each fits *room* whole (with *skip_summaries*,
+    without their summaries: placed already); the room left, and whether every unit fit."""
+    for start, stop in units:
+        ids = [
+            i
+            for i in range(start, stop)
+            if not (skip_summaries and items[i].summary_id is not None)
+        ]
+        cost = sum(items[i].tokens for i in ids)
+        if cost > room:
+            return room, False
+        take.update(ids)
+        room -= cost
+    return room, True
 
 
 def _fit(
@@ -128,25 +153,12 @@ def _fit(
         take.add(i)
         room -= items[i].tokens
     if whole and request is not None:
-        for start, stop in _units(items, min(tail, request), request):
-            cost = sum(items[i].tokens for i in range(start, stop))
-            if cost > room:
-                whole = False
-                break
-            take.update(range(start, stop))
-            room -= cost
+        room, whole = _take_whole(items, _units(items, min(tail, request), request), room, take)
     resume = bool(resume_tokens) and resume_tokens <= room
     room -= resume_tokens if resume else 0
     if whole:
         older = min(tail, request if request is not None else tail)
-        for start, stop in _units(items, 0, older):
-            if items[start].summary_id is not None:
-                continue  # placed above
-            cost = sum(items[i].tokens for i in range(start, stop) if items[i].summary_id is None)
-            if cost > room:
-                break
-            take.update(i for i in range(start, stop) if items[i].summary_id is None)
-            room -= cost
+        _take_whole(items, _units(items, 0, older), room, take, skip_summaries=True)
     return _Fit(sorted(take | set(clipped)), resume, clipped, request)
 
 

@@ -121,6 +121,8 @@ class Compactor(ChunkPlanner):
         if budget is not None:
             caps.append(max(1, int(budget * self.config.fresh_tail_budget_share)))
         self.tail_max_tokens: int | None = min(caps) if caps else None
+        # Within a run, the stretches each conversation's passes could not shrink, read once.
+        self._unshrinkables: dict[int, list[str]] = {}
         # Within a run, each conversation's context as read once and then patched after each
         # pass (a summary takes its first source's ordinal and the items after keep theirs,
         # so the patched list is what a read would give): passes read what they summarize,
@@ -146,6 +148,7 @@ class Compactor(ChunkPlanner):
             self._running = outer
             if not outer:
                 self._contexts.clear()
+                self._unshrinkables.clear()
 
     _running = False
 
@@ -288,12 +291,19 @@ class Compactor(ChunkPlanner):
         """The stretches of this conversation whose summary came back no smaller than they
         were (kept in its metadata, the newest :data:`UNSHRINKABLE_KEPT`): a pass over one of
         them is not tried again, in this run or a later one, until the stretch changes."""
-        kept = self.store.get_conversation(conversation_id).metadata.get(UNSHRINKABLE_KEY)
-        return [str(k) for k in kept] if isinstance(kept, list) else []
+        found = self._unshrinkables.get(conversation_id)
+        if found is None:
+            kept = self.store.get_conversation(conversation_id).metadata.get(UNSHRINKABLE_KEY)
+            found = [str(k) for k in kept] if isinstance(kept, list) else []
+            if self._running:
+                self._unshrinkables[conversation_id] = found
+        return found
 
     def _remember_unshrinkable(self, conversation_id: int, key: str) -> None:
         kept = [*self._unshrinkable(conversation_id), key][-UNSHRINKABLE_KEPT:]
         self.store.update_conversation(conversation_id, metadata={UNSHRINKABLE_KEY: kept})
+        if self._running:
+            self._unshrinkables[conversation_id] = kept
 
     def _previous_context(
         self, items: Sequence[ContextItem], before: int, *, depth: int
@@ -518,6 +528,7 @@ class Compactor(ChunkPlanner):
         compacted too.
         """
         self.pass_target_cap = max(16, target // 3)
+        tail_cap = self.tail_max_tokens  # a forced run halves it: given back after
         try:
             with self._run():
                 report = CompactionReport(
@@ -528,6 +539,7 @@ class Compactor(ChunkPlanner):
             return report
         finally:
             self.pass_target_cap = None
+            self.tail_max_tokens = tail_cap
 
     def _until(
         self, conversation_id: int, target: int, report: CompactionReport, *, force: bool

@@ -44,8 +44,6 @@ class CompactionReport:
     stopped: bool = False
     #: Set when a forced run shrank the fresh tail: the tail's tokens it left.
     tail_tokens: int | None = None
-    #: Why the run did less than asked, in words a host can log (``None`` when it did it).
-    reason: str | None = None
 
     @property
     def summarizer_calls(self) -> int:
@@ -91,5 +89,4 @@ class CompactionReport:
             "errors": self.errors,
             "stopped": self.stopped,
             "tail_tokens": self.tail_tokens,
-            "reason": self.reason,
         }

@@ -49,10 +49,12 @@ class Hosting(Facade):
         (:func:`~lossless.room.overflow_warning`).
         """
         conv = self.conversation(conversation, create=True)
-        self._by_session.pop(conv.session_id, None)  # a warning may be recorded in its metadata
-        return room_for(
+        room = room_for(
             self.services, conv.conversation_id, window, overhead=overhead, reply=reply, hint=hint
         )
+        if room.overflows:  # its warning may have been recorded in the metadata
+            self._by_session.pop(conv.session_id, None)
+        return room
 
     def measure_room(
         self,

@@ -16,8 +16,9 @@ the CLI. A Hermes session is a lossless conversation with the same session id.
   messages over: ``compress`` and ``on_session_end`` store what the store lacks first, so a turn
   the hook never saw (an interrupted one) is kept too.
 * **The room** is what Hermes's window leaves the conversation: the window less Hermes's own
-  part of every request (its system prompt and tool schemas, measured from each request the
-  ``pre_api_request`` hook sees, and from ``compress``'s ``current_tokens``; kept per session)
+  part of every request (its system prompt and tool schemas, measured from a session's first
+  request the ``pre_api_request`` hook sees, and from ``compress``'s ``current_tokens``; kept
+  per session)
   less the reply (Hermes's ``max_tokens``). ``context_threshold`` is a share of that room, so a
   threshold below Hermes's own ~13k tokens cannot make it compress before every turn (a
   warning says so once).
@@ -54,7 +55,7 @@ from ..config import load_config
 from ..engine import Engine
 from ..errors import NotFoundError
 from ..resume import HEADER as RESUME_HEADER
-from ..room import Room
+from ..room import Room, default_room
 from ..toolbox import SESSION_TOOLS, ToolScope, call_json, tool_schemas
 from .absorb import Absorber
 
@@ -92,6 +93,11 @@ _opening = threading.Lock()
 _windows: dict[str, int] = {}
 #: Sessions whose too-low threshold was reported (once each).
 _warned: set[str] = set()
+#: Sessions whose requests the ``pre_api_request`` hook has measured in this process (once
+#: each: Hermes's own part changes little within a session, and ``compress`` measures again
+#: from its ``current_tokens``; counting the whole working list on every request would put
+#: the history's length on every call).
+_measured: set[str] = set()
 
 
 def shared_engine() -> Engine:
@@ -212,14 +218,7 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
         session = self.session_id
         if session is not None and engine.find_conversation(session) is not None:
             return engine.room(session, window)
-        cfg = engine.config.room
-        return Room(
-            window,
-            int(window * cfg.host_share),
-            min(cfg.reply_tokens, window // 4),
-            "default",
-            cfg.min_tokens,
-        )
+        return default_room(engine.config.room, window)
 
     def _threshold(self) -> Room:
         """Set ``threshold_tokens`` (what Hermes reads) from the room; report once when the
@@ -395,7 +394,12 @@ def _before_request(**kwargs: Any) -> None:
     history = kwargs.get("conversation_history")
     request = kwargs.get("request")
     body = request.get("body") if isinstance(request, dict) else None
-    if not window or not isinstance(history, list) or not isinstance(body, dict):
+    if (
+        not window
+        or str(session_id) in _measured
+        or not isinstance(history, list)
+        or not isinstance(body, dict)
+    ):
         return
     engine = shared_engine()
     if engine.find_conversation(str(session_id)) is None:
@@ -411,6 +415,7 @@ def _before_request(**kwargs: Any) -> None:
             messages_tokens=_tokens(engine, history),
             reply=reply if isinstance(reply, int) and reply > 0 else None,
         )
+        _measured.add(str(session_id))
     except Exception:  # never the host's request
         logger.exception("lossless could not measure the request of session %s", session_id)
 

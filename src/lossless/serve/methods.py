@@ -250,7 +250,9 @@ _RUNNING_GUARD = threading.Lock()
 
 def _compact_for_host(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     session = a["session_id"]
-    room = engine.room(session, a["window"], reply=a["reply_tokens"], hint=a["overhead_hint"])
+    room = _room(engine, a)
+    if room is None:  # the declaration requires it; said for a direct caller
+        raise ArgumentError("compact_for_host: give window, the model's context window")
     stop = threading.Event()
     with _RUNNING_GUARD:
         _RUNNING[session] = stop
