@@ -131,7 +131,12 @@ def test_openclaw_at_a_tight_window_never_fails_a_turn_and_keeps_summaries_in_vi
 
 
 def one_cell(
-    plugin: Path, release: str, transport: str, window: int, tmp_path: Path
+    plugin: Path,
+    release: str,
+    transport: str,
+    window: int,
+    tmp_path: Path,
+    prompts: list[str] | None = None,
 ) -> tuple[Path, Run]:
     """One release's session at *window*: its store and what it left."""
     tmp_path.mkdir(parents=True)
@@ -148,7 +153,7 @@ def one_cell(
                 "db": str(store),
                 "args": ["--config", str(settings)],
             }
-        return store, run_session(host, plugin, reach, tmp_path, window)
+        return store, run_session(host, plugin, reach, tmp_path, window, prompts or PROMPTS)
 
 
 PROMPTS = [prompt(i) for i in range(12)] + ["RECALL: staging password"]
@@ -167,7 +172,12 @@ class Run:
 
 
 def run_session(
-    host: Path, plugin: Path, reach: dict[str, Any], tmp_path: Path, window: int
+    host: Path,
+    plugin: Path,
+    reach: dict[str, Any],
+    tmp_path: Path,
+    window: int,
+    prompts: list[str],
 ) -> Run:
     """Every prompt, one ``openclaw agent`` process each."""
     home = tmp_path / "home"
@@ -217,7 +227,7 @@ def run_session(
             "HOME": str(home),
         }
         answers, stderr, started = [], [], []
-        for text in PROMPTS:
+        for text in prompts:
             started.append(time.time())
             done = subprocess.run(
                 [
@@ -238,6 +248,34 @@ def run_session(
         return Run(
             answers, stderr, server.user_texts(), server.prompt_sizes("/chat/completions"), started
         )
+
+
+ROOMY = [prompt(i) for i in range(4)] + ["RECALL: staging password"]
+
+
+def test_openclaw_at_a_roomy_window_sends_the_whole_conversation_as_it_was(
+    plugin: Path, tmp_path: Path
+) -> None:
+    """Both releases at once at a 128k window: the conversation fits the room, so every
+    request carries every turn as it was (no summary needed), no turn fails, the recall
+    finds the first turn's detail, and every turn is stored once."""
+    cells = [(release, "stdio") for release in OPENCLAW_RELEASES]
+    with ThreadPoolExecutor(len(cells)) as pool:
+        runs = list(
+            pool.map(
+                lambda cell: one_cell(plugin, *cell, 128_000, tmp_path / cell[0], ROOMY), cells
+            )
+        )
+    for store, run in runs:
+        assert max(run.sizes) <= 128_000
+        assert not any("-token window for the conversation" in e for e in run.stderr)
+        # the first turn still whole, as it was said (OpenClaw puts its time before it)
+        assert any(ROOMY[0] in t for t in run.requests[-1])
+        assert not any('<summary id="sum_' in t for r in run.requests for t in r)
+        assert run.answers[-1].startswith("Found:") and "Thursday" in run.answers[-1]
+        with Engine.open(store, config=Config()) as engine:
+            users = [m.content for m in engine.messages("s1") if m.role == "user"]
+        assert users == ROOMY
 
 
 def check(store: Path, run: Run, window: int) -> None:
