@@ -529,7 +529,7 @@ def test_a_request_over_the_budget_is_clipped_beside_the_newest_summary(
         if newest.summary_id in b.get("text", "")
     )
     budget = 3 * summary_cost
-    with caplog.at_level("WARNING", logger="lossless.assemble"):
+    with caplog.at_level("WARNING", logger="lossless.engine"):
         made = engine.assemble("s", budget)
     assert made.tokens <= budget
     assert made.clipped is not None and newest.summary_id in made.items

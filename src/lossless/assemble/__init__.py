@@ -31,7 +31,6 @@ message of the requested format keeps its own blocks exactly; others are convert
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,7 +45,6 @@ from .summaries import UNTRUSTED_NOTE, _Shown, render_summary, summary_text
 if TYPE_CHECKING:
     from ..services import Services
 
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "FILL_STEP",
@@ -82,6 +80,21 @@ class AssembledContext:
     #: Every message shown clipped (its head and where to read it whole): the newest request
     #: over the budget, a message of the turn under way too large for what was left.
     clipped_all: list[str] = field(default_factory=list)
+    #: The newest request and its tokens, when it alone was over the budget (shown clipped).
+    clipped_request: str | None = None
+    request_tokens: int | None = None
+
+    def request_warning(self, conversation_id: int) -> str | None:
+        """What to tell the host's user when the newest request was shown clipped."""
+        if self.request_tokens is None:
+            return None
+        return (
+            f"conversation {conversation_id}: the newest request, {self.clipped_request}, is"
+            f" ~{self.request_tokens:,} tokens, more than the {self.budget:,} this context can"
+            " give it: shown clipped (its start, and where to read it whole); a larger budget"
+            " or window shows it whole"
+        )
+
     #: Summaries and messages shown from below the context's summaries, to fill the budget.
     unfolded: int = 0
 
@@ -159,6 +172,7 @@ def assemble(
     chosen = [items[i] for i in fit.indices]
     left_out = len(items) - len(chosen)  # by the budget (what detail replaced is not)
     stubs: dict[int, str] = {}
+    request_clipped: StoredMessage | None = None
     clips = {id(items[i]): room for i, room in fit.clipped.items()}
     used = sum(item.tokens for item in chosen if id(item) not in clips) + resume_tokens
     if (cfg.fill_budget if fill is None else fill) and not clips and used < token_budget:
@@ -180,15 +194,7 @@ def assemble(
             stubs[clipped.message_id] = stub
             used += services.tokens.count(stub)
             if fit.request is not None and item is items[fit.request]:
-                logger.warning(
-                    "conversation %s: the newest request, msg#%s, is ~%s tokens, more than the"
-                    " %s this context can give it: shown clipped (its start, and where to read"
-                    " it whole); a larger budget or window shows it whole",
-                    conversation_id,
-                    clipped.message_id,
-                    f"{clipped.token_count:,}",
-                    f"{token_budget:,}",
-                )
+                request_clipped = clipped
     summary_ids = [i.summary_id for i in chosen if i.summary_id is not None]
     turns = _turns(chosen, messages, shown.found, format, stubs)
     if cfg.date_marks if dates is None else dates:
@@ -215,5 +221,7 @@ def assemble(
         items=[i.ref for i in chosen],
         clipped=next((f"msg#{m}" for m in stubs), None),
         clipped_all=[f"msg#{m}" for m in stubs],
+        clipped_request=None if request_clipped is None else f"msg#{request_clipped.message_id}",
+        request_tokens=None if request_clipped is None else request_clipped.token_count,
         unfolded=sum(1 for i in chosen if i.ordinal < 0),
     )

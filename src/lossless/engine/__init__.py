@@ -449,6 +449,9 @@ class Engine(Reads, Recall, Upkeep, Hosting):
                 prompt=prompt,
             )
         self._assembled.put(conv.conversation_id, made.tokens)
+        said = made.request_warning(conv.conversation_id)
+        if said is not None:
+            logger.warning("%s", said)
         return made
 
     def bootstrap(
