@@ -427,3 +427,123 @@ class ChatServer(_Server):
             for r in self.requests
             if r["path"].rstrip("/").endswith("/chat/completions")
         ]
+
+
+class SummaryServer(_Server):
+    """A summarizing model at a real model's pace, for lossless's own summarizer: OpenAI Chat
+    Completions (``/v1/chat/completions``) and the Anthropic Messages API (``/v1/messages``) on
+    one port, not streamed (as the ``openai`` and ``anthropic`` summarizers call them).
+
+    Each answer takes ``ttft`` seconds plus its tokens at ``tokens_per_second``; it is about a
+    third of the request's output cap (the summarizer asks for three times its target), made
+    of the words of the request's last user message, so it is smaller than its sources and
+    says what they said. ``fail`` (a status: 500, 401) answers every request with that error;
+    ``rate_limited`` answers that many requests with a 429 and ``retry-after: 1`` first.
+    ``in_flight_max`` is the most requests it was answering at once."""
+
+    def __init__(
+        self,
+        ttft: float = 0.0,
+        tokens_per_second: float | None = None,
+        *,
+        fail: int | None = None,
+        rate_limited: int = 0,
+    ) -> None:
+        super().__init__()
+        self.ttft = ttft
+        self.tokens_per_second = tokens_per_second
+        self.fail = fail
+        self.rate_limited = rate_limited
+        self._guard = threading.Lock()
+        self.in_flight = 0
+        self.in_flight_max = 0
+        self.answered = 0
+
+    def answer(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        path = request["path"].split("?")[0].rstrip("/")
+        anthropic = path.endswith("/messages")
+        if not (anthropic or path.endswith("/chat/completions")):
+            self.json(handler, {"error": {"message": f"no {path} here"}}, 404)
+            return
+        with self._guard:
+            if self.rate_limited > 0:
+                self.rate_limited -= 1
+                limited = True
+            else:
+                limited = False
+            self.in_flight += 1
+            self.in_flight_max = max(self.in_flight_max, self.in_flight)
+        try:
+            if limited:
+                self._error(handler, 429, "slow down", retry_after="1")
+                return
+            if self.fail is not None:
+                time.sleep(self.ttft)
+                self._error(handler, self.fail, "the model is unavailable")
+                return
+            body = request["body"]
+            cap = int(body.get("max_tokens") or body.get("max_completion_tokens") or 300)
+            said = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+            words = " ".join(_texts(said[-1].get("content")) if said else []).split()
+            words = [w for w in words if not w.startswith("<")]
+            want = max(8, cap // 3)
+            text = "Summary: " + " ".join(words[: max(4, int(want * 0.75))])
+            out = -(-len(text) // 4)
+            took = self.ttft + (out / self.tokens_per_second if self.tokens_per_second else 0.0)
+            time.sleep(took)
+            with self._guard:
+                self.answered += 1
+            if anthropic:
+                self.json(
+                    handler,
+                    {
+                        "id": "msg_summary",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": body.get("model", "m"),
+                        "content": [{"type": "text", "text": text}],
+                        "stop_reason": "end_turn",
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": prompt_tokens(body), "output_tokens": out},
+                    },
+                )
+                return
+            self.json(
+                handler,
+                {
+                    "id": "chatcmpl-summary",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body.get("model", "m"),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens(body),
+                        "completion_tokens": out,
+                        "total_tokens": prompt_tokens(body) + out,
+                    },
+                },
+            )
+        finally:
+            with self._guard:
+                self.in_flight -= 1
+
+    @staticmethod
+    def _error(
+        handler: BaseHTTPRequestHandler, status: int, message: str, retry_after: str | None = None
+    ) -> None:
+        body = json.dumps(
+            {"type": "error", "error": {"type": "api_error", "message": message}}
+        ).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        if retry_after is not None:
+            handler.send_header("retry-after", retry_after)
+        handler.end_headers()
+        handler.wfile.write(body)

@@ -289,8 +289,24 @@ class GuardsConfig:
         default=120.0,
         metadata=_opt(
             minimum=0.1,
-            help="wall-clock limit of one compaction run (a turn's): later passes fall back"
-            " without calling the model",
+            help="wall-clock limit of one compaction run, or of finishing provisional"
+            " summaries: what is left stays due for the next run",
+        ),
+    )
+    concurrency: int = field(
+        default=4,
+        metadata=_opt(
+            minimum=1,
+            maximum=64,
+            help="model calls at once when provisional summaries are finished",
+        ),
+    )
+    failures_before_fallback: int = field(
+        default=3,
+        metadata=_opt(
+            minimum=1,
+            help="model failures in a row after which the provisional summaries of the run are"
+            " kept as the offline summarizer wrote them (one warning)",
         ),
     )
 
@@ -320,6 +336,13 @@ class Config:
     background_compaction: bool = field(
         default=False,
         metadata=_opt(help="run after-turn compaction in a background worker"),
+    )
+    provisional_summaries: bool = field(
+        default=True,
+        metadata=_opt(
+            help="with a model summarizer, compaction writes offline summaries at once and the"
+            " model's replace them in place off the turn (off: every pass waits for the model)"
+        ),
     )
     context_threshold: float = field(
         default=0.75,

@@ -22,6 +22,7 @@ from .errors import NotFoundError
 __all__ = [
     "FILE_ID",
     "HOST_META",
+    "PROVISIONAL",
     "ROLES",
     "Checkpoint",
     "ContextItem",
@@ -44,6 +45,10 @@ __all__ = [
 
 #: What a large file's id looks like (``file_`` and 16 hex digits).
 FILE_ID = re.compile(r"^file_[0-9a-f]{16}$")
+
+#: The ``model`` of a summary the offline summarizer wrote at once while the configured
+#: model's summary of the same sources is on its way (it replaces it in place, same id).
+PROVISIONAL = "provisional"
 
 Role = Literal["user", "assistant", "system", "tool"]
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
@@ -422,6 +427,11 @@ class Summary:
     retired_reason: str | None = None
     #: The summary that replaced a rewritten one.
     superseded_by: str | None = None
+
+    @property
+    def provisional(self) -> bool:
+        """Written at once by the offline summarizer; the model's summary replaces it."""
+        return self.model == PROVISIONAL
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

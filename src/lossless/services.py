@@ -177,12 +177,20 @@ class Services:
     redactor: Redactor | None = None
     sealer: Sealer | None = None
     clock: Callable[[], datetime] = now
+    #: What finishes a conversation's provisional summaries off the turn: the engine sets
+    #: its background queue; a hook's short process hands them to a process of its own.
+    finish_later: Callable[[int], None] | None = None
+    #: Set when closing: work that finishes provisional summaries stops between calls
+    #: (what is left is finished by the next run).
+    closing: threading.Event = field(default_factory=threading.Event)
 
     def lock(self, *conversation_ids: int) -> AbstractContextManager[None]:
         """Hold the conversations' locks (see :meth:`ConversationLocks.hold`)."""
         return self.locks.hold(*conversation_ids)
 
     def close(self) -> None:
-        """Finish background work, then close the store."""
+        """Finish background work (the model calls in flight; no new ones), then close the
+        store."""
+        self.closing.set()
         self.background.shutdown()
         self.store.close()

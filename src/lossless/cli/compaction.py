@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import hashlib
+import sys
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
 from ..compaction import CompactionReport
+from ..compaction.finish import FinishReport
 from ..engine import Engine
 from ..ingest.transcripts import FORMATS
 from ..replay import ReplayReport, TurnRecord, replay_transcript
 from .conversations import resolve
-from .output import State, emit_json, json_option, pass_state, stderr, stdout
+from .output import EXIT_PARTIAL, State, emit_json, json_option, pass_state, stderr, stdout
 
 
 def _print_report(report: CompactionReport) -> None:
@@ -43,36 +55,269 @@ def _print_report(report: CompactionReport) -> None:
 @click.option("--incremental", "mode", flag_value="incremental", help="What after_turn does.")
 @click.option("--until", type=click.IntRange(min=1), metavar="TOKENS", help="Sweep until under.")
 @click.option("--dry-run", is_flag=True, help="Show what would be compacted; change nothing.")
+@click.option(
+    "--no-finish",
+    is_flag=True,
+    help="With a model summarizer: leave the provisional summaries for later (`lossless finish`).",
+)
 @json_option
 @pass_state
 def compact_command(
-    state: State, conversation: str, mode: str, until: int | None, dry_run: bool, as_json: bool
+    state: State,
+    conversation: str,
+    mode: str,
+    until: int | None,
+    dry_run: bool,
+    no_finish: bool,
+    as_json: bool,
 ) -> None:
     """Compact CONVERSATION's active context into summaries.
 
     The default is a full sweep (leaf passes until none is eligible, then condensation);
     --incremental does what happens after a turn; --until TOKENS sweeps until the context is
     at or under TOKENS. Nothing stored is deleted: only the active context changes.
+
+    With a model summarizer the passes are written at once by the offline summarizer
+    (provisional), then the model's summaries replace them, several calls at once, with a
+    progress bar. A run that reaches guards.run_seconds stops cleanly: what is left stays due
+    for the next run, and the exit code is 3.
     """
     engine = state.engine()
     conv = resolve(engine, conversation)
     if dry_run:
         _dry_run(engine, conv.conversation_id, as_json)
         return
-    with stderr.status("compacting…") if stderr.is_terminal else _null():
-        report = engine.compact(conv.conversation_id, mode=mode, until=until)
+    found = engine.compaction_plan(conv.conversation_id)
+    planned = max(1, found.leaf_passes_about + found.leaf_passes_about // 3)
+    with _bar("compacting", planned) as advance:
+        report = engine.compact(
+            conv.conversation_id,
+            mode=mode,
+            until=until,
+            progress=lambda _: advance(1),
+        )
+    finished = None
+    if not no_finish and engine.pending_summaries(conv.conversation_id)["provisional"]:
+        pending = engine.pending_summaries(conv.conversation_id)["provisional"]
+        with _bar("model summaries", pending) as advance:
+            finished = engine.finish_summaries(
+                conv.conversation_id, progress=lambda done, total: advance(1)
+            )
+    left = _left(engine, conv.conversation_id, report.out_of_time)
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(
+            {
+                **report.to_dict(),
+                "finished": None if finished is None else finished.to_dict(),
+                "left": left,
+            }
+        )
     else:
         _print_report(report)
+        if finished is not None:
+            _print_finished(finished)
+        if left["message"]:
+            stderr.print(str(left["message"]), highlight=False)
+    if left["message"]:
+        sys.exit(EXIT_PARTIAL)
 
 
-class _null:
-    def __enter__(self) -> None:
-        return None
+def _left(engine: Engine, conversation_id: int, out_of_time: bool) -> dict[str, object]:
+    """What a run left: raw passes still due, provisional summaries, and one line saying so
+    (empty when nothing is left)."""
+    due = engine.compaction_plan(conversation_id).leaf_passes_about if out_of_time else 0
+    provisional = int(engine.pending_summaries(conversation_id)["provisional"])
+    said = []
+    if due:
+        limit = engine.config.guards.run_seconds
+        said.append(
+            f"stopped at the time limit (guards.run_seconds = {limit:g} s) with about {due}"
+            " leaf pass(es) still due"
+        )
+    if provisional:
+        said.append(
+            f"{provisional} summar{'y' if provisional == 1 else 'ies'} still provisional"
+            " (the offline summarizer's, until the model's arrive)"
+        )
+    message = ""
+    if said:
+        message = (
+            "left: "
+            + "; ".join(said)
+            + ". Nothing is lost: run `lossless compact` (or `lossless finish`) again to go on,"
+            " or raise guards.run_seconds"
+        )
+    return {"passes_due": due, "provisional": provisional, "message": message}
 
-    def __exit__(self, *args: object) -> None:
-        return None
+
+def _print_finished(report: FinishReport) -> None:
+    stdout.print(
+        f"model summaries: {report.finished} of {report.pending} provisional summaries"
+        f" finished in {report.seconds:.1f} s ({report.calls} call(s))"
+        + (
+            f"; {report.kept_offline} kept as the offline summarizer wrote them"
+            if report.kept_offline
+            else ""
+        ),
+        highlight=False,
+    )
+
+
+@contextmanager
+def _bar(what: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar on a terminal (done of planned, and the time left); nothing when
+    stderr is not a terminal. Yields the function that advances it."""
+    if not stderr.is_terminal:
+        yield lambda n: None
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=stderr, transient=True) as bar:
+        task = bar.add_task(what, total=total)
+
+        def advance(n: int) -> None:
+            current = bar.tasks[0]
+            if current.completed + n > (current.total or 0):
+                bar.update(task, total=current.completed + n)
+            bar.advance(task, n)
+
+        yield advance
+
+
+@click.command("finish")
+@click.argument("conversation", required=False)
+@click.option(
+    "--if-free",
+    is_flag=True,
+    help="Exit at once when another `lossless finish --if-free` works on this store.",
+)
+@json_option
+@pass_state
+def finish_command(state: State, conversation: str | None, if_free: bool, as_json: bool) -> None:
+    """Put the model's summaries in place of the provisional ones (of CONVERSATION, or of
+    the whole store).
+
+    A compaction with a model summarizer writes provisional summaries at once (the offline
+    summarizer's) and the model's replace them off the turn; this does it here and now,
+    guards.concurrency calls at once, until guards.run_seconds. Exit code 3 when some are
+    left (run it again).
+    """
+    engine = state.engine()
+    conv_id = None if conversation is None else resolve(engine, conversation).conversation_id
+    with _single(engine.location if if_free else None) as mine:
+        if not mine:
+            return
+        total = FinishReport()
+        while True:  # a hook may add more meanwhile: go on while there is progress
+            pending = int(engine.pending_summaries(conv_id)["provisional"])
+            if not pending:
+                break
+            with _bar("model summaries", pending) as advance:
+                report = engine.finish_summaries(conv_id, progress=lambda done, all_: advance(1))
+            total.merge(report)
+            if report.out_of_time or report.stopped or not (report.finished or report.kept_offline):
+                break
+    left = _left(engine, conv_id, False) if conv_id is not None else _store_left(engine)
+    if as_json:
+        emit_json({**total.to_dict(), "left": left})
+    else:
+        _print_finished(total)
+        if left["message"]:
+            stderr.print(str(left["message"]), highlight=False)
+    if left["message"]:
+        sys.exit(EXIT_PARTIAL)
+
+
+def _store_left(engine: Engine) -> dict[str, object]:
+    provisional = int(engine.pending_summaries()["provisional"])
+    message = (
+        f"left: {provisional} summaries still provisional; run `lossless finish` again"
+        if provisional
+        else ""
+    )
+    return {"passes_due": 0, "provisional": provisional, "message": message}
+
+
+@contextmanager
+def _single(location: str | None) -> Iterator[bool]:
+    """Whether this process is the one finishing the store at *location* (always, without
+    one): a lock file in the temporary directory, held until the block ends."""
+    if location is None:
+        yield True
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Windows: every run goes ahead
+        yield True
+        return
+    digest = hashlib.sha256(location.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"lossless-finish-{digest}.lock"
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+
+
+@click.command("status")
+@click.argument("conversation", required=False)
+@json_option
+@pass_state
+def status_command(state: State, conversation: str | None, as_json: bool) -> None:
+    """What waits for the model: provisional summaries (of CONVERSATION, or of the store),
+    the oldest one's age, and the runs whose model kept failing, with the reason."""
+    engine = state.engine()
+    conv_id = None if conversation is None else resolve(engine, conversation).conversation_id
+    found = engine.pending_summaries(conv_id)
+    if as_json:
+        emit_json(found)
+        return
+    summarizer = f"summarizer {found['summarizer']}"
+    if not found["model_summaries"]:
+        summarizer += " (offline: its summaries are final as written)"
+    stdout.print(summarizer, highlight=False)
+    count = int(found["provisional"])
+    if count:
+        stdout.print(
+            f"provisional summaries: {count}, the oldest {_age(found['oldest_age_seconds'])} old"
+            " (the model's replace them off the turn; `lossless finish` does it now)",
+            highlight=False,
+        )
+    else:
+        stdout.print("provisional summaries: none", highlight=False)
+    for failed in found["fell_back"]:
+        stdout.print(
+            f"conversation {failed['conversation_id']}: at {failed.get('at')} summarizer"
+            f" {failed.get('summarizer')} kept failing; {failed.get('summaries')} summaries kept"
+            f" as the offline summarizer wrote them. Reason: {failed.get('reason')}",
+            highlight=False,
+        )
+    guards = found.get("guards")
+    if isinstance(guards, dict):
+        counts = guards.get("counts") or {}
+        breaker = (guards.get("breaker") or {}).get("state")
+        stdout.print(
+            f"guards: breaker {breaker}, calls {counts.get('calls', 0)}, failed"
+            f" {counts.get('failed', 0)}, timed out {counts.get('timed_out', 0)}"
+            f" (this process); last error {guards.get('last_error_kind') or 'none'}",
+            highlight=False,
+        )
+
+
+def _age(seconds: object) -> str:
+    value = float(seconds) if isinstance(seconds, int | float) else 0.0
+    if value < 90:
+        return f"{value:.0f} s"
+    if value < 5400:
+        return f"{value / 60:.0f} min"
+    return f"{value / 3600:.1f} h"
 
 
 def _dry_run(engine: Engine, conversation_id: int, as_json: bool) -> None:

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 import click
 
-from ..engine import default_db_path
+from ..engine import Engine, default_db_path
 from ..errors import LosslessError
 from ..integrations.claude_code import (
     CLAUDE_CODE,
@@ -131,8 +131,17 @@ def _handle(state: State, host: Host, event: str | None, max_chars: str | None, 
         buffer = getattr(sys.stdin, "buffer", None)
         text = buffer.read().decode("utf-8", "replace") if buffer else sys.stdin.read()
         hook = HookInput.parse(text, event)
-        opened = functools.partial(state.engine, create=True)  # a hook writes
+        pending: set[int] = set()
+
+        def opened() -> Engine:
+            engine = state.engine(create=True)  # a hook writes
+            # The hook returns at once: the model's summaries come in a process of its own.
+            engine.finish_elsewhere(pending.add)
+            return engine
+
         outcome = run_hook(opened, hook, host, max_chars=_limit(max_chars))
+        if pending:
+            _finish_detached(state, log)
     except LosslessError as exc:  # said in its own words: no traceback needed
         logger.error("lossless hook %s %s failed: %s", host.name, event or "", exc)
         print(f"lossless: the hook failed: {exc} (logged in {log})", file=sys.stderr)
@@ -145,6 +154,27 @@ def _handle(state: State, host: Host, event: str | None, max_chars: str | None, 
     for problem in outcome.problems:
         logger.warning("%s: %s", outcome.event, problem)
     return outcome.stdout
+
+
+def _finish_detached(state: State, log: Path) -> None:
+    """Start ``lossless finish --if-free`` on this store as a process of its own (the host's
+    hook does not wait for it; a second one while it runs exits at once), its output going
+    to the hooks' log."""
+    command = [sys.executable, "-m", "lossless", "--db", _database(state)]
+    if state.config_path:
+        command += ["--config", state.config_path]
+    command += ["finish", "--if-free"]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a", encoding="utf-8") as out:
+        subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+        )
+    logger.info("provisional summaries: `lossless finish` started to put the model's in place")
 
 
 def _limit(text: str | None) -> int:

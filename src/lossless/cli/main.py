@@ -93,6 +93,8 @@ for command in (
     store.reveal_command,
     demo.demo_command,
     compaction.compact_command,
+    compaction.finish_command,
+    compaction.status_command,
     compaction.replay_command,
     context.context_command,
     context.resume_command,

@@ -23,6 +23,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,12 +61,26 @@ def compact(
     force: bool = False,
     instructions: str | None = None,
     stop: threading.Event | None = None,
+    provisional: bool | None = None,
+    progress: Callable[[PassResult], None] | None = None,
 ) -> CompactionReport:
     """Compact a conversation's active context (see :meth:`lossless.engine.Engine.compact`):
     one process at a time per conversation (on PostgreSQL, across hosts); with *if_free* a
-    run elsewhere is left to finish the work, and the report has no passes."""
+    run elsewhere is left to finish the work, and the report has no passes.
+
+    With a model summarizer and *provisional* (default: ``provisional_summaries``) the passes
+    are written at once by the offline summarizer, and finishing them with the model's
+    summaries is handed to ``services.finish_later`` (off the turn)."""
+    if provisional is None:
+        provisional = services.config.provisional_summaries
     compactor = Compactor(
-        services, budget=budget, deadline=deadline, instructions=instructions, stop=stop
+        services,
+        budget=budget,
+        deadline=deadline,
+        instructions=instructions,
+        stop=stop,
+        provisional=provisional,
+        progress=progress,
     )
     store = services.store
     here = services.compacting.get(conversation_id)
@@ -117,6 +132,8 @@ def _compact_held(
         report = compactor.full_sweep(conversation_id)
     else:
         raise ValueError(f"unknown compaction mode {mode!r}; use full or incremental")
+    if report.provisional and services.finish_later is not None:
+        services.finish_later(conversation_id)
     if report.passes and services.config.resume.inject:
         # Off the turn: the summary is for the next assembly, which builds it itself if it
         # comes first; built here, it was a third of a PostgreSQL turn that compacts.
@@ -171,7 +188,7 @@ def after_turn_compaction(
     if token_budget is not None:
         threshold = int(token_budget * cfg.context_threshold)
         target = int(token_budget * min(cfg.compaction_target, cfg.context_threshold))
-        if report.tokens_after > threshold:
+        if report.tokens_after > threshold and not report.out_of_time:
             over = compact(
                 services,
                 conversation_id,
@@ -184,6 +201,7 @@ def after_turn_compaction(
             report.rounds = over.rounds
             report.target = target
             report.tokens_after = over.tokens_after
+            report.out_of_time = over.out_of_time
     log_run(report, "turn")
     return report
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import ConflictError
-from ..model import ContextItem, MessageText, Summary
+from ..model import PROVISIONAL, ContextItem, MessageText, Summary
 from ..summarize.base import (
     Level,
     SourceItem,
@@ -22,12 +22,14 @@ from ..summarize.base import (
     SummaryResult,
 )
 from ..summarize.escalation import Outcome, escalate
+from ..summarize.extractive import ExtractiveSummarizer
 from ..summarize.prompts import render_sources, system_prompt, user_prompt
 from ..timestamps import format_ts, now
 
 if TYPE_CHECKING:
     from ..config import Config
     from ..services import Services
+    from ..store import Store
 from .chunks import ChunkPlanner
 from .report import CompactionReport, PassResult
 
@@ -47,6 +49,20 @@ def message_sources(messages: Sequence[MessageText]) -> tuple[SourceItem, ...]:
         SourceItem(f"msg#{mid}", speaker, text, at, at, tokens)
         for mid, speaker, text, at, tokens in messages
     )
+
+
+def stored_sources(
+    store: Store, summary: Summary, replaced: dict[str, Summary] | None = None
+) -> tuple[tuple[SourceItem, ...], bool]:
+    """What a stored summary was made from, as source items, and whether they are summaries:
+    a leaf's messages, a condensed summary's parents (each taken from *replaced* when it is
+    there: a parent rewritten in the same run)."""
+    parent_ids, message_ids = store.summary_sources(summary.summary_id)
+    if summary.kind == "leaf":
+        return message_sources(store.message_texts(message_ids)), False
+    found = {p.summary_id: p for p in store.get_summaries(parent_ids)}
+    found.update({k: v for k, v in (replaced or {}).items() if k in found})
+    return summary_sources([found[p] for p in parent_ids]), True
 
 
 def summary_sources(summaries: Sequence[Summary]) -> tuple[SourceItem, ...]:
@@ -96,8 +112,12 @@ class Compactor(ChunkPlanner):
         deadline: float | None = None,
         instructions: str | None = None,
         stop: threading.Event | None = None,
+        provisional: bool = False,
+        progress: Callable[[PassResult], None] | None = None,
     ) -> None:
         self.services = services
+        #: Told of each pass written (a progress bar).
+        self.progress = progress
         #: What the host asked the summaries to keep (OpenClaw's ``customInstructions``,
         #: Hermes's ``focus_topic``): passed to the summarizer with every pass of this run.
         self.instructions = instructions.strip() if instructions and instructions.strip() else None
@@ -113,8 +133,21 @@ class Compactor(ChunkPlanner):
         run = self.config.guards.run_seconds
         if deadline is None and run is not None:
             deadline = time.monotonic() + run
+        #: Past it no model call starts, and no pass is written that the deadline cut short:
+        #: the run ends and what is left stays due (never a truncated placeholder).
+        self.deadline = deadline
+        self.out_of_time = False
         # Past the run's deadline no model is called: escalation falls back at once.
         self.summarizer = summarizer if deadline is None else _Deadline(summarizer, deadline)
+        #: What writes a provisional summary, and what a model summarizer falls back to.
+        self.offline: Summarizer = summarizer if summarizer.offline else ExtractiveSummarizer()
+        #: Every pass of this run is written at once by the offline summarizer, marked
+        #: provisional, for the model's summary to replace off the turn (only where the
+        #: summarizer is a model: an offline one's summaries are final as written).
+        self.provisional = provisional and not summarizer.offline
+        self.calls_model = not summarizer.offline
+        #: A model's failures are logged at debug level (the caller says them once).
+        self.quiet = False
         # With a known budget the tail may take at most its share of it (the spec's defaults
         # were made for very large windows; 64 messages can be a third of a small one).
         caps = [c for c in (self.config.fresh_tail_max_tokens,) if c is not None]
@@ -237,6 +270,7 @@ class Compactor(ChunkPlanner):
             previous,
             descendants=descendants,
             file_ids=file_ids,
+            from_provisional=any(p.provisional for p in parents),
         )
 
     def _fold(
@@ -285,6 +319,7 @@ class Compactor(ChunkPlanner):
             file_ids=file_ids,
             links=links,
             retire=[p.summary_id for p in folded],
+            from_provisional=any(p.provisional for p in merged),
         )
 
     def _unshrinkable(self, conversation_id: int) -> list[str]:
@@ -329,10 +364,14 @@ class Compactor(ChunkPlanner):
         file_ids: tuple[str, ...] = (),
         links: list[int] | list[str] | None = None,
         retire: Sequence[str] = (),
+        from_provisional: bool = False,
     ) -> PassResult | None:
         key = f"{kind}:{depth}:{chunk[0].ordinal}-{chunk[-1].ordinal}:{len(chunk)}"
         if key in self._unshrinkable(conversation_id):
             return None  # tried before and not smaller: not again until the stretch changes
+        # A summary made from a provisional one is provisional too: the model's is made from
+        # its sources' final text, once they have it.
+        provisional = self.provisional or from_provisional
         summary, outcome, calls = self.summarize(
             conversation_id,
             kind,
@@ -342,14 +381,20 @@ class Compactor(ChunkPlanner):
             descendants=descendants,
             file_ids=file_ids,
             from_summaries=kind == "condensed" or links is not None,
+            provisional=provisional,
         )
+        if outcome.level == "fallback" and not provisional and self.past_deadline():
+            # The run's time ran out while this pass waited for the model: the stretch stays
+            # due for the next run rather than becoming a cut of its own text.
+            self.out_of_time = True
+            return None
         input_tokens = sum(s.tokens for s in sources)
         if outcome.tokens >= input_tokens:
             self._remember_unshrinkable(conversation_id, key)
             return None
         self.store.write_summary(summary, chunk, links=links, retire=retire)
         self._placed(conversation_id, chunk, summary)
-        return PassResult(
+        result = PassResult(
             kind=kind,
             summary_id=summary.summary_id,
             depth=depth,
@@ -358,7 +403,15 @@ class Compactor(ChunkPlanner):
             tokens_after=outcome.tokens,
             level=outcome.level,
             calls=calls,
+            provisional=summary.provisional,
         )
+        if self.progress is not None:
+            self.progress(result)
+        return result
+
+    def past_deadline(self) -> bool:
+        """Whether the run's time limit (``guards.run_seconds``, or the caller's) has passed."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def summarize(
         self,
@@ -371,10 +424,15 @@ class Compactor(ChunkPlanner):
         descendants: int,
         file_ids: tuple[str, ...] = (),
         from_summaries: bool | None = None,
+        provisional: bool = False,
     ) -> tuple[Summary, Outcome, int]:
         """Summarize *sources* (with escalation) into a new, unwritten summary; returns it,
         the escalation outcome and the number of summarizer calls. *from_summaries*: the
-        sources are summaries (the prompt says so), by default when *kind* is condensed."""
+        sources are summaries (the prompt says so), by default when *kind* is condensed.
+
+        *provisional*: written at once by the offline summarizer and marked so (its model
+        is :data:`~lossless.model.PROVISIONAL`). A model that fails every rung of the ladder
+        gives way to the offline summarizer (a summary, not a cut of the text)."""
         cfg = self.config
         condensed = kind == "condensed" if from_summaries is None else from_summaries
         input_tokens = sum(s.tokens for s in sources)
@@ -415,15 +473,29 @@ class Compactor(ChunkPlanner):
                 instructions=self.instructions,
             )
 
-        outcome = escalate(
-            self.summarizer,
-            make,
-            input_tokens=input_tokens,
-            target_tokens=target,
-            source_text=rendered,
-            fallback_max_tokens=cfg.fallback_max_tokens,
-            counter=self.services.tokens,
-        )
+        def ladder(summarizer: Summarizer) -> Outcome:
+            return escalate(
+                summarizer,
+                make,
+                input_tokens=input_tokens,
+                target_tokens=target,
+                source_text=rendered,
+                fallback_max_tokens=cfg.fallback_max_tokens,
+                counter=self.services.tokens,
+                quiet=self.quiet,
+            )
+
+        outcome = ladder(self.offline if provisional else self.summarizer)
+        model = outcome.model if outcome.level != "fallback" else "fallback"
+        if provisional:
+            model = PROVISIONAL
+        elif outcome.level == "fallback" and self.calls_model and not self.past_deadline():
+            offline = ladder(self.offline)
+            if offline.level != "fallback":
+                outcome = Outcome(
+                    offline.text, offline.tokens, "fallback", self.offline.name, outcome.errors
+                )
+                model = self.offline.name
         created = format_ts(now())
         # Content and time, plus what it summarizes: a message or summary is summarized only
         # once, so ids stay unique when the clock has not moved and the text repeats.
@@ -445,7 +517,7 @@ class Compactor(ChunkPlanner):
             latest_at=max(s.latest_at for s in sources),
             descendant_count=descendants,
             file_ids=file_ids,
-            model=outcome.model if outcome.level != "fallback" else "fallback",
+            model=model,
         )
         return summary, outcome, calls
 
@@ -459,12 +531,14 @@ class Compactor(ChunkPlanner):
         with self._run():
             items = self._context(conversation_id)
             report = CompactionReport(conversation_id, "incremental", sum(i.tokens for i in items))
-            if self.raw_tokens_outside_tail(items) > self.config.leaf_chunk_tokens:
+            if self.raw_tokens_outside_tail(
+                items
+            ) > self.config.leaf_chunk_tokens and not self.stopped(report):
                 result = self.leaf_pass(conversation_id)
                 if result is not None:
                     report.passes.append(result)
                     max_depth = self.config.incremental_max_depth
-                    while max_depth != 0:
+                    while max_depth != 0 and not self.stopped(report):
                         condensed = self.condensed_pass(conversation_id, max_depth=max_depth)
                         if condensed is None:
                             break
@@ -506,10 +580,13 @@ class Compactor(ChunkPlanner):
         return progressed
 
     def stopped(self, report: CompactionReport) -> bool:
-        """Whether the caller asked the run to stop (recorded in *report*)."""
+        """Whether the caller asked the run to stop, or its time ran out (recorded in
+        *report*: what is left stays due for the next run)."""
         if self.stop is not None and self.stop.is_set():
             report.stopped = True
-        return report.stopped
+        if self.out_of_time or self.past_deadline():
+            self.out_of_time = report.out_of_time = True
+        return report.stopped or report.out_of_time
 
     def until_under(
         self, conversation_id: int, target: int, *, force: bool = False

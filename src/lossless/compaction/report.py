@@ -21,6 +21,8 @@ class PassResult:
     tokens_after: int
     level: str
     calls: int
+    #: Written at once by the offline summarizer; the model's summary replaces it.
+    provisional: bool = False
 
     @property
     def saved(self) -> int:
@@ -42,6 +44,8 @@ class CompactionReport:
     errors: list[str] = field(default_factory=list)
     #: The run stopped early because its caller asked it to (a host's abort).
     stopped: bool = False
+    #: The run reached its time limit (``guards.run_seconds``): what is left stays due.
+    out_of_time: bool = False
     #: Set when a forced run shrank the fresh tail: the tail's tokens it left.
     tail_tokens: int | None = None
 
@@ -49,6 +53,11 @@ class CompactionReport:
     def summarizer_calls(self) -> int:
         """Summarizer calls made (escalation can make two per pass)."""
         return sum(p.calls for p in self.passes)
+
+    @property
+    def provisional(self) -> int:
+        """Passes written provisional (their model summaries still to come)."""
+        return sum(p.provisional for p in self.passes)
 
     @property
     def reached_target(self) -> bool | None:
@@ -83,10 +92,13 @@ class CompactionReport:
                     "tokens_before": p.tokens_before,
                     "tokens_after": p.tokens_after,
                     "level": p.level,
+                    "provisional": p.provisional,
                 }
                 for p in self.passes
             ],
             "errors": self.errors,
             "stopped": self.stopped,
+            "out_of_time": self.out_of_time,
+            "provisional": self.provisional,
             "tail_tokens": self.tail_tokens,
         }

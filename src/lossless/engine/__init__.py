@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +23,7 @@ from typing import Any
 from ..assemble import AssembledContext
 from ..assemble import assemble as assemble_context
 from ..codec import clean_text, dumps, loads
-from ..compaction import CompactionReport, after_turn_compaction, nothing_due
+from ..compaction import CompactionReport, PassResult, after_turn_compaction, nothing_due
 from ..compaction import compact as compact_context
 from ..config import Config, RedactConfig
 from ..errors import ArgumentError, NotFoundError
@@ -46,6 +46,7 @@ from .base import (
     files_dir_for,
 )
 from .hosting import Hosting
+from .pending import Pending
 from .reads import Reads
 from .recall import Recall
 from .upkeep import Upkeep
@@ -74,11 +75,12 @@ class TurnResult:
     error: str | None = None
 
 
-class Engine(Reads, Recall, Upkeep, Hosting):
+class Engine(Reads, Recall, Upkeep, Hosting, Pending):
     """Lossless context management over one store.
 
     Open one with :meth:`open`; use it as a context manager or call :meth:`close`. Its
-    reads, recall and upkeep are :class:`Reads`, :class:`Recall` and :class:`Upkeep`.
+    reads, recall and upkeep are :class:`Reads`, :class:`Recall` and :class:`Upkeep`; a
+    host's room is :class:`Hosting`; provisional summaries are :class:`Pending`.
     """
 
     def __init__(
@@ -109,6 +111,10 @@ class Engine(Reads, Recall, Upkeep, Hosting):
         # conversation → its newest assembly's tokens (what a host's reported prompt size is
         # measured against: Engine.measure_room).
         self._assembled: BoundedCache[int, int] = BoundedCache(1024)
+        # A compaction's provisional summaries are finished off the turn, in the background
+        # queue (a hook's short process replaces this with a process of its own).
+        self._finish_checked: set[int] = set()
+        self.services.finish_later = self._finish_later
 
     @classmethod
     def open(
@@ -324,6 +330,8 @@ class Engine(Reads, Recall, Upkeep, Hosting):
         force: bool = False,
         instructions: str | None = None,
         stop: threading.Event | None = None,
+        provisional: bool | None = None,
+        progress: Callable[[PassResult], None] | None = None,
     ) -> CompactionReport:
         """Compact a conversation's active context.
 
@@ -331,8 +339,13 @@ class Engine(Reads, Recall, Upkeep, Hosting):
         then condensation. ``mode="incremental"``: what :meth:`after_turn` does. ``until=N``:
         sweeps until the context is at or under N tokens (at most ``max_rounds``). With the
         model's *budget*, the fresh tail is capped at ``fresh_tail_budget_share`` of it.
-        After ``guards.run_seconds`` (or at *deadline*, ``time.monotonic()`` seconds) no model
-        is called: the remaining passes fall back, so a slow provider cannot hold it longer.
+        After ``guards.run_seconds`` (or at *deadline*, ``time.monotonic()`` seconds) the run
+        ends (``report.out_of_time``) and what is left stays due for the next run.
+
+        With a model summarizer the passes are *provisional* (default:
+        ``provisional_summaries``): written at once by the offline summarizer, and finished
+        with the model's summaries off the turn (:meth:`finish_summaries`, which the
+        background queue runs). *progress* is told of each pass written.
 
         One process compacts a conversation at a time (on PostgreSQL, across hosts); another
         waits for it, or with *if_free* (what a turn does) leaves the work to it and returns
@@ -344,9 +357,11 @@ class Engine(Reads, Recall, Upkeep, Hosting):
         to the summarizer with every pass. Setting *stop* ends the run between passes (each
         pass is one transaction: nothing is left half written).
         """
+        conv_id = self.conversation(conversation).conversation_id
+        self._finish_left(conv_id)
         return compact_context(
             self.services,
-            self.conversation(conversation).conversation_id,
+            conv_id,
             mode=mode,
             until=until,
             budget=budget,
@@ -355,6 +370,8 @@ class Engine(Reads, Recall, Upkeep, Hosting):
             force=force,
             instructions=instructions,
             stop=stop,
+            provisional=provisional,
+            progress=progress,
         )
 
     def after_turn(
@@ -373,9 +390,12 @@ class Engine(Reads, Recall, Upkeep, Hosting):
         of it.
         Compaction is best effort: a failure is logged and reported, never raised, so the
         conversation goes on. With ``background_compaction`` it runs in a worker thread.
+        With a model summarizer the turn never waits for the model: its passes are
+        provisional (see :meth:`compact`), finished in the background.
         """
         ingest = self.ingest_batch(conversation, messages, format=format)
         conv_id = ingest.conversation_id
+        self._finish_left(conv_id)
         if self.config.background_compaction:
             # Said here, not in the worker: waking it for every turn slowed the next one.
             try:

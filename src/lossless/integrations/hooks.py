@@ -171,6 +171,8 @@ class HookOutcome:
     imported: int = 0
     already_stored: int = 0
     compaction_passes: int = 0
+    #: Provisional summaries waiting for the model when the hook ended.
+    provisional: int = 0
     summaries_shown: int = 0
     summaries_total: int = 0
     stdout: str = ""
@@ -191,6 +193,8 @@ class HookOutcome:
             )
         if self.compaction_passes:
             parts.append(f"compaction_passes={self.compaction_passes}")
+        if self.provisional:
+            parts.append(f"provisional={self.provisional}")
         if self.stdout:
             parts.append(
                 f"reinjected={len(self.stdout)} chars"
@@ -300,6 +304,7 @@ def _compact(
         outcome.problems.append(f"compaction of conversation {conversation_id}: {exc}")
         return
     outcome.compaction_passes += len(report.passes)
+    outcome.provisional = int(engine.pending_summaries(conversation_id)["provisional"])
 
 
 def _compact_all(

@@ -574,6 +574,16 @@ def m020_message_words_made_once(conn: sqlite3.Connection) -> None:
     pass
 
 
+@migration
+def m021_provisional_summaries(conn: sqlite3.Connection) -> None:
+    # A summary written at once by the offline summarizer while the model's is on its way
+    # (model 'provisional'): found without reading every summary.
+    conn.execute(
+        "CREATE INDEX summaries_provisional ON summaries(conversation_id, depth)"
+        " WHERE model = 'provisional' AND retired_at IS NULL"
+    )
+
+
 @dataclass(frozen=True)
 class Step:
     """One migration in both dialects."""

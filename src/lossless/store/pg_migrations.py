@@ -461,4 +461,13 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
           FOR EACH ROW EXECUTE FUNCTION lossless_message_words();
         """,
     ),
+    (
+        "m021_provisional_summaries",
+        """
+        -- A summary written at once by the offline summarizer while the model's is on its
+        -- way (model 'provisional'): found without reading every summary.
+        CREATE INDEX summaries_provisional ON summaries(conversation_id, depth)
+          WHERE model = 'provisional' AND retired_at IS NULL;
+        """,
+    ),
 ]

@@ -101,19 +101,22 @@ def climb(
     *,
     target_tokens: int,
     floor: int = 16,
+    quiet: bool = False,
 ) -> tuple[T | None, Level | None, str | None, list[str]]:
     """Try the ladder's model rungs in order: the first reply *accept* takes, as (value,
     level, model, errors); ``(None, None, None, errors)`` when every rung failed, for the
     caller's own deterministic fallback. A summarizer's failure leads to the next rung,
-    never up to the caller."""
+    never up to the caller. *quiet*: failures are logged at debug level (the caller says
+    them once itself)."""
     errors: list[str] = []
+    say = logger.debug if quiet else logger.warning
     for level, target, temperature in rungs(target_tokens, floor=floor):
         request = make_request(level, target, temperature)
         try:
             result = summarizer.summarize(request)
         except Exception as exc:  # any provider's failure leads to the next level, never up
             # One line; the traceback only when debugging (`lossless --debug`).
-            logger.warning("summarizer %s failed (%s): %s", summarizer.name, level, exc)
+            say("summarizer %s failed (%s): %s", summarizer.name, level, exc)
             logger.debug("summarizer %s failed (%s)", summarizer.name, level, exc_info=exc)
             errors.append(f"{level}: {type(exc).__name__}: {exc}")
             continue
@@ -134,6 +137,7 @@ def escalate(
     source_text: str,
     fallback_max_tokens: int,
     counter: TokenCounter | None = None,
+    quiet: bool = False,
 ) -> Outcome:
     """Run the escalation for one summary; never raises for a summarizer's failure."""
     count = counter.count if counter is not None else estimate_tokens
@@ -154,7 +158,9 @@ def escalate(
             capped = True
         return Outcome(text, tokens, level, result.model, (), capped), ""
 
-    found, _, model, errors = climb(summarizer, make_request, accept, target_tokens=target_tokens)
+    found, _, model, errors = climb(
+        summarizer, make_request, accept, target_tokens=target_tokens, quiet=quiet
+    )
     if found is not None:
         return Outcome(found.text, found.tokens, found.level, model, tuple(errors), found.capped)
     text = _fallback(source_text, fallback_max_tokens, counter)
