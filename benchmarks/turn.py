@@ -37,6 +37,18 @@ says how many summaries the turns (or the worker, waited for at the end) wrote.
 *Backlog*: one ``compact()`` over an uncompacted history of M messages; the time for 4×
 the work should be at most about 6× (linear, not quadratic).
 
+With ``--summarizer-latency TTFT,TPS`` (``2,50``: 2 s to the first token, then 50 tokens a
+second) the summarizer is a model: the ``openai`` and ``anthropic`` providers, over their
+official SDKs, talk to a local server speaking each one's wire format at that pace
+(``tests/model_servers.py``: ``SummaryServer``). The store is filled (and compacted) with the
+instant summarizer first; the turns then run with the provider (the default settings: the
+turn's compaction goes to the background, its summaries provisional until the model's come),
+``--gap`` apart as a host's model calls would space them. Each row also says how many
+summaries the turns made provisional and how long after the last turn the model's were all
+in place. The backlog rows are then one ``compact()`` with the provider: the time until the
+context fits (provisional, at once) and until every summary is the model's
+(``finish_summaries``, ``guards.concurrency`` calls at once; ``--concurrency``).
+
 The configuration is the defaults (``Engine.open`` reads no user settings); PostgreSQL runs
 with the server's own settings (this machine's: autovacuum off), printed with the figures,
 and any the stores' connections are given in ``LOSSLESS_BENCH_PG_SETTINGS``
@@ -241,21 +253,27 @@ def turn_engine(
             stored = engine.store.message_count(engine.conversation(SESSION).conversation_id)
             yield engine, SESSION, {"store": "built", "stored": stored, "fill_s": info["build_s"]}
         return
-    schema = None
-    if backend == "postgresql":
-        schema = f"bench_turn_{uuid.uuid4().hex[:8]}"
-        fresh: str = create_pg_schema(schema)
-    else:
-        fresh = str(work / f"turn-{size}.db")
+    with (
+        fresh_store(work, backend, f"turn-{size}") as fresh,
+        Engine.open(fresh, config=config, summarizer=summarizer) as engine,
+    ):
+        started = time.perf_counter()
+        fill(engine, "host", size)
+        filled = round(time.perf_counter() - started, 1)
+        yield engine, "host", {"store": "fresh", "stored": size, "fill_s": filled}
+
+
+@contextmanager
+def fresh_store(work: Path, backend: str, name: str) -> Iterator[str]:
+    """A new SQLite file, or a PostgreSQL schema of its own (dropped after)."""
+    if backend != "postgresql":
+        yield str(work / f"{name}.db")
+        return
+    schema = f"bench_{name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
     try:
-        with Engine.open(fresh, config=config, summarizer=summarizer) as engine:
-            started = time.perf_counter()
-            fill(engine, "host", size)
-            filled = round(time.perf_counter() - started, 1)
-            yield engine, "host", {"store": "fresh", "stored": size, "fill_s": filled}
+        yield create_pg_schema(schema)
     finally:
-        if schema:
-            drop_pg_schema(schema)
+        drop_pg_schema(schema)
 
 
 def turn_rows(
@@ -338,6 +356,133 @@ def backlog_run(work: Path, size: int) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def model_server(latency: str | None) -> Iterator[Any]:
+    """The local model server at *latency* (``TTFT,TPS``), the providers' variables pointed
+    at it; ``None`` without a latency."""
+    if not latency:
+        yield None
+        return
+    import os
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from model_servers import SummaryServer
+
+    ttft, tps = (float(x) for x in latency.split(","))
+    with SummaryServer(ttft=ttft, tokens_per_second=tps) as server:
+        saved = {k: os.environ.get(k) for k in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")}
+        os.environ["OPENAI_BASE_URL"] = server.url + "/v1"
+        os.environ["ANTHROPIC_BASE_URL"] = server.url
+        try:
+            yield server
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+def provider_config(provider: str, concurrency: int) -> Config:
+    """The defaults, with *provider* as the summarizer (its calls at most *concurrency* at
+    once, a call allowed up to 10 minutes: a 2,400-token summary at 50 tokens a second takes
+    50 s)."""
+    return Config().replace(
+        summarizer=provider,
+        summarizer_model="bench-model",
+        guards={
+            "concurrency": concurrency,
+            "timeout_seconds": 600.0,
+            "run_seconds": None,
+            "max_calls": 100_000,
+        },
+    )
+
+
+def latency_rows(
+    work: Path,
+    backends: list[str],
+    providers: list[str],
+    size: int,
+    count: int,
+    gap: float,
+    concurrency: int,
+) -> list[dict[str, Any]]:
+    """*count* turns with a model summarizer (each of *providers*) on each of *backends*, at
+    *size* stored (filled with the instant summarizer first)."""
+    messages = text_messages(count * 2, seed=12)
+    rows = []
+    for backend in backends:
+        for provider in providers:
+            with fresh_store(work, backend, f"latency-{provider}-{size}") as target:
+                instant = ScriptedSummarizer(default=sized)
+                started = time.perf_counter()
+                with Engine.open(target, config=Config(), summarizer=instant) as filling:
+                    fill(filling, "host", size)
+                conversation = "host"
+                meta = {"stored": size, "fill_s": round(time.perf_counter() - started, 1)}
+                config = provider_config(provider, concurrency)
+                with Engine.open(target, config=config) as engine:
+                    written = summaries(engine, conversation)
+                    samples = turns(engine, conversation, count, gap, messages)
+                    ended = time.perf_counter()
+                    provisional = len(engine.store.provisional_summaries())
+                    engine.wait_for_compaction()
+                    engine.wait_for_summaries()
+                    while engine.pending_summaries()["provisional"]:
+                        engine.wait_for_summaries(1.0)
+                    final_s = time.perf_counter() - ended
+                    stats = percentiles(samples)
+                    rows.append(
+                        {
+                            "backend": backend,
+                            "provider": provider,
+                            **meta,
+                            "turns": count,
+                            "gap_ms": gap * 1000,
+                            **stats,
+                            "p99_over_p50": round(stats["p99_ms"] / stats["p50_ms"], 1),
+                            "summaries_written": summaries(engine, conversation) - written,
+                            "provisional_after_turns": provisional,
+                            "all_final_after_s": round(final_s, 1),
+                        }
+                    )
+    return rows
+
+
+def latency_backlog(
+    work: Path, backend: str, provider: str, size: int, concurrency: int
+) -> dict[str, Any]:
+    """One ``compact()`` of a *size*-message backlog with a model summarizer: seconds until
+    the context fits (the provisional passes) and until every summary is the model's."""
+    with (
+        fresh_store(work, backend, f"backlog-{provider}-{size}") as target,
+        Engine.open(target, config=provider_config(provider, concurrency)) as e,
+    ):
+        e.finish_elsewhere(lambda conversation_id: None)  # finished below, timed
+        messages = text_messages(size, seed=13)
+        for i in range(0, size, 5_000):
+            e.ingest_batch("backlog", messages[i : i + 5_000])
+        started = time.perf_counter()
+        report = e.compact("backlog")
+        fits = time.perf_counter() - started
+        finished = e.finish_summaries("backlog")
+        final = time.perf_counter() - started
+        return {
+            "backend": backend,
+            "provider": provider,
+            "backlog": size,
+            "fits_s": round(fits, 2),
+            "all_final_s": round(final, 1),
+            "passes": len(report.passes),
+            "model_calls": finished.calls,
+            "finished": finished.finished,
+            "left": finished.left,
+            "concurrency": concurrency,
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10000,100000", help="messages stored before the turns")
@@ -375,8 +520,24 @@ def main() -> None:
         action="store_true",
         help="compact after a turn in the engine's worker (background_compaction), not in it",
     )
+    parser.add_argument(
+        "--summarizer-latency",
+        metavar="TTFT,TPS",
+        help="a model summarizer at this pace (seconds to the first token, tokens a second)"
+        " behind a local server speaking the OpenAI and Anthropic wire formats",
+    )
+    parser.add_argument("--providers", default="openai,anthropic")
+    parser.add_argument(
+        "--concurrency", type=int, default=4, help="model calls at once (guards.concurrency)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lossless-turn-"))
+    if args.summarizer_latency:
+        try:
+            latency_main(args, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     results: dict[str, Any] = {"machine": machine(), "turn": [], "backlog": []}
     try:
         results["floor"] = floor(work, args.turns, args.gap / 1000)
@@ -465,6 +626,42 @@ def main() -> None:
         print(f"results: {save('turn', results)}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def latency_main(args: argparse.Namespace, work: Path) -> None:
+    """The ``--summarizer-latency`` runs (see the module doc)."""
+    results: dict[str, Any] = {"latency": args.summarizer_latency, "turn": [], "backlog": []}
+    backends = [b for b in args.backends.split(",") if b != "postgresql" or postgres_reachable()]
+    providers = [p for p in args.providers.split(",") if p]
+    with model_server(args.summarizer_latency) as server:
+        for size in (int(s) for s in args.sizes.split(",") if s):
+            for row in latency_rows(
+                work, backends, providers, size, args.turns, args.gap / 1000, args.concurrency
+            ):
+                results["turn"].append(row)
+                print(
+                    f"{row['backend']:>10} {row['provider']:>9} {size:>9,} stored:"
+                    f" after_turn p50 {row['p50_ms']:.2f} ms p95 {row['p95_ms']:.2f}"
+                    f" p99 {row['p99_ms']:.2f} max {row['max_ms']:.1f}"
+                    f" (p99/p50 {row['p99_over_p50']}); {row['summaries_written']} summaries,"
+                    f" {row['provisional_after_turns']} provisional after the turns, all the"
+                    f" model's {row['all_final_after_s']} s later",
+                    flush=True,
+                )
+        for size in (int(s) for s in args.backlogs.split(",") if s):
+            for backend in backends:
+                for provider in providers:
+                    row = latency_backlog(work, backend, provider, size, args.concurrency)
+                    results["backlog"].append(row)
+                    print(
+                        f"{backend:>10} {provider:>9} compact() of a {size:,}-message backlog:"
+                        f" fits after {row['fits_s']} s ({row['passes']} provisional passes),"
+                        f" all the model's after {row['all_final_s']} s ({row['model_calls']}"
+                        f" calls, {row['concurrency']} at once; {row['left']} left)",
+                        flush=True,
+                    )
+        results["server_requests"] = len(server.requests) if server else 0
+    print(f"results: {save('turn-latency', results)}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ them leaves a consistent store, and the next run finishes them.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -77,9 +78,11 @@ def turn(i: int) -> list[dict[str, str]]:
 
 
 def turns(engine: Engine, count: int, start: int = 0) -> list[Any]:
-    return [
-        engine.after_turn("s", turn(i), token_budget=2_000) for i in range(start, start + count)
-    ]
+    """*count* turns; the compaction reports (with a model summarizer it runs in the
+    background: waited for here)."""
+    for i in range(start, start + count):
+        engine.after_turn("s", turn(i), token_budget=2_000)
+    return engine.wait_for_compaction(60)
 
 
 def models(engine: Engine) -> list[str | None]:
@@ -93,13 +96,14 @@ def test_a_turn_writes_provisional_summaries_and_the_models_replace_them_in_plac
     with SummaryServer(ttft=1.5) as slow:
         point(monkeypatch, slow)
         with Engine.open(db, config=model_config(provider)) as engine:
-            results = []
             for i in range(24):
                 began = time.monotonic()
-                results.append(engine.after_turn("s", turn(i), token_budget=2_000))
+                result = engine.after_turn("s", turn(i), token_budget=2_000)
                 # The turn did not wait for a model that takes 1.5 s to answer.
                 assert time.monotonic() - began < 1.5
-            passes = [p for r in results if r.compaction for p in r.compaction.passes]
+                assert result.compaction is None or not result.compaction.passes
+            reports = engine.wait_for_compaction(60)
+            passes = [p for r in reports for p in r.passes]
             assert passes and all(p.provisional for p in passes)
             before = {s.summary_id: s for s, _ in engine.context_summaries("s")}
             assert {s.model for s in before.values()} == {PROVISIONAL}
@@ -310,3 +314,74 @@ def test_kill_9_while_finishing_leaves_a_consistent_dag_and_the_next_start_finis
             engine.wait_for_summaries(60)
             assert engine.pending_summaries()["provisional"] == 0
             assert engine.check() == []
+
+
+# --- a hook's short process ----------------------------------------------------------------------
+
+
+def test_a_hook_returns_before_the_model_and_a_process_of_its_own_finishes_the_summaries(
+    tmp_path: Path,
+) -> None:
+    from lossless.sample import write_session
+
+    with SummaryServer(ttft=1.0) as slow:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOSSLESS_")}
+        env.update(
+            XDG_STATE_HOME=str(tmp_path / "xdg-state"),
+            HOME=str(tmp_path / "home"),
+            OPENAI_BASE_URL=slow.url + "/v1",
+        )
+        env.pop("OPENAI_API_KEY", None)
+        config = tmp_path / "model.toml"
+        config.write_text(
+            'summarizer = "openai"\nsummarizer_model = "test-model"\nfresh_tail_count = 8\n'
+            "leaf_chunk_tokens = 4000\n[guards]\nmax_retries = 0\n"
+        )
+        db = tmp_path / "hooks.db"
+        transcript = write_session(
+            tmp_path / "session.jsonl", 120, format="claude_code", session_id="s-hook"
+        )
+        log = tmp_path / "hooks.log"
+        hook = {
+            "session_id": "s-hook",
+            "transcript_path": str(transcript),
+            "cwd": str(tmp_path),
+            "hook_event_name": "PreCompact",
+            "trigger": "auto",
+        }
+        began = time.monotonic()
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "lossless",
+                "--db",
+                str(db),
+                "--config",
+                str(config),
+                "hook",
+                "claude-code",
+                "PreCompact",
+                "--log-file",
+                str(log),
+            ],
+            input=json.dumps(hook).encode(),
+            capture_output=True,
+            env=env,
+            timeout=120,
+        )
+        took = time.monotonic() - began
+        assert done.returncode == 0, done.stderr
+        line = [x for x in log.read_text().splitlines() if "PreCompact/auto" in x][-1]
+        provisional = int(line.split("provisional=")[1].split()[0])
+        assert provisional > 2
+        # The hook did not wait for one model answer per summary (a second each, at least).
+        assert took < provisional * 1.0
+        deadline = time.monotonic() + 90
+        while _provisional(db) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _provisional(db) == 0
+        assert "model summaries:" in log.read_text()
+        with Engine.open(db, config=Config()) as engine:
+            assert engine.check() == []
+            assert "test-model" in {s.model for s, _ in engine.context_summaries("s-hook")}

@@ -333,9 +333,12 @@ class Config:
         default=None,
         metadata=_opt(help="model for openai/anthropic when no profile names one"),
     )
-    background_compaction: bool = field(
-        default=False,
-        metadata=_opt(help="run after-turn compaction in a background worker"),
+    background_compaction: bool | None = field(
+        default=None,
+        metadata=_opt(
+            help="run after-turn compaction in a background worker; unset: when the"
+            " summarizer calls a model (a turn then never waits for a summary)"
+        ),
     )
     provisional_summaries: bool = field(
         default=True,

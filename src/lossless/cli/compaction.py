@@ -30,9 +30,14 @@ from .output import EXIT_PARTIAL, State, emit_json, json_option, pass_state, std
 
 def _print_report(report: CompactionReport) -> None:
     depth = ", ".join(f"d{d}: {n}" for d, n in report.by_depth().items()) or "none"
+    calls = (
+        f"{report.provisional} provisional (the offline summarizer's, at once)"
+        if report.provisional
+        else f"{report.summarizer_calls} summarizer call(s)"
+    )
     stdout.print(
         f"conversation {report.conversation_id}: {len(report.passes)} pass(es), "
-        f"summaries written {depth}, {report.summarizer_calls} summarizer call(s)",
+        f"summaries written {depth}, {calls}",
         highlight=False,
     )
     stdout.print(
@@ -87,6 +92,9 @@ def compact_command(
     if dry_run:
         _dry_run(engine, conv.conversation_id, as_json)
         return
+    # The provisional summaries are finished here, in the foreground, with a progress bar
+    # (or left, with --no-finish, for `lossless finish` or a host's next turn).
+    engine.finish_elsewhere(lambda conversation_id: None)
     found = engine.compaction_plan(conv.conversation_id)
     planned = max(1, found.leaf_passes_about + found.leaf_passes_about // 3)
     with _bar("compacting", planned) as advance:
@@ -103,7 +111,7 @@ def compact_command(
             finished = engine.finish_summaries(
                 conv.conversation_id, progress=lambda done, total: advance(1)
             )
-    left = _left(engine, conv.conversation_id, report.out_of_time)
+    left = _left(engine, conv.conversation_id, report.out_of_time, asked_to_leave=no_finish)
     if as_json:
         emit_json(
             {
@@ -116,17 +124,28 @@ def compact_command(
         _print_report(report)
         if finished is not None:
             _print_finished(finished)
-        if left["message"]:
-            stderr.print(str(left["message"]), highlight=False)
+        if left["message"] or left["note"]:
+            stderr.print(str(left["message"] or left["note"]), highlight=False)
     if left["message"]:
         sys.exit(EXIT_PARTIAL)
 
 
-def _left(engine: Engine, conversation_id: int, out_of_time: bool) -> dict[str, object]:
+def _left(
+    engine: Engine, conversation_id: int, out_of_time: bool, *, asked_to_leave: bool = False
+) -> dict[str, object]:
     """What a run left: raw passes still due, provisional summaries, and one line saying so
-    (empty when nothing is left)."""
+    (empty when nothing is left, or only the provisional summaries it was *asked_to_leave*:
+    then ``note`` says how to finish them)."""
     due = engine.compaction_plan(conversation_id).leaf_passes_about if out_of_time else 0
     provisional = int(engine.pending_summaries(conversation_id)["provisional"])
+    if asked_to_leave and not due:
+        note = (
+            f"{provisional} summaries provisional: `lossless finish` (or a host's next turn)"
+            " puts the model's in place"
+            if provisional
+            else ""
+        )
+        return {"passes_due": 0, "provisional": provisional, "message": "", "note": note}
     said = []
     if due:
         limit = engine.config.guards.run_seconds
@@ -144,10 +163,10 @@ def _left(engine: Engine, conversation_id: int, out_of_time: bool) -> dict[str, 
         message = (
             "left: "
             + "; ".join(said)
-            + ". Nothing is lost: run `lossless compact` (or `lossless finish`) again to go on,"
-            " or raise guards.run_seconds"
+            + ". Nothing is lost: run `lossless compact` (or `lossless finish`) again to go on"
+            + (", or raise guards.run_seconds" if out_of_time else "")
         )
-    return {"passes_due": due, "provisional": provisional, "message": message}
+    return {"passes_due": due, "provisional": provisional, "message": message, "note": ""}
 
 
 def _print_finished(report: FinishReport) -> None:
@@ -240,7 +259,7 @@ def _store_left(engine: Engine) -> dict[str, object]:
         if provisional
         else ""
     )
-    return {"passes_due": 0, "provisional": provisional, "message": message}
+    return {"passes_due": 0, "provisional": provisional, "message": message, "note": ""}
 
 
 @contextmanager

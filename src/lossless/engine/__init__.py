@@ -389,14 +389,18 @@ class Engine(Reads, Recall, Upkeep, Hosting, Pending):
         context above ``context_threshold`` of it is compacted down to ``compaction_target``
         of it.
         Compaction is best effort: a failure is logged and reported, never raised, so the
-        conversation goes on. With ``background_compaction`` it runs in a worker thread.
-        With a model summarizer the turn never waits for the model: its passes are
-        provisional (see :meth:`compact`), finished in the background.
+        conversation goes on. With ``background_compaction`` (by default: when the
+        summarizer calls a model) it runs in a worker thread, and the turn only stores its
+        messages. With a model summarizer the turn never waits for the model: the passes
+        are provisional (see :meth:`compact`), finished in the background.
         """
         ingest = self.ingest_batch(conversation, messages, format=format)
         conv_id = ingest.conversation_id
         self._finish_left(conv_id)
-        if self.config.background_compaction:
+        background = self.config.background_compaction
+        if background is None:  # unset: off the turn when a summary is a model's call
+            background = not self.summarizer.offline
+        if background:
             # Said here, not in the worker: waking it for every turn slowed the next one.
             try:
                 idle = nothing_due(self.services, conv_id, token_budget)

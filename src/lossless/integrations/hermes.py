@@ -338,6 +338,11 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
                 return status
             status["lossless_messages"] = self.engine.message_count(conv)
             status["lossless_summaries"] = sum(self.engine.summary_counts(conv).values())
+            pending = self.engine.pending_summaries(conv)
+            status["lossless_provisional_summaries"] = pending["provisional"]
+            status["lossless_oldest_provisional_seconds"] = pending["oldest_age_seconds"]
+            if pending["fell_back"]:
+                status["lossless_summarizer_fell_back"] = pending["fell_back"][-1]
         return status
 
 

@@ -298,8 +298,13 @@ def _resume(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
 def _status(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     if a["session_id"] is not None:
         conv = engine.conversation(a["session_id"])
-        return _session_state(engine, conv.conversation_id)
-    return {"version": __version__, **engine.stats()}
+        state = _session_state(engine, conv.conversation_id)
+        return {**state, "summaries_pending": engine.pending_summaries(conv.conversation_id)}
+    return {
+        "version": __version__,
+        **engine.stats(),
+        "summaries_pending": engine.pending_summaries(),
+    }
 
 
 def _doctor(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
@@ -577,7 +582,9 @@ _METHODS = (
     Method(
         "status",
         "With session_id, the session's state (messages, context tokens, summaries);"
-        " without, the store's totals and the server's version.",
+        " without, the store's totals and the server's version. summaries_pending: the"
+        " provisional summaries waiting for the model, the oldest one's age, and the runs"
+        " whose model kept failing (with the reason).",
         (Param("session_id", "string", "A session to report on.", None),),
         _status,
     ),
