@@ -25,12 +25,33 @@ rounds (``--rounds``, 3 by default: each figure is the median of the rounds):
    ``compress`` returns to Hermes: the summaries, then the host's tail; it has no public
    assembly).
 4. *search* of a Zipf corpus (``common.corpus_messages``) of N messages, compacted the same
-   way: a common word and a rare two-word query, as the agent's tool call: lossless
-   ``lcm_grep`` through the toolbox (``call_json``, the session's scope, what the Hermes
-   integration runs); hermes-lcm ``handle_tool_call("lcm_grep", ...)`` with the host's list.
-   The first search after the store was filled is shown apart.
+   way, as the agent's tool call: lossless ``lcm_grep`` through the toolbox (``call_json``,
+   the session's scope, what the Hermes integration runs); hermes-lcm
+   ``handle_tool_call("lcm_grep", ...)`` with the host's list (its defaults: newest first,
+   10 hits, every word of the query in the row, as FTS5 reads ``a b``). A common word (each
+   with its defaults); a rare two-word query matching every word on both sides (lossless
+   ``lcm_grep(pattern, sort="recency")``: the rows holding every word come first, without a
+   ``tier``; those holding only some follow with ``tier: 1`` and are not counted), with the
+   hit counts, which should be equal; and, as a row of its own that compares nothing,
+   lossless's default call for the same words (relevance: a ranked page of up to 20, rows
+   matching only some of the words, or found through their surroundings, ranked too). The
+   first search after the store was filled is shown apart.
 5. *one full compaction* of an uncompacted backlog of M messages: lossless ``compact()``;
    hermes-lcm ``compress`` over the host's list (again until it no longer shortens it).
+
+With ``--summarizer-latency TTFT,TPS`` (``2,50``: 2 s to the first token, then 50 tokens a
+second) the backlog rows summarize through a model instead: one local server speaking the
+OpenAI Chat Completions wire format at that pace (``tests/model_servers.py``:
+``SummaryServer``, as ``turn.py --summarizer-latency``). lossless uses its ``openai``
+provider (``turn.provider_config``: ``--concurrency`` calls at once, default 4); hermes-lcm's
+summary call (``escalation._call_llm_for_summary``, which Hermes answers with its auxiliary
+model) becomes one request to the same server through the ``openai`` SDK, with hermes-lcm's
+prompt, ``max_tokens`` and timeout (``summary_timeout_ms``, 60 s by default; no retries).
+Both pay the same time per token. Reported for each engine: the seconds until the context
+fits (lossless: ``compact()``, its summaries provisional; hermes-lcm: its ``compress`` loop)
+and until every summary is the model's (lossless: then ``finish_summaries()``; hermes-lcm:
+the same as fits, its calls are made inside ``compress``), and the model calls made. The
+other rows keep the instant summarizer.
 
 Hermes Agent itself is not needed: when ``agent.context_engine`` cannot be imported, a
 stand-in base class takes its place (hermes-lcm's own CI does the same). tiktoken is not a
@@ -54,6 +75,7 @@ import time
 import types
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -71,9 +93,11 @@ from common import (
     save,
     text_messages,
 )
-from turn import BUDGET, fill, sized
+from turn import BUDGET, fill, model_server, provider_config, sized
 
 SESSION = "host"
+#: The model name both engines send to the model server.
+MODEL = "bench-model"
 CHUNK = 5_000
 SYSTEM = {"role": "system", "content": "You are a careful coding assistant."}
 
@@ -119,7 +143,7 @@ def _ensure_context_engine() -> str:
 class HermesLcm:
     """hermes-lcm's modules, loaded from a checkout as the package ``hermes_lcm`` (its
     ``__init__`` registers with a Hermes host, so it is not run), with the instant summarizer
-    in place of the Hermes auxiliary model."""
+    in place of the Hermes auxiliary model (or, after :meth:`use_model`, a model server)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -131,21 +155,68 @@ class HermesLcm:
         self.engine: Any = cast(Any, importlib.import_module("hermes_lcm.engine"))
         self.config: Any = cast(Any, importlib.import_module("hermes_lcm.config"))
         self.tokens: Any = cast(Any, importlib.import_module("hermes_lcm.tokens"))
-        escalation: Any = cast(Any, importlib.import_module("hermes_lcm.escalation"))
+        self.escalation: Any = cast(Any, importlib.import_module("hermes_lcm.escalation"))
         self.tokens._encoder_checked = True  # no tiktoken: a plain Hermes install has none
         self.tokens._encoder = None
         self.calls = 0
+        #: The model calls that failed (their error), since :meth:`use_model`.
+        self.failures: list[str] = []
+        self._client: Any = None
+        self.escalation._call_llm_for_summary = self._instant
+        #: hermes-lcm's summaries by the escalation level that wrote them (1: the detailed
+        #: prompt, 2: the bullet points, 3: its deterministic truncation, no model).
+        self.levels: Counter[int] = Counter()
+        summarize = self.engine.summarize_with_escalation
 
-        def instant(
-            prompt: str, max_tokens: int, model: str = "", timeout: float | None = None
-        ) -> str:
-            # hermes-lcm asks for twice its target (max_tokens = budget * 2): answer the target
-            self.calls += 1
-            target = max(1, max_tokens // 2)
-            return ("summary " * (target // 2))[: target * 4]
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            text, level = summarize(*args, **kwargs)
+            self.levels[level] += 1
+            return text, level
 
-        escalation._call_llm_for_summary = instant
+        self.engine.summarize_with_escalation = counted
         self.version = self._version()
+
+    def _instant(
+        self, prompt: str, max_tokens: int, model: str = "", timeout: float | None = None
+    ) -> str:
+        # hermes-lcm asks for twice its target (max_tokens = budget * 2): answer the target
+        self.calls += 1
+        target = max(1, max_tokens // 2)
+        return ("summary " * (target // 2))[: target * 4]
+
+    def _from_model(
+        self, prompt: str, max_tokens: int, model: str = "", timeout: float | None = None
+    ) -> str | None:
+        """What Hermes's auxiliary client does for hermes-lcm (``call_llm(task="compression",
+        ...)``): one Chat Completions request with the prompt as the user message; on an error
+        ``None``, as hermes-lcm's own function returns, and its escalation goes on."""
+        self.calls += 1
+        try:
+            response = self._client.chat.completions.create(
+                model=model or MODEL,
+                messages=[{"role": "user", "content": prompt}],
+                temperature=0.3,
+                max_tokens=max_tokens,
+                timeout=timeout,
+            )
+        except Exception as exc:  # noqa: BLE001 - hermes-lcm's own call swallows every error
+            self.failures.append(f"{type(exc).__name__}: {exc}")
+            return None
+        content = response.choices[0].message.content
+        return (content if isinstance(content, str) else str(content or "")).strip()
+
+    def use_model(self, base_url: str | None) -> None:
+        """Summaries from the OpenAI-compatible server at *base_url* (``.../v1``), one
+        attempt each (the SDK's retries off); ``None``: the instant answer again."""
+        if base_url is None:
+            self._client = None
+            self.escalation._call_llm_for_summary = self._instant
+            return
+        import openai
+
+        self._client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+        self.failures = []
+        self.escalation._call_llm_for_summary = self._from_model
 
     def _version(self) -> str:
         commit = ""
@@ -255,10 +326,45 @@ def open_lossless(db: Path) -> Engine:
     return Engine.open(db, config=Config(), summarizer=ScriptedSummarizer(default=sized))
 
 
-def lossless_search(engine: Engine, query: str) -> str:
+def lossless_search(engine: Engine, query: str, **options: Any) -> str:
     return call_json(
-        lambda: ToolScope.of(engine, conversation=SESSION), "lcm_grep", {"pattern": query}
+        lambda: ToolScope.of(engine, conversation=SESSION),
+        "lcm_grep",
+        {"pattern": query, **options},
     )
+
+
+@dataclass(frozen=True)
+class Search:
+    """One search row: the *query*, lossless's ``lcm_grep`` *options* (hermes-lcm's call is
+    always its default), whether lossless counts only its hits holding every word (those
+    with no ``tier``: under ``sort="recency"``, the rows holding every word in their own
+    text), and whether the two do the same work (else the row shows lossless alone)."""
+
+    kind: str
+    query: str
+    options: dict[str, Any] = field(default_factory=dict)
+    every_word: bool = False
+    compared: bool = True
+
+    def lossless_hits(self, answer: str) -> int:
+        hits = json.loads(answer)["hits"]
+        return sum(1 for h in hits if not (self.every_word and h.get("tier", 0)))
+
+
+def searches(pair: str) -> list[Search]:
+    """The search rows: a common word; a rare pair, every word on both sides; lossless's
+    default ranked page for the same pair, on its own."""
+    return [
+        Search("common word", "error"),
+        Search(
+            "rare two words, every word",
+            pair,
+            {"sort": "recency"},
+            every_word=True,
+        ),
+        Search("rare two words, lossless's ranked page", pair, compared=False),
+    ]
 
 
 # --- measuring ---------------------------------------------------------------------------------
@@ -408,7 +514,7 @@ def rare_pair(messages: list[dict[str, str]]) -> str:
 
 
 def search(
-    peer: HermesLcm, work: Path, size: int, rounds: int, repeat: int, queries: dict[str, str]
+    peer: HermesLcm, work: Path, size: int, rounds: int, repeat: int, rows: list[Search]
 ) -> dict[str, Any]:
     corpus = corpus_messages(size)
     engine = open_lossless(work / f"search-l-{size}.db")
@@ -418,23 +524,31 @@ def search(
             engine.ingest_batch(SESSION, corpus[i : i + CHUNK])
             engine.compact(SESSION, until=BUDGET)
         fill_hermes(host, corpus)
-        out: dict[str, Any] = {"stored": size, "queries": queries}
-        first = next(iter(queries.values()))
-        out["first_search_ms"] = {
-            "lossless": round(timed(partial(lossless_search, engine, first)), 2),
-            "hermes_lcm": round(timed(partial(host.search, first)), 2),
+        out: dict[str, Any] = {
+            "stored": size,
+            "queries": {r.kind: {"query": r.query, "lossless_options": r.options} for r in rows},
         }
-        for kind, query in queries.items():
-            ours, theirs = partial(lossless_search, engine, query), partial(host.search, query)
-            samples: dict[str, list[float]] = {"lossless": [], "hermes_lcm": []}
+        first = rows[0]
+        out["first_search_ms"] = {
+            "lossless": round(
+                timed(partial(lossless_search, engine, first.query, **first.options)), 2
+            ),
+            "hermes_lcm": round(timed(partial(host.search, first.query)), 2),
+        }
+        for r in rows:
+            ours = partial(lossless_search, engine, r.query, **r.options)
+            theirs = partial(host.search, r.query)
+            samples: dict[str, list[float]] = {"lossless": []}
+            if r.compared:
+                samples["hermes_lcm"] = []
             for _ in range(rounds):
                 samples["lossless"].append(percentiles(again(ours, repeat))["p50_ms"])
-                samples["hermes_lcm"].append(percentiles(again(theirs, repeat))["p50_ms"])
-            out[kind] = {who: median(v) for who, v in samples.items()}
-            out[kind]["hits"] = {
-                "lossless": len(json.loads(ours())["hits"]),
-                "hermes_lcm": len(json.loads(theirs())["results"]),
-            }
+                if r.compared:
+                    samples["hermes_lcm"].append(percentiles(again(theirs, repeat))["p50_ms"])
+            out[r.kind] = {who: median(v) for who, v in samples.items()}
+            out[r.kind]["hits"] = {"lossless": r.lossless_hits(ours())}
+            if r.compared:
+                out[r.kind]["hits"]["hermes_lcm"] = len(json.loads(theirs())["results"])
         return out
     finally:
         engine.close()
@@ -470,6 +584,109 @@ def backlog(peer: HermesLcm, work: Path, size: int, rounds: int) -> dict[str, An
     }
 
 
+def _asked(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model requests *requests* made: how many, and the output caps they asked for."""
+    caps = [
+        int(r["body"].get("max_tokens") or r["body"].get("max_completion_tokens") or 0)
+        for r in requests
+        if r["body"]
+    ]
+    return {"requests": len(caps), "max_tokens_mean": round(statistics.mean(caps)) if caps else 0}
+
+
+def quiet_abandoned(server: Any) -> None:
+    """*server* says nothing of an answer whose client had gone (hermes-lcm gives a summary
+    call up after its timeout; the server still answers it later, to a closed socket)."""
+    report = server.httpd.handle_error
+
+    def handle_error(request: Any, address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            report(request, address)
+
+    server.httpd.handle_error = handle_error
+
+
+def backlog_at_pace(
+    peer: HermesLcm, work: Path, size: int, rounds: int, server: Any, concurrency: int
+) -> dict[str, Any]:
+    """One compaction of a *size*-message backlog by each engine, both summarizing through
+    *server* (a ``SummaryServer``): the seconds until the context fits and until every
+    summary is the model's, and the model calls."""
+    messages = text_messages(size, seed=13)
+    runs: dict[str, list[dict[str, Any]]] = {"lossless": [], "hermes_lcm": []}
+    for r in range(rounds):
+        config = provider_config("openai", concurrency)
+        with Engine.open(work / f"pace-l-{size}-{r}.db", config=config) as engine:
+            engine.finish_elsewhere(lambda conversation_id: None)  # finished below, timed
+            for i in range(0, size, CHUNK):
+                engine.ingest_batch(SESSION, messages[i : i + CHUNK])
+            seen = len(server.requests)
+            server.in_flight_max = 0
+            started = time.perf_counter()
+            report = engine.compact(SESSION)
+            fits = time.perf_counter() - started
+            during_compact = len(server.requests) - seen
+            finished = engine.finish_summaries(SESSION)
+            final = time.perf_counter() - started
+            pending = engine.pending_summaries()
+            runs["lossless"].append(
+                {
+                    "fits_s": round(fits, 2),
+                    "all_final_s": round(final, 1),
+                    "passes": len(report.passes),
+                    "model_calls": finished.calls,
+                    "requests_during_compact": during_compact,
+                    **_asked(server.requests[seen:]),
+                    "finished": finished.finished,
+                    "kept_offline": finished.kept_offline,
+                    "left": finished.left,
+                    "errors": finished.errors[:3],
+                    "provisional_at_end": pending["provisional"],
+                    "concurrency": concurrency,
+                    "in_flight_max": server.in_flight_max,
+                }
+            )
+        host = HermesHost(peer, work / f"pace-h-{size}-{r}.db")
+        host.ingest(messages)
+        host.tokens = host.count(host.messages)
+        tokens_before = host.tokens
+        peer.use_model(server.url + "/v1")
+        peer.calls = 0
+        peer.levels.clear()
+        seen = len(server.requests)
+        server.in_flight_max = 0
+        try:
+            started = time.perf_counter()
+            compress_calls = host.compress_fully()
+            seconds = time.perf_counter() - started
+        finally:
+            peer.use_model(None)
+        runs["hermes_lcm"].append(
+            {
+                "fits_s": round(seconds, 2),
+                "all_final_s": round(seconds, 1),
+                "compress_calls": compress_calls,
+                "model_calls": peer.calls,
+                **_asked(server.requests[seen:]),
+                "failed_calls": len(peer.failures),
+                "failures": peer.failures[:3],
+                "summaries_by_level": dict(sorted(peer.levels.items())),
+                "in_flight_max": server.in_flight_max,
+                "list_tokens": [tokens_before, host.tokens],
+            }
+        )
+        host.close()
+    return {
+        "backlog": size,
+        **{
+            f"{who}_{what}": median([run[what] for run in runs[who]])
+            for who in runs
+            for what in ("fits_s", "all_final_s")
+        },
+        "runs": runs,
+    }
+
+
 # --- the table ---------------------------------------------------------------------------------
 
 
@@ -477,6 +694,11 @@ def row(label: str, ours: float, theirs: float, unit: str, higher_is_better: boo
     ratio = ours / theirs if higher_is_better else theirs / ours
     flag = "" if ratio >= 1 else "  <- lossless behind"
     return f"| {label} | {ours:,.4g} {unit} | {theirs:,.4g} {unit} | {ratio:.2f}x{flag} |"
+
+
+def alone(label: str, ours: float, unit: str) -> str:
+    """A row of lossless's own, with nothing of hermes-lcm's to compare it with."""
+    return f"| {label} | {ours:,.4g} {unit} | — | not the same work |"
 
 
 def main() -> None:
@@ -492,6 +714,18 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
     parser.add_argument("--repeat", type=int, default=50, help="calls per search/assembly round")
+    parser.add_argument(
+        "--summarizer-latency",
+        metavar="TTFT,TPS",
+        help="the backlog rows through a model at this pace (seconds to the first token, tokens"
+        " a second), a local server speaking OpenAI Chat Completions, for both engines",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="lossless's model calls at once with --summarizer-latency (guards.concurrency)",
+    )
     args = parser.parse_args()
     peer = load_hermes_lcm(args.hermes_lcm)
     if isinstance(peer, str):
@@ -577,14 +811,11 @@ def main() -> None:
                 f" {lost} of {leaves} leaf summaries record no source message",
                 flush=True,
             )
-        queries: dict[str, str] = {}
+        rows: list[Search] = []
         for size in ints(args.search_sizes):
-            if not queries:
-                queries = {
-                    "common word": "error",
-                    "rare two words": rare_pair(corpus_messages(10_000)),
-                }
-            s = search(peer, work, size, args.rounds, args.repeat, queries)
+            if not rows:
+                rows = searches(rare_pair(corpus_messages(10_000)))
+            s = search(peer, work, size, args.rounds, args.repeat, rows)
             results["search"].append(s)
             f = s["first_search_ms"]
             table.append(
@@ -596,32 +827,93 @@ def main() -> None:
                     False,
                 )
             )
-            for kind, query in queries.items():
-                hits = s[kind]["hits"]
+            for r in rows:
+                got, hits = s[r.kind], s[r.kind]["hits"]
+                if not r.compared:
+                    table.append(
+                        alone(
+                            f"search {r.kind} ({r.query}) at {size:,}, p50; hits"
+                            f" {hits['lossless']} (default relevance, a page of up to 20,"
+                            " rows matching only some of the words ranked too)",
+                            got["lossless"],
+                            "ms",
+                        )
+                    )
+                    continue
                 table.append(
                     row(
-                        f"search {kind} ({query}) at {size:,}, p50; hits"
-                        f" {hits['lossless']} / {hits['hermes_lcm']}",
-                        s[kind]["lossless"],
-                        s[kind]["hermes_lcm"],
+                        f"search {r.kind} ({r.query}) at {size:,}, p50; hits"
+                        f" {hits['lossless']} / {hits['hermes_lcm']}"
+                        + (f" (lossless {r.options})" if r.options else ""),
+                        got["lossless"],
+                        got["hermes_lcm"],
                         "ms",
                         False,
                     )
                 )
-            print(*table[-1 - len(queries) :], sep="\n", flush=True)
-        for size in ints(args.backlogs):
-            c = backlog(peer, work, size, args.rounds)
-            results["backlog"].append(c)
-            table.append(
-                row(
-                    f"full compaction of a {size:,} backlog",
-                    c["lossless_s"],
-                    c["hermes_lcm_s"],
-                    "s",
-                    False,
+                if r.every_word and hits["lossless"] != hits["hermes_lcm"]:
+                    print(
+                        f"  hit counts differ for {r.query!r} at {size:,}: lossless"
+                        f" {hits['lossless']}, hermes-lcm {hits['hermes_lcm']}",
+                        flush=True,
+                    )
+            print(*table[-1 - len(rows) :], sep="\n", flush=True)
+        with model_server(args.summarizer_latency) as server:
+            if server is not None:
+                quiet_abandoned(server)
+            for size in ints(args.backlogs):
+                if server is None:
+                    c = backlog(peer, work, size, args.rounds)
+                    results["backlog"].append(c)
+                    table.append(
+                        row(
+                            f"full compaction of a {size:,} backlog",
+                            c["lossless_s"],
+                            c["hermes_lcm_s"],
+                            "s",
+                            False,
+                        )
+                    )
+                    print(table[-1], f"  (summarizer calls {c['summarizer_calls']})", flush=True)
+                    continue
+                c = backlog_at_pace(peer, work, size, args.rounds, server, args.concurrency)
+                c["latency"] = args.summarizer_latency
+                results["backlog"].append(c)
+                ttft, tps = args.summarizer_latency.split(",")
+                pace = f"a model at {ttft} s + {tps} tokens/s"
+                for what, said in (("fits_s", "the context fits"), ("all_final_s", "all final")):
+                    table.append(
+                        row(
+                            f"compaction of a {size:,} backlog, {pace}: until {said}",
+                            c[f"lossless_{what}"],
+                            c[f"hermes_lcm_{what}"],
+                            "s",
+                            False,
+                        )
+                    )
+                ours, theirs = c["runs"]["lossless"][-1], c["runs"]["hermes_lcm"][-1]
+                print(
+                    *table[-2:],
+                    f"  lossless: {ours['model_calls']} model calls ({ours['requests']} requests,"
+                    f" mean max_tokens {ours['max_tokens_mean']}), concurrency"
+                    f" {ours['concurrency']} (at most {ours['in_flight_max']} in flight),"
+                    f" {ours['passes']} passes, {ours['requests_during_compact']} requests"
+                    f" during compact(), {ours['finished']} summaries finished,"
+                    f" {ours['kept_offline']} kept offline, {ours['left']} left; provisional at"
+                    f" the end: {ours['provisional_at_end']}",
+                    f"  hermes-lcm: {theirs['model_calls']} model calls ({theirs['requests']}"
+                    f" requests, mean max_tokens {theirs['max_tokens_mean']},"
+                    f" {theirs['failed_calls']} failed), {theirs['compress_calls']} compress"
+                    f" calls, summaries by escalation level {theirs['summaries_by_level']}"
+                    " (3: truncation, no model), the host's list"
+                    f" {theirs['list_tokens'][0]:,} →"
+                    f" {theirs['list_tokens'][1]:,} tokens"
+                    + (f"; first failure: {theirs['failures'][0]}" if theirs["failures"] else ""),
+                    sep="\n",
+                    flush=True,
                 )
-            )
-            print(table[-1], f"  (summarizer calls {c['summarizer_calls']})", flush=True)
+                if ours["provisional_at_end"]:
+                    print(f"  lossless left {ours['provisional_at_end']} provisional summaries")
         results["load_after"] = load_average()
         print()
         print(

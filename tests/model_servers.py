@@ -439,7 +439,9 @@ class SummaryServer(_Server):
     of the words of the request's last user message, so it is smaller than its sources and
     says what they said. ``fail`` (a status: 500, 401) answers every request with that error;
     ``rate_limited`` answers that many requests with a 429 and ``retry-after: 1`` first.
-    ``in_flight_max`` is the most requests it was answering at once."""
+    ``in_flight_max`` is the most requests it was answering at once. With ``hold``, no answer
+    is sent before ``release()`` (a model that has not answered yet, for as long as a test
+    needs)."""
 
     def __init__(
         self,
@@ -448,8 +450,12 @@ class SummaryServer(_Server):
         *,
         fail: int | None = None,
         rate_limited: int = 0,
+        hold: bool = False,
     ) -> None:
         super().__init__()
+        self.released = threading.Event()
+        if not hold:
+            self.released.set()
         self.ttft = ttft
         self.tokens_per_second = tokens_per_second
         self.fail = fail
@@ -474,6 +480,7 @@ class SummaryServer(_Server):
             self.in_flight += 1
             self.in_flight_max = max(self.in_flight_max, self.in_flight)
         try:
+            self.released.wait(120)
             if limited:
                 self._error(handler, 429, "slow down", retry_after="1")
                 return
@@ -532,6 +539,10 @@ class SummaryServer(_Server):
         finally:
             with self._guard:
                 self.in_flight -= 1
+
+    def release(self) -> None:
+        """Let the held answers go (see ``hold``)."""
+        self.released.set()
 
     @staticmethod
     def _error(

@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ import pytest
 
 from host_packages import CLAUDE_CODE, npm_host
 from lossless import Config, Engine
-from model_servers import AnthropicServer, prompt_tokens, reply
+from model_servers import AnthropicServer, SummaryServer, prompt_tokens, reply
 
 pytestmark = pytest.mark.slow
 
@@ -160,18 +162,30 @@ def long_prompt(i: int) -> str:
     return f"Request {i}: " + " ".join(f"detail{i}-{k}" for k in range(600))
 
 
+@pytest.mark.parametrize("summarizer", ["extractive", "slow model"])
 def test_claude_code_at_a_tight_window_always_gets_summaries_back(
-    claude_exe: Path, tmp_path: Path
+    claude_exe: Path, tmp_path: Path, summarizer: str
 ) -> None:
     """A model with a 24k window (the server refuses a longer request, as the API does; Claude
     Code's own prompt is some 14k of it), turns of 600 words: Claude Code compacts again and
     again when a request is refused. No turn fails, every request after the first compaction
     carries lossless's summaries and the turn's request whole, lossless compacts at most once
-    a turn, its DAG stays shallow, and every turn is stored once."""
+    a turn, its DAG stays shallow, and every turn is stored once.
+
+    With a slow model as lossless's summarizer (``openai`` against a local server taking 2 s
+    to its first token and then 300 tokens a second: some 10 s a summary), no hook call comes
+    near its time limit in the plugin's hooks.json: the hooks' passes are provisional, and
+    processes of their own put the model's summaries in place afterwards."""
     window = 24_000
-    with AnthropicServer(window=window) as server:
+    with AnthropicServer(window=window) as server, SummaryServer(2.0, 300) as model:
         claude = Claude(claude_exe, tmp_path, server)
         claude.env.pop("LOSSLESS_FRESH_TAIL_COUNT")  # lossless's defaults
+        if summarizer == "slow model":
+            claude.env.update(
+                LOSSLESS_SUMMARIZER="openai",
+                LOSSLESS_SUMMARIZER_MODEL="summary-model",
+                OPENAI_BASE_URL=model.url + "/v1",
+            )
         claude.run("plugin", "marketplace", "add", str(REPO))
         claude.run("plugin", "install", "lossless@lossless", "--scope", "project")
         prompts = [long_prompt(i) for i in range(12)]
@@ -181,6 +195,8 @@ def test_claude_code_at_a_tight_window_always_gets_summaries_back(
             assert claude.say(prompt)["result"] == reply(prompt)
         requests = list(server.requests)
         refused = server.refused
+        if summarizer == "slow model":
+            _all_final(claude.store, model)
 
     session = claude.session
     assert session is not None
@@ -202,6 +218,10 @@ def test_claude_code_at_a_tight_window_always_gets_summaries_back(
     # lossless compacted at most once a turn (its hooks' runs that wrote summaries).
     for lines in log.split("UserPromptSubmit")[1:]:
         assert lines.count("compaction_passes=") <= 1, lines
+    # Every hook call ended well within its time limit (the plugin's hooks.json).
+    limits = _hook_limits()
+    for event, seconds in re.findall(r"INFO lossless\.cli\.hooks: (\w+)\S* .* in ([\d.]+) s", log):
+        assert float(seconds) < limits[event] / 2, (event, seconds)
 
     with Engine.open(claude.store, config=Config()) as engine:
         messages = engine.messages(session)
@@ -211,3 +231,29 @@ def test_claude_code_at_a_tight_window_always_gets_summaries_back(
     leaves = sum(1 for s in live if s.kind == "leaf")
     depth = max(s.depth for s in live)
     assert depth <= 1 + math.log(max(leaves, 1), Config().condensed_min_fanout) + 1e-9
+
+
+def _hook_limits() -> dict[str, float]:
+    """Each event's time limit in the plugin's hooks.json (seconds)."""
+    declared = json.loads((REPO / "hosts" / "claude-code" / "hooks" / "hooks.json").read_text())
+    return {
+        event: float(entry["hooks"][0].get("timeout", 60))
+        for event, entries in declared["hooks"].items()
+        for entry in entries[:1]
+    }
+
+
+def _all_final(store: Path, model: SummaryServer, wait: float = 240.0) -> None:
+    """Wait for the hooks' own processes to put the model's summaries in place: then none is
+    provisional, the model wrote some, and the store is consistent."""
+    deadline = time.monotonic() + wait
+    while True:
+        with Engine.open(store, config=Config()) as engine:
+            pending = engine.pending_summaries()["provisional"]
+            if not pending or time.monotonic() > deadline:
+                models = {s.model for s in engine.store.live_summaries(None)}
+                assert pending == 0, f"{pending} still provisional after {wait:g} s"
+                assert "summary-model" in models and model.answered > 0
+                assert engine.check() == []
+                return
+        time.sleep(1.0)

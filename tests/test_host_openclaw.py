@@ -38,8 +38,9 @@ import pytest
 
 from host_packages import OPENCLAW_RELEASES, ROOT, openclaw_host
 from lossless import Config, Engine
+from lossless.config import load_config
 from lossless.timestamps import parse_ts
-from model_servers import ChatServer
+from model_servers import ChatServer, SummaryServer
 
 pytestmark = pytest.mark.slow
 
@@ -137,13 +138,15 @@ def one_cell(
     window: int,
     tmp_path: Path,
     prompts: list[str] | None = None,
+    lossless_settings: str = "",
 ) -> tuple[Path, Run]:
-    """One release's session at *window*: its store and what it left."""
+    """One release's session at *window*: its store and what it left (lossless's config file
+    holds *lossless_settings*: its defaults when empty)."""
     tmp_path.mkdir(parents=True)
     host = openclaw_host(release)
     store = tmp_path / "store.db"
     settings = tmp_path / "lossless.toml"
-    settings.write_text("")  # lossless's defaults
+    settings.write_text(lossless_settings)
     with contextlib.ExitStack() as stack:
         if transport == "http":
             reach: dict[str, Any] = stack.enter_context(shared_server(store, settings, tmp_path))
@@ -169,6 +172,7 @@ class Run:
     requests: list[list[str]]
     sizes: list[int]
     started: list[float]
+    seconds: list[float]
 
 
 def run_session(
@@ -226,9 +230,10 @@ def run_session(
             "OPENCLAW_HOME": str(home),
             "HOME": str(home),
         }
-        answers, stderr, started = [], [], []
+        answers, stderr, started, seconds = [], [], [], []
         for text in prompts:
             started.append(time.time())
+            began = time.monotonic()
             done = subprocess.run(
                 [
                     *(str(host / "node_modules" / ".bin" / "openclaw"), "agent", "--local"),
@@ -240,13 +245,19 @@ def run_session(
                 timeout=300,
                 check=False,
             )
+            seconds.append(time.monotonic() - began)
             assert done.returncode == 0, done.stderr[-3000:]
             for failed in ("degraded", "compaction required but failed", "did not reduce context"):
                 assert failed not in done.stderr, done.stderr[-3000:]
             answers.append(json.loads(done.stdout)["payloads"][0]["text"])
             stderr.append(done.stderr)
         return Run(
-            answers, stderr, server.user_texts(), server.prompt_sizes("/chat/completions"), started
+            answers,
+            stderr,
+            server.user_texts(),
+            server.prompt_sizes("/chat/completions"),
+            started,
+            seconds,
         )
 
 
@@ -276,6 +287,45 @@ def test_openclaw_at_a_roomy_window_sends_the_whole_conversation_as_it_was(
         with Engine.open(store, config=Config()) as engine:
             users = [m.content for m in engine.messages("s1") if m.role == "user"]
         assert users == ROOMY
+
+
+def test_openclaw_with_a_slow_summarizer_never_waits_for_it_and_lossless_says_what_is_pending(
+    plugin: Path, tmp_path: Path
+) -> None:
+    """The newest release at 32k through a shared ``lossless serve --http``, with a slow model
+    as lossless's summarizer (a local OpenAI-compatible server taking 2 s to its first token
+    and then 300 tokens a second: some 10 s a summary). No turn waits for it: the turns that
+    compact take no longer than the others but for a few seconds, OpenClaw's compactions get
+    provisional summaries at once, and the server puts the model's in place off the turns.
+    ``/lossless`` says what is stored and what waits for the model."""
+    release = OPENCLAW_RELEASES[0]
+    with SummaryServer(2.0, 300) as model:
+        settings = (
+            'summarizer = "slow"\n[profiles.slow]\nprovider = "openai"\n'
+            f'model = "summary-model"\nbase_url = "{model.url}/v1"\n'
+        )
+        store, run = one_cell(
+            plugin,
+            release,
+            "http",
+            32_000,
+            tmp_path / release,
+            [*PROMPTS, "/lossless"],
+            lossless_settings=settings,
+        )
+        status = run.answers.pop()
+        run.seconds.pop()
+        with Engine.open(store, config=load_config(tmp_path / release / "lossless.toml")) as e:
+            e.finish_summaries()  # what the server had not finished when it stopped
+            assert e.pending_summaries()["provisional"] == 0
+            models = {s.model for s in e.store.live_summaries(None)}
+            assert "summary-model" in models and e.check() == []
+    check(store, run, 32_000)
+    # A compacting turn that waited for the model would take 10 s more than the others.
+    assert max(run.seconds) < min(run.seconds) + 8.0, run.seconds
+    assert model.answered > 0
+    assert status.startswith("lossless: this session has"), status
+    assert "summar" in status
 
 
 def check(store: Path, run: Run, window: int) -> None:

@@ -42,6 +42,43 @@ function recallTool(declared: ToolDeclaration, config: LosslessConfig, sessionId
   } as AnyAgentTool;
 }
 
+interface Pending {
+  provisional: number;
+  oldest_age_seconds: number | null;
+  summarizer: string;
+  model_summaries: boolean;
+  fell_back: { conversation_id: number; at?: string; summaries?: number; reason?: string }[];
+}
+
+// What `/lossless` says: the session's messages and summaries, and what waits for the model
+// (provisional summaries, the oldest one's age, a model that kept failing and why).
+export async function statusText(config: LosslessConfig, sessionId: string | undefined): Promise<string> {
+  let state: Record<string, unknown>;
+  try {
+    state = await client(config).call<Record<string, unknown>>("status", sessionId ? { session_id: sessionId } : {});
+  } catch (error) {
+    if (!sessionId) throw error;
+    state = await client(config).call<Record<string, unknown>>("status", {}); // not stored yet
+  }
+  const pending = state.summaries_pending as Pending;
+  const lines: string[] = [];
+  if (typeof state.session_id === "string") {
+    lines.push(`lossless: this session has ${String(state.messages)} messages stored, ${String(state.summaries ?? 0)} summaries`);
+  } else {
+    lines.push(`lossless ${String(state.version ?? "")}: the store holds ${String(state.messages)} messages`);
+  }
+  if (pending.provisional > 0) {
+    const age = pending.oldest_age_seconds === null ? "" : `, the oldest ${Math.round(pending.oldest_age_seconds)} s old`;
+    lines.push(`${pending.provisional} summaries provisional${age}: the ${pending.summarizer} summarizer's replace them off the turn`);
+  } else {
+    lines.push(pending.model_summaries ? `no summary waits for the ${pending.summarizer} summarizer` : `summarizer ${pending.summarizer} (offline)`);
+  }
+  for (const failed of pending.fell_back) {
+    lines.push(`the summarizer kept failing (${failed.at ?? "?"}): ${failed.summaries ?? "?"} summaries kept as the offline summarizer wrote them; ${failed.reason ?? ""}`);
+  }
+  return lines.join("\n");
+}
+
 export default {
   id: ENGINE_ID,
   name: "lossless",
@@ -51,6 +88,11 @@ export default {
     api.registerContextEngine(ENGINE_ID, () => createEngine(config, VERSION));
     api.registerTool((ctx) => TOOLS.map((declared) => recallTool(declared, config, ctx.sessionId)), {
       names: TOOLS.map((t) => t.name),
+    });
+    api.registerCommand({
+      name: "lossless",
+      description: "lossless: what is stored for this session, and what waits for the summarizer model",
+      handler: async (ctx) => ({ text: await statusText(config, ctx.sessionId) }),
     });
   },
 };

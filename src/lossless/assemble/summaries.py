@@ -31,6 +31,9 @@ def render_summary(summary: Summary, parents: Sequence[str] = ()) -> str:
         f"earliest_at={quoteattr(summary.earliest_at or summary.created_at)}",
         f"latest_at={quoteattr(summary.latest_at or summary.created_at)}",
     ]
+    if summary.provisional:
+        # Written at once by the offline summarizer; the model's summary replaces it.
+        attrs.append('provisional="true"')
     lines = [f"<summary {' '.join(attrs)}>"]
     if parents:
         lines.append("  <parents>")

@@ -23,10 +23,10 @@ crash leaves either text, never none.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -225,62 +225,74 @@ def finish(
 
 
 def _drive(run: _Run, pending: list[Summary]) -> None:
+    """Ask for the summaries, up to ``run.concurrency`` at once, and write each answer as it
+    comes. The calls run in daemon threads: a stop, or the engine closing, returns at once
+    and drops the answers still on their way (those summaries stay provisional); a run out
+    of time starts no new call but writes the answers of those in flight."""
     store, report = run.store, run.report
     todo: dict[str, Summary] = {s.summary_id: s for s in pending}
     parents = store.parents_of([s.summary_id for s in pending if s.kind != "leaf"])
     failed: dict[str, Summary] = {}
-    running: dict[Future[_Answer], Summary] = {}
+    running: dict[str, Summary] = {}
+    answers: queue.Queue[tuple[str, _Answer]] = queue.Queue()
     done = 0
 
-    def unfinished() -> set[str]:
-        return set(todo) | set(failed) | {s.summary_id for s in running.values()}
+    def start(summary: Summary) -> None:
+        def call() -> None:
+            try:
+                answer = run.ask(summary)
+            except Exception as exc:  # noqa: BLE001 - a thread's top: the failure is the answer
+                answer = _Answer("", 0, None, 0, f"{type(exc).__name__}: {exc}", None)
+            answers.put((summary.summary_id, answer))
 
-    with ThreadPoolExecutor(run.concurrency, thread_name_prefix="lossless-finish") as pool:
-        while todo or running:
-            if not run.ended() and time.monotonic() >= run.paused_until:
-                waiting = unfinished()
-                for sid, s in list(todo.items()):
-                    if len(running) >= run.concurrency:
-                        break
-                    if any(p in waiting for p in parents.get(sid, ())):
-                        continue  # made from a summary not final yet
-                    del todo[sid]
-                    running[pool.submit(run.ask, s)] = s
-            if not running:
-                if run.ended() or not todo:
+        running[summary.summary_id] = summary
+        threading.Thread(target=call, name="lossless-finish", daemon=True).start()
+
+    while todo or running:
+        if run.ended() and run.report.stopped:
+            return  # stopped or closing: the answers on their way are dropped
+        if not run.ended() and time.monotonic() >= run.paused_until:
+            waiting = set(todo) | set(failed) | set(running)
+            for sid, s in list(todo.items()):
+                if len(running) >= run.concurrency:
                     break
-                if time.monotonic() < run.paused_until:
-                    time.sleep(min(0.5, run.paused_until - time.monotonic()))
-                    continue
-                break  # what is left waits on summaries that failed in this run
-            finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
-            for future in finished:
-                summary = running.pop(future)
-                answer = future.result()
-                report.calls += answer.calls
-                if answer.error is None:
-                    run.failures_in_row = 0
-                    if store.finish_summary(
-                        summary.summary_id, answer.text, answer.tokens, answer.model or "model"
-                    ):
-                        report.finished += 1
-                elif answer.retry_after is not None:
-                    # "Slow down": not the summary's fault; tried again after the wait.
-                    run.paused_until = max(run.paused_until, time.monotonic() + answer.retry_after)
-                    todo[summary.summary_id] = summary
-                    continue
-                else:
-                    run.failures_in_row += 1
-                    failed[summary.summary_id] = summary
-                    report.errors.append(f"{summary.summary_id}: {answer.error}")
-                done += 1
-                if run.progress is not None:
-                    run.progress(done, report.pending)
-            if run.failures_in_row >= run.services.config.guards.failures_before_fallback:
-                # The calls in flight end on their own; their answers are dropped.
-                in_flight = [running.pop(f) for f in list(running)]
-                _keep_offline(run, [*failed.values(), *in_flight, *todo.values()])
+                if any(p in waiting for p in parents.get(sid, ())):
+                    continue  # made from a summary not final yet
+                del todo[sid]
+                start(s)
+        if not running:
+            if run.ended() or not todo:
                 return
+            if time.monotonic() < run.paused_until:
+                time.sleep(min(0.5, run.paused_until - time.monotonic()))
+                continue
+            return  # what is left waits on summaries that failed in this run
+        try:
+            sid, answer = answers.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        summary = running.pop(sid)
+        report.calls += answer.calls
+        if answer.error is None:
+            run.failures_in_row = 0
+            if store.finish_summary(sid, answer.text, answer.tokens, answer.model or "model"):
+                report.finished += 1
+        elif answer.retry_after is not None:
+            # "Slow down": not the summary's fault; tried again after the wait.
+            run.paused_until = max(run.paused_until, time.monotonic() + answer.retry_after)
+            todo[sid] = summary
+            continue
+        else:
+            run.failures_in_row += 1
+            failed[sid] = summary
+            report.errors.append(f"{sid}: {answer.error}")
+        done += 1
+        if run.progress is not None:
+            run.progress(done, report.pending)
+        if run.failures_in_row >= run.services.config.guards.failures_before_fallback:
+            # The calls in flight end on their own; their answers are dropped.
+            _keep_offline(run, [*failed.values(), *running.values(), *todo.values()])
+            return
 
 
 def _keep_offline(run: _Run, summaries: list[Summary]) -> None:
