@@ -390,3 +390,38 @@ def test_a_hook_returns_before_the_model_and_a_process_of_its_own_finishes_the_s
         with Engine.open(db, config=Config()) as engine:
             assert engine.check() == []
             assert "test-model" in {s.model for s, _ in engine.context_summaries("s-hook")}
+
+
+def test_a_serve_child_ends_with_its_turn_and_a_process_of_its_own_finishes_the_summaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``lossless serve --stdio`` as a host's child for one turn (OpenClaw's one-process
+    turns): it stops when its stdin closes, without waiting for the model, and the model's
+    summaries are put in place afterwards by a ``lossless finish`` process of its own."""
+    from lossless.serve.client import ServeClient
+
+    with SummaryServer(ttft=1.0) as slow:
+        point(monkeypatch, slow)
+        config = tmp_path / "model.toml"
+        config.write_text(
+            'summarizer = "openai"\nsummarizer_model = "test-model"\nfresh_tail_count = 6\n'
+            "leaf_chunk_tokens = 1200\nleaf_target_tokens = 150\n"
+            "condensed_target_tokens = 150\n[guards]\nmax_retries = 0\n"
+        )
+        db = tmp_path / "served.db"
+        began = time.monotonic()
+        with ServeClient.spawn(["--db", str(db), "--config", str(config)]) as client:
+            for i in range(20):
+                client.after_turn("s", turn(i), token_budget=2_000)
+            client.wait_for_compaction(30)
+            assert client.status("s")["summaries_pending"]["provisional"] > 0
+        took = time.monotonic() - began
+        pending = _provisional(db)
+        assert pending > 0 and took < 1.0 * pending  # it did not wait for them all
+        deadline = time.monotonic() + 90
+        while _provisional(db) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _provisional(db) == 0
+        with Engine.open(db, config=Config()) as engine:
+            assert engine.check() == []
+            assert {s.model for s, _ in engine.context_summaries("s")} == {"test-model"}

@@ -8,14 +8,13 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 import click
 
-from ..engine import Engine, default_db_path
+from ..engine import Engine
 from ..errors import LosslessError
 from ..integrations.claude_code import (
     CLAUDE_CODE,
@@ -35,6 +34,7 @@ from ..integrations.codex import (
     plan_trust,
     trust_entries,
 )
+from ..integrations.finisher import start_finisher
 from ..integrations.hooks import (
     DEFAULT_MAX_CHARS,
     EVENTS,
@@ -157,23 +157,12 @@ def _handle(state: State, host: Host, event: str | None, max_chars: str | None, 
 
 
 def _finish_detached(state: State, log: Path) -> None:
-    """Start ``lossless finish --if-free`` on this store as a process of its own (the host's
-    hook does not wait for it; a second one while it runs exits at once), its output going
-    to the hooks' log."""
-    command = [sys.executable, "-m", "lossless", "--db", _database(state)]
+    """``lossless finish --if-free`` on this store, as a process of its own (the host's hook
+    does not wait for it), its output going to the hooks' log."""
+    options = ["--db", state.database()]
     if state.config_path:
-        command += ["--config", state.config_path]
-    command += ["finish", "--if-free"]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a", encoding="utf-8") as out:
-        subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            close_fds=True,
-        )
+        options += ["--config", state.config_path]
+    start_finisher(options, log=log)
     logger.info("provisional summaries: `lossless finish` started to put the model's in place")
 
 
@@ -258,7 +247,7 @@ def claude_code_hooks(
     if as_json and install and not yes:
         raise click.UsageError("--install with --json needs --yes (there is no one to ask)")
     exe = executable or _executable()
-    db = _database(state)
+    db = state.database()
     config = str(Path(state.config_path).expanduser().resolve()) if state.config_path else None
     project = (project_dir or Path.cwd()).expanduser().resolve()
     path = settings_path(scope, project=project)
@@ -343,7 +332,7 @@ def codex_hooks(
     home = (codex_home_dir or codex_home()).expanduser().resolve()
     exe = executable or _executable()
     config = str(Path(state.config_path).expanduser().resolve()) if state.config_path else None
-    hooks = settings_hooks(exe, CODEX, db=_database(state), config=config, timeouts=CODEX_TIMEOUTS)
+    hooks = settings_hooks(exe, CODEX, db=state.database(), config=config, timeouts=CODEX_TIMEOUTS)
     path = home / "hooks.json"
     if not install:
         if as_json:
@@ -470,11 +459,3 @@ def _executable() -> str:
     raise LosslessError(
         "cannot find the lossless command beside this Python or on PATH; give --executable PATH"
     )
-
-
-def _database(state: State) -> str:
-    """The database this invocation would open (as Engine.open picks it), made absolute."""
-    chosen = state.db or state.config.db or os.environ.get("LOSSLESS_DB") or str(default_db_path())
-    if "://" in chosen:
-        return chosen
-    return str(Path(chosen).expanduser().resolve())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from rich.console import Console
 
 from ..codec import has_lone_surrogates
 from ..config import Config, load_config
-from ..engine import Engine
+from ..engine import Engine, default_db_path
 from ..retrieval.tools import REQUIRED, TOOLS
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -54,6 +55,15 @@ class State:
         if self._engine is None:
             self._engine = Engine.open(self.db, config=self.config, create=create)
         return self._engine
+
+    def database(self) -> str:
+        """The database this invocation opens (as Engine.open picks it), made absolute."""
+        chosen = (
+            self.db or self.config.db or os.environ.get("LOSSLESS_DB") or str(default_db_path())
+        )
+        if "://" in chosen:
+            return chosen
+        return str(Path(chosen).expanduser().resolve())
 
     def close(self) -> None:
         if self._engine is not None:

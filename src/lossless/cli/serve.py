@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from ..engine import Engine
+from ..integrations.finisher import finish_if_pending
 from .mcp import MIN_TOKEN_CHARS, is_loopback
 from .output import State, pass_state, stderr
 
@@ -80,7 +82,11 @@ def serve_command(
         state.config, background_compaction=not foreground_compaction
     )
     if http is None:
-        serve_stdio(state.engine(create=True), workers=workers)
+        engine = state.engine(create=True)
+        try:
+            serve_stdio(engine, workers=workers)
+        finally:
+            _finish_after(state, engine)
         return
     host, port = _address(http)
     if not is_loopback(host) and not allow_remote:
@@ -109,4 +115,16 @@ def serve_command(
             soft_wrap=True,
         )
 
-    serve_http(engine, host=host, port=port, token=token, workers=workers, ready=ready)
+    try:
+        serve_http(engine, host=host, port=port, token=token, workers=workers, ready=ready)
+    finally:
+        _finish_after(state, engine)
+
+
+def _finish_after(state: State, engine: Engine) -> None:
+    """The server stops (its host's turn ended, or it was told to): provisional summaries the
+    model has not replaced yet are finished by a process of its own."""
+    options = ["--db", state.database()]
+    if state.config_path:
+        options += ["--config", state.config_path]
+    finish_if_pending(engine, options)

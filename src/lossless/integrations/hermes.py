@@ -58,6 +58,7 @@ from ..resume import HEADER as RESUME_HEADER
 from ..room import Room, default_room
 from ..toolbox import SESSION_TOOLS, ToolScope, call_json, tool_schemas
 from .absorb import Absorber
+from .finisher import finish_if_pending
 
 INSTALL_HINT = "the Hermes Agent engine needs Hermes Agent: pip install 'lossless[hermes]'"
 
@@ -106,8 +107,16 @@ def shared_engine() -> Engine:
         engine = _engines.get("default")
         if engine is None:
             engine = _engines["default"] = Engine.open(config=load_config())
-            atexit.register(engine.close)
+            atexit.register(_close, engine)
         return engine
+
+
+def _close(engine: Engine) -> None:
+    """At Hermes's exit: provisional summaries the model has not replaced yet go to a
+    ``lossless finish`` process of its own (it reads the same ``LOSSLESS_*`` settings), then
+    the engine closes without waiting for the model."""
+    finish_if_pending(engine)
+    engine.close()
 
 
 def _is_ours(message: Mapping[str, Any]) -> bool:
