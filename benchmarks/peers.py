@@ -50,8 +50,10 @@ prompt, ``max_tokens`` and timeout (``summary_timeout_ms``, 60 s by default; no 
 Both pay the same time per token. Reported for each engine: the seconds until the context
 fits (lossless: ``compact()``, its summaries provisional; hermes-lcm: its ``compress`` loop)
 and until every summary is the model's (lossless: then ``finish_summaries()``; hermes-lcm:
-the same as fits, its calls are made inside ``compress``), and the model calls made. The
-other rows keep the instant summarizer.
+the same as fits, its calls are made inside ``compress``), and the model calls made; a
+summary hermes-lcm wrote with its deterministic truncation (escalation level 3, when its
+model calls failed: none is the model's) is said in the row. The other rows keep the instant
+summarizer.
 
 Hermes Agent itself is not needed: when ``agent.context_engine`` cannot be imported, a
 stand-in base class takes its place (hermes-lcm's own CI does the same). tiktoken is not a
@@ -591,7 +593,13 @@ def _asked(requests: list[dict[str, Any]]) -> dict[str, Any]:
         for r in requests
         if r["body"]
     ]
-    return {"requests": len(caps), "max_tokens_mean": round(statistics.mean(caps)) if caps else 0}
+    # what the model reads, a token per four characters (as the server counts it)
+    read = [-(-len(json.dumps(r["body"].get("messages"))) // 4) for r in requests if r["body"]]
+    return {
+        "requests": len(caps),
+        "max_tokens_mean": round(statistics.mean(caps)) if caps else 0,
+        "prompt_tokens_max": max(read, default=0),
+    }
 
 
 def quiet_abandoned(server: Any) -> None:
@@ -844,7 +852,13 @@ def main() -> None:
                     row(
                         f"search {r.kind} ({r.query}) at {size:,}, p50; hits"
                         f" {hits['lossless']} / {hits['hermes_lcm']}"
-                        + (f" (lossless {r.options})" if r.options else ""),
+                        + (
+                            " (lossless "
+                            + ", ".join(f"{k}={v}" for k, v in r.options.items())
+                            + ", its hits holding every word)"
+                            if r.options
+                            else ""
+                        ),
                         got["lossless"],
                         got["hermes_lcm"],
                         "ms",
@@ -881,7 +895,19 @@ def main() -> None:
                 results["backlog"].append(c)
                 ttft, tps = args.summarizer_latency.split(",")
                 pace = f"a model at {ttft} s + {tps} tokens/s"
-                for what, said in (("fits_s", "the context fits"), ("all_final_s", "all final")):
+                ours, theirs = c["runs"]["lossless"][-1], c["runs"]["hermes_lcm"][-1]
+                levels = theirs["summaries_by_level"]
+                truncated = (
+                    f" (hermes-lcm: {levels[3]} of {sum(levels.values())} summaries its"
+                    f" truncation, no model's; {theirs['failed_calls']} of"
+                    f" {theirs['model_calls']} model calls failed)"
+                    if levels.get(3)
+                    else ""
+                )
+                for what, said in (
+                    ("fits_s", "the context fits"),
+                    ("all_final_s", "all final" + truncated),
+                ):
                     table.append(
                         row(
                             f"compaction of a {size:,} backlog, {pace}: until {said}",
@@ -891,18 +917,19 @@ def main() -> None:
                             False,
                         )
                     )
-                ours, theirs = c["runs"]["lossless"][-1], c["runs"]["hermes_lcm"][-1]
                 print(
                     *table[-2:],
                     f"  lossless: {ours['model_calls']} model calls ({ours['requests']} requests,"
-                    f" mean max_tokens {ours['max_tokens_mean']}), concurrency"
+                    f" mean max_tokens {ours['max_tokens_mean']}, largest prompt"
+                    f" {ours['prompt_tokens_max']:,} tokens), concurrency"
                     f" {ours['concurrency']} (at most {ours['in_flight_max']} in flight),"
                     f" {ours['passes']} passes, {ours['requests_during_compact']} requests"
                     f" during compact(), {ours['finished']} summaries finished,"
                     f" {ours['kept_offline']} kept offline, {ours['left']} left; provisional at"
                     f" the end: {ours['provisional_at_end']}",
                     f"  hermes-lcm: {theirs['model_calls']} model calls ({theirs['requests']}"
-                    f" requests, mean max_tokens {theirs['max_tokens_mean']},"
+                    f" requests, mean max_tokens {theirs['max_tokens_mean']}, largest prompt"
+                    f" {theirs['prompt_tokens_max']:,} tokens,"
                     f" {theirs['failed_calls']} failed), {theirs['compress_calls']} compress"
                     f" calls, summaries by escalation level {theirs['summaries_by_level']}"
                     " (3: truncation, no model), the host's list"

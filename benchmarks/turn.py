@@ -425,6 +425,7 @@ def latency_rows(
                 config = provider_config(provider, concurrency)
                 with Engine.open(target, config=config) as engine:
                     written = summaries(engine, conversation)
+                    depths = dict(engine.summary_counts(conversation))
                     samples = turns(engine, conversation, count, gap, messages)
                     ended = time.perf_counter()
                     provisional = len(engine.store.provisional_summaries())
@@ -444,8 +445,17 @@ def latency_rows(
                             **stats,
                             "p99_over_p50": round(stats["p99_ms"] / stats["p50_ms"], 1),
                             "summaries_written": summaries(engine, conversation) - written,
+                            "written_by_depth": {
+                                d: n - depths.get(d, 0)
+                                for d, n in engine.summary_counts(conversation).items()
+                                if n != depths.get(d, 0)
+                            },
                             "provisional_after_turns": provisional,
                             "all_final_after_s": round(final_s, 1),
+                            "slowest_turns": [
+                                [i, round(ms, 1)]
+                                for i, ms in sorted(enumerate(samples), key=lambda x: -x[1])[:3]
+                            ],
                         }
                     )
     return rows
@@ -643,9 +653,11 @@ def latency_main(args: argparse.Namespace, work: Path) -> None:
                     f"{row['backend']:>10} {row['provider']:>9} {size:>9,} stored:"
                     f" after_turn p50 {row['p50_ms']:.2f} ms p95 {row['p95_ms']:.2f}"
                     f" p99 {row['p99_ms']:.2f} max {row['max_ms']:.1f}"
-                    f" (p99/p50 {row['p99_over_p50']}); {row['summaries_written']} summaries,"
+                    f" (p99/p50 {row['p99_over_p50']}); {row['summaries_written']} summaries"
+                    f" (by depth {row['written_by_depth']}),"
                     f" {row['provisional_after_turns']} provisional after the turns, all the"
-                    f" model's {row['all_final_after_s']} s later",
+                    f" model's {row['all_final_after_s']} s later; slowest turns (index, ms)"
+                    f" {row['slowest_turns']}",
                     flush=True,
                 )
         for size in (int(s) for s in args.backlogs.split(",") if s):

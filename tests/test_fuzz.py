@@ -633,6 +633,7 @@ FTS_TEXT = st.one_of(
 @example(text="NEAR(deploy timeout, 2)", sort="relevance", scope="both")
 @example(text="deploy* OR col:umn ^x -y", sort="relevance", scope="messages")
 @example(text="\"''\"", sort="recency", scope="both")
+@example(text="0/0\x000", sort="recency", scope="messages")
 @example(text="hello\x00world", sort="recency", scope="both")
 @example(text="%_%", sort="recency", scope="messages")
 @example(text="\\", sort="relevance", scope="summaries")
@@ -651,6 +652,7 @@ def test_any_text_in_full_text_mode_gives_hits_or_a_grep_error(
 
 @fuzz(150)
 @given(text=FTS_TEXT, role=st.sampled_from([None, "user", "tool"]))
+@example(text="0/0\x000", role=None)
 def test_any_text_in_chat_context_query_gives_frames_or_a_grep_error(
     seeded: Engine, text: str, role: str | None
 ) -> None:

@@ -210,14 +210,20 @@ def test_background_compaction_never_holds_a_request(db: str, tmp_path: Path) ->
         with ServeClient.spawn(["--db", db, "--config", str(config)]) as client:
             for i in range(12):
                 client.after_turn("s", turn(i), token_budget=600)
-            assert held.called.wait(30), "compaction never asked the summarizer"
-            # The summarizer holds its answer: requests to the same session are answered.
-            assert client.after_turn("s", turn(12), token_budget=600)["deferred"] is True
+            assert held.called.wait(30), "the model was never asked for a summary"
+            # The summarizer holds its answer: requests to the same session are answered, and
+            # the context is compacted already (provisional summaries, the model's to come).
+            client.after_turn("s", turn(12), token_budget=600)
             assert client.assemble("s", token_budget=600)["raw_messages"] > 0
-            assert client.status("s")["messages"] == 26
+            state = client.status("s")
+            assert state["messages"] == 26 and state["summaries"] > 0
+            assert state["summaries_pending"]["provisional"] > 0
             held.release.set()
             client.wait_for_compaction(60)
-            assert client.status("s")["summaries"] > 0
+            deadline = time.monotonic() + 60
+            while client.status("s")["summaries_pending"]["provisional"]:
+                assert time.monotonic() < deadline, "the model's summaries never came"
+                time.sleep(0.1)
     finally:
         held.release.set()
         held.server.shutdown()
@@ -426,9 +432,10 @@ def test_with_the_window_the_bridge_assembles_within_the_room_the_host_leaves(
 
 
 def test_a_host_that_gives_up_stops_the_compaction_between_passes(db: str, tmp_path: Path) -> None:
-    """A model that takes a second a summary; the host asks to compact, then cancels (its
-    abortSignal): the run stops after the pass under way, says so, and leaves a consistent
-    store; it would have written many more passes."""
+    """A model that takes a second a summary, each pass waiting for it (provisional summaries
+    off); the host asks to compact, then cancels (its abortSignal): the run stops after the
+    pass under way, says so, and leaves a consistent store; it would have written many more
+    passes."""
     sys.path.insert(0, str(Path(__file__).parent))
     from model_servers import ChatServer
 
@@ -436,6 +443,7 @@ def test_a_host_that_gives_up_stops_the_compaction_between_passes(db: str, tmp_p
         config = tmp_path / "slow.toml"
         config.write_text(
             SMALL
+            + "provisional_summaries = false\n"
             + 'summarizer = "slow"\n[profiles.slow]\nprovider = "openai"\nmodel = "m"\n'
             + f'base_url = "{model.url}/v1"\napi_key = "sk-local"\n'
         )

@@ -517,6 +517,9 @@ def test_a_registered_third_party_summarizer_is_selectable_in_the_config(tmp_pat
             engine.ingest("s", {"role": "user", "content": f"note {i}: " + "text " * 40})
         report = engine.compact("s")
         assert report.passes
+        # Not an offline summarizer: the passes are provisional, its summaries replace them.
+        assert all(p.provisional for p in report.passes)
+        engine.wait_for_summaries(30)
         first = engine.summary(report.passes[0].summary_id)
         assert first.content.startswith("mine: ")
         assert first.model == "mine-v1"

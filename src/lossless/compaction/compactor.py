@@ -145,7 +145,9 @@ class Compactor(ChunkPlanner):
         #: provisional, for the model's summary to replace off the turn (only where the
         #: summarizer is a model: an offline one's summaries are final as written).
         self.provisional = provisional and not summarizer.offline
-        self.calls_model = not summarizer.offline
+        #: A model that fails every rung gives way to the offline summarizer (not when the
+        #: caller keeps the provisional summary itself: finishing them).
+        self.fall_back_offline = not summarizer.offline
         #: A model's failures are logged at debug level (the caller says them once).
         self.quiet = False
         # With a known budget the tail may take at most its share of it (the spec's defaults
@@ -489,7 +491,7 @@ class Compactor(ChunkPlanner):
         model = outcome.model if outcome.level != "fallback" else "fallback"
         if provisional:
             model = PROVISIONAL
-        elif outcome.level == "fallback" and self.calls_model and not self.past_deadline():
+        elif outcome.level == "fallback" and self.fall_back_offline and not self.past_deadline():
             offline = ladder(self.offline)
             if offline.level != "fallback":
                 outcome = Outcome(

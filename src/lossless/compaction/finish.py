@@ -169,6 +169,7 @@ class _Run:
         # is checked before each call, and one call is bounded by guards.timeout_seconds.
         compactor = Compactor(self.services, watched, deadline=float("inf"))
         compactor.quiet = True  # a failure is counted here, and said once if they go on
+        compactor.fall_back_offline = False  # the provisional text stays until the model's
         made, outcome, calls = compactor.summarize(
             summary.conversation_id,
             "leaf" if summary.kind == "leaf" else "condensed",
@@ -180,7 +181,7 @@ class _Run:
             from_summaries=from_summaries,
         )
         if outcome.level == "fallback" or made.model in (None, "fallback"):
-            error = "; ".join(outcome.errors) or "the model gave no usable summary"
+            error = outcome.errors[-1] if outcome.errors else "the model gave no usable summary"
             return _Answer("", 0, None, calls, error, watched.retry_after)
         return _Answer(outcome.text, outcome.tokens, made.model, calls, None, None)
 
@@ -221,6 +222,18 @@ def finish(
     _drive(run, pending)
     report.left = services.store.pending_summaries(conversation_id).summaries
     report.seconds = time.monotonic() - began
+    failed = len(report.errors)
+    if failed and not report.kept_offline:
+        # Said once a run (each call's failure was logged at debug level only).
+        logger.warning(
+            "summarizer %s failed for %d summar%s (last: %s); %s provisional, the next run"
+            " tries again",
+            summarizer.name,
+            failed,
+            "y" if failed == 1 else "ies",
+            report.errors[-1].split(": ", 1)[-1],
+            "it stays" if failed == 1 else "they stay",
+        )
     return report
 
 

@@ -55,6 +55,10 @@ class Recall(Facade):
         ``more`` says so. *reveal* also searches the originals of messages whose secrets were
         masked (for the owner: a secret's value is found, and shown, only so).
         """
+        if mode == "full_text":
+            # A NUL ends a query string for the search engines (and text never holds one as
+            # a word): it separates words, as a space does.
+            pattern = pattern.replace("\x00", " ")
         return grep_store(
             self.store,
             pattern,
@@ -184,6 +188,8 @@ class Recall(Facade):
         and paged (see :mod:`lossless.retrieval.context_query`). With *conversation*, its
         family (only itself with ``family=False``); without, the whole store; *within*
         limits it to those conversation ids."""
+        if text is not None:
+            text = text.replace("\x00", " ")  # as in grep: a NUL separates words
         return query_context(
             self.store,
             conversation_ids=self._scope(conversation, family, within),
