@@ -119,14 +119,46 @@ def test_openclaw_at_a_tight_window_never_fails_a_turn_and_keeps_summaries_in_vi
     defaults), on both releases at once (each a session of its own: an OpenClaw turn is a
     process that keeps one core busy): no turn fails, every request fits the window, every
     request after the first compaction carries a summary and the turn's request whole, at most
-    one compaction a turn, a shallow DAG, and every turn stored once."""
+    one compaction a turn, a shallow DAG, and every turn stored once.
+
+    The session that reaches lossless through a shared ``lossless serve --http`` has a slow
+    model as lossless's summarizer (a local OpenAI-compatible server taking 2 s to its first
+    token and then 300 tokens a second: some 10 s a summary): no turn waits for it (the turns
+    that compact take no longer than the others but for a few seconds: OpenClaw's compactions
+    get provisional summaries at once), and the server puts the model's in place off the
+    turns."""
     cells = [(release, transport) for release, w, transport in CELLS if w == window]
-    with ThreadPoolExecutor(len(cells)) as pool:
-        runs = list(
-            pool.map(lambda cell: one_cell(plugin, *cell, window, tmp_path / cell[0]), cells)
+    with SummaryServer(2.0, 300) as model, ThreadPoolExecutor(len(cells)) as pool:
+        slow = (
+            'summarizer = "slow"\n[profiles.slow]\nprovider = "openai"\n'
+            f'model = "summary-model"\nbase_url = "{model.url}/v1"\n'
         )
-    for (release, _), (store, run) in zip(cells, runs, strict=True):
-        check(store, run, window)
+
+        def session(release: str, transport: str) -> tuple[Path, Run]:
+            settings = slow if transport == "http" else ""
+            place = tmp_path / release
+            return one_cell(plugin, release, transport, window, place, lossless_settings=settings)
+
+        runs = list(pool.map(lambda cell: session(*cell), cells))
+        for (_, transport), (store, _) in zip(cells, runs, strict=True):
+            if transport == "http":
+                config = load_config(store.parent / "lossless.toml")
+                with Engine.open(store, config=config) as engine:
+                    engine.finish_summaries()  # what the server had not finished when it stopped
+                    assert engine.pending_summaries()["provisional"] == 0
+                    models = {s.model for s in engine.store.live_summaries(None)}
+                    assert "summary-model" in models and engine.check() == []
+                assert model.answered > 0
+    for (release, transport), (store, run) in zip(cells, runs, strict=True):
+        if transport == "http":
+            # The server's summaries are as long as the target whatever their input, so a
+            # leaf over a turn or two is about as long as the turns: the assembly then shows
+            # the turns themselves (fill_budget), the first one too, in every other request.
+            check(store, run, window, first_turn_folded=False)
+            # A compacting turn that waited for the model would take 10 s more than others.
+            assert max(run.seconds) < min(run.seconds) + 8.0, run.seconds
+        else:
+            check(store, run, window)
         imports_its_own_transcript(
             tmp_path / release / "home" / ".openclaw" / "agents", store, tmp_path / release
         )
@@ -288,40 +320,6 @@ def test_openclaw_at_a_roomy_window_sends_the_whole_conversation_as_it_was(
         with Engine.open(store, config=Config()) as engine:
             users = [m.content for m in engine.messages("s1") if m.role == "user"]
         assert users == ROOMY
-
-
-def test_openclaw_with_a_slow_summarizer_never_waits_for_it(plugin: Path, tmp_path: Path) -> None:
-    """The newest release at 32k through a shared ``lossless serve --http``, with a slow model
-    as lossless's summarizer (a local OpenAI-compatible server taking 2 s to its first token
-    and then 300 tokens a second: some 10 s a summary). No turn waits for it: the turns that
-    compact take no longer than the others but for a few seconds, OpenClaw's compactions get
-    provisional summaries at once, and the server puts the model's in place off the turns."""
-    release = OPENCLAW_RELEASES[0]
-    with SummaryServer(2.0, 300) as model:
-        settings = (
-            'summarizer = "slow"\n[profiles.slow]\nprovider = "openai"\n'
-            f'model = "summary-model"\nbase_url = "{model.url}/v1"\n'
-        )
-        store, run = one_cell(
-            plugin,
-            release,
-            "http",
-            32_000,
-            tmp_path / release,
-            lossless_settings=settings,
-        )
-        with Engine.open(store, config=load_config(tmp_path / release / "lossless.toml")) as e:
-            e.finish_summaries()  # what the server had not finished when it stopped
-            assert e.pending_summaries()["provisional"] == 0
-            models = {s.model for s in e.store.live_summaries(None)}
-            assert "summary-model" in models and e.check() == []
-    # The server's summaries are as long as the target whatever their input, so a leaf over a
-    # turn or two is about as long as the turns: the assembly then shows the turns themselves
-    # (fill_budget), the first one too, in every other request.
-    check(store, run, 32_000, first_turn_folded=False)
-    # A compacting turn that waited for the model would take 10 s more than the others.
-    assert max(run.seconds) < min(run.seconds) + 8.0, run.seconds
-    assert model.answered > 0
 
 
 def check(store: Path, run: Run, window: int, *, first_turn_folded: bool = True) -> None:

@@ -188,7 +188,10 @@ def test_a_model_that_keeps_failing_falls_back_once_with_one_warning_and_says_wh
             warned = [r for r in caplog.records if r.name == "lossless.compaction.finish"]
             assert len(warned) == 1 and "kept" in warned[0].getMessage()
             assert report.kept_offline == pending and report.finished == 0
-            assert again.pending == 0 and len(broken.requests) == report.calls
+            # No loop: the second run found nothing provisional and asked the model nothing.
+            assert again.pending == 0 and again.calls == 0
+            # The first asked at most the failures it counted and the calls then in flight.
+            assert report.calls <= len(broken.requests) <= report.calls + 4
             status = engine.pending_summaries("s")
             assert status["provisional"] == 0
             [failed] = status["fell_back"]
