@@ -56,7 +56,9 @@ def test_the_engine_methods_take_the_declared_defaults() -> None:
 
 def test_the_cli_options_are_the_declared_parameters() -> None:
     for command, (name, renamed) in CLI_COMMANDS.items():
-        options = {p.name: p for p in cli.commands[command].params if isinstance(p, click.Option)}
+        loaded = cli.get_command(click.Context(cli), command)
+        assert loaded is not None, command
+        options = {p.name: p for p in loaded.params if isinstance(p, click.Option)}
         declared = TOOLS[name]
         for param in declared.params:
             option = options.get(param.name)

@@ -20,7 +20,8 @@ with its session summary versions on request), and the store and pinned modes
 ``summarize_session`` (the versioned, incremental whole-session summary).
 
 The tools are :mod:`lossless.toolbox`'s. The engine and the scope reach them through the
-server's lifespan context (a :class:`Recall`, the toolbox's ``ToolScope``). A call's arguments
+server's lifespan context (a :class:`Held` scope: the toolbox's ``ToolScope``, or the way to
+open it when the store does not exist yet). A call's arguments
 are checked against the one declaration (:mod:`lossless.retrieval.tools`) before the SDK sees
 them, so a wrong or missing argument is a tool error in lossless's words (what was wrong, what
 would do), never a value coerced into another (``true`` is not conversation 1). Every
@@ -40,8 +41,9 @@ from __future__ import annotations
 import hmac
 import inspect
 import json
-import os
+import logging
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import IO, Any, cast
@@ -49,11 +51,12 @@ from typing import IO, Any, cast
 from . import __version__, jsonrpc, toolbox
 from .engine import ConversationRef, Engine
 from .errors import ArgumentError, LosslessError
-from .retrieval.tools import TOOLS
-from .toolbox import MANIFEST_SHOWN, RECALL_ORDER, TOOLSETS
+from .mcp_front import INSTALL_HINT, MAX_MESSAGE_BYTES, Opening, take_wire
+from .retrieval.tools import STORE_SCOPE, TOOLS, server_instructions
+from .toolbox import MANIFEST_SHOWN, TOOLSETS
 from .toolbox import ToolScope as Recall
 
-INSTALL_HINT = "the MCP server needs the official MCP Python SDK: pip install 'lossless[mcp]'"
+logger = logging.getLogger(__name__)
 
 try:
     import anyio
@@ -73,6 +76,7 @@ __all__ = [
     "MANIFEST_SHOWN",
     "MAX_MESSAGE_BYTES",
     "TOOLSETS",
+    "Held",
     "Recall",
     "build_server",
     "require_token",
@@ -80,8 +84,26 @@ __all__ = [
 ]
 
 
-def _recall(ctx: Context[Recall, Any]) -> Recall:
-    return ctx.request_context.lifespan_context
+class Held:
+    """The server's scope, or the way to it: a store that does not exist yet (a host may start
+    its MCP server before its first turn makes the store) is opened by the first tool call
+    that finds it there; until then each call is refused with where the store is expected."""
+
+    def __init__(self, recall: Recall | None, opener: Callable[[], Engine] | None = None) -> None:
+        self._recall = recall
+        self._opener = opener
+        self._lock = threading.Lock()
+
+    def get(self) -> Recall:
+        with self._lock:
+            if self._recall is None:
+                assert self._opener is not None
+                self._recall = Recall.of(self._opener())
+            return self._recall
+
+
+def _recall(ctx: Context[Held, Any]) -> Recall:
+    return ctx.request_context.lifespan_context.get()
 
 
 @contextmanager
@@ -96,7 +118,7 @@ def _refusals() -> Iterator[None]:
 def _implementation(name: str) -> Callable[..., dict[str, Any]]:
     """Tool *name* for the SDK: the toolbox's, run in the server's scope."""
 
-    def implementation(ctx: Context[Recall, Any], **arguments: Any) -> dict[str, Any]:
+    def implementation(ctx: Context[Held, Any], **arguments: Any) -> dict[str, Any]:
         with _refusals():
             return toolbox.run(_recall(ctx), name, arguments)
 
@@ -130,11 +152,11 @@ _ANNOTATIONS: dict[str, ToolAnnotations] = {
 }
 #: The context parameter the SDK fills in before the declared ones.
 _CONTEXT = inspect.Parameter(
-    "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context[Recall, Any]
+    "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context[Held, Any]
 )
 
 
-class RecallServer(MCPServer[Recall]):
+class RecallServer(MCPServer[Held]):
     """The SDK's server, with each recall tool's arguments checked against its declaration
     first: the SDK's own validation would coerce (``true`` → 1, ``"3"`` → 3) and word its
     refusals for a developer."""
@@ -142,7 +164,7 @@ class RecallServer(MCPServer[Recall]):
     offered: tuple[str, ...] = ()
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], context: Context[Recall, Any] | None = None
+        self, name: str, arguments: dict[str, Any], context: Context[Held, Any] | None = None
     ) -> Any:
         if name in self.offered:
             try:
@@ -153,38 +175,44 @@ class RecallServer(MCPServer[Recall]):
 
 
 def build_server(
-    engine: Engine,
+    engine: Engine | Callable[[], Engine],
     *,
     conversation: ConversationRef | None = None,
     grant_id: str | None = None,
     name: str = "lossless",
-) -> MCPServer[Recall]:
+) -> MCPServer[Held]:
     """An MCP server with lossless's recall tools over *engine* (see the module docstring).
 
     With *conversation* the server is pinned to that conversation's family; with *grant_id*
     it is bound to that delegation grant and offers ``lcm_expand`` instead of
     ``lcm_expand_query``. An unknown conversation or a dead grant raises here, before anything
     is served. The caller keeps ownership of *engine* (and closes it).
+
+    *engine* may instead be a function that opens it (the store's scope only): for a store
+    that does not exist yet, called by each tool call until it opens one (see :class:`Held`).
     """
-    recall = Recall.of(engine, conversation=conversation, grant_id=grant_id)
+    if isinstance(engine, Engine):
+        held = Held(Recall.of(engine, conversation=conversation, grant_id=grant_id))
+    elif conversation is not None or grant_id is not None:
+        raise ValueError("a pinned or granted server needs its engine open")
+    else:
+        held = Held(None, engine)
+    mode = "store" if conversation is None and grant_id is None else None
+    scope = STORE_SCOPE if mode == "store" else held.get().describe_scope()
 
     @asynccontextmanager
-    async def lifespan(_server: MCPServer[Recall]) -> AsyncIterator[Recall]:
-        yield recall
+    async def lifespan(_server: MCPServer[Held]) -> AsyncIterator[Held]:
+        yield held
 
     server = RecallServer(
         name,
         title="lossless",
         version=__version__,
-        instructions=(
-            "lossless stores every message of earlier conversations exactly, and replaces old"
-            " context with summaries you can drill back through. This server serves"
-            f" {recall.describe_scope()}. {RECALL_ORDER}"
-        ),
+        instructions=server_instructions(scope),
         lifespan=lifespan,
         log_level="WARNING",
     )
-    server.offered = TOOLSETS[recall.mode]
+    server.offered = TOOLSETS[mode or held.get().mode]
     for name in server.offered:
         declared = TOOLS[name]
         server.add_tool(
@@ -198,21 +226,25 @@ def build_server(
 
 
 def serve(
-    server: MCPServer[Recall],
+    server: MCPServer[Held],
     *,
     http: bool = False,
     host: str = "127.0.0.1",
     port: int = 8765,
     token: str | None = None,
+    opening: Opening | None = None,
 ) -> None:
     """Serve until the client goes away (stdio) or the process is stopped (HTTP).
+
+    On stdio, *opening* is the wire as :func:`lossless.mcp_front.open_wire` left it (its
+    first line read, perhaps answered).
 
     Streamable HTTP is served at ``http://HOST:PORT/mcp``; on a loopback host the SDK also
     refuses requests whose Host or Origin header is not local (DNS rebinding). With *token*,
     every HTTP request must carry ``Authorization: Bearer TOKEN`` (401 otherwise).
     """
     if not http:
-        anyio.run(_serve_stdio, server)
+        anyio.run(_serve_stdio, server, opening)
         return
     import uvicorn
 
@@ -252,23 +284,16 @@ def require_token(app: Any, token: str) -> Any:
 
 # --- stdio: the guard between the wire and the SDK ---------------------------------------------
 
-#: The largest message read on stdio; a longer line is answered with an error and skipped.
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
-
-async def _serve_stdio(server: MCPServer[Recall]) -> None:
-    """Serve *server* on this process's stdin and stdout through :class:`_Guard`. While it
-    serves, fd 0 reads the null device and fd 1 writes to stderr, so nothing printed by
-    accident reaches the wire."""
+async def _serve_stdio(server: MCPServer[Held], opening: Opening | None = None) -> None:
+    """Serve *server* on this process's stdin and stdout through :class:`_Guard`, from the
+    *opening* the front left (:mod:`lossless.mcp_front`) or from the start."""
     sys.stdout.flush()
-    wire_in = os.fdopen(os.dup(0), "rb")
-    wire_out = os.fdopen(os.dup(1), "wb", buffering=0)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(2, 1)
-    out = _Wire(wire_out)
-    guard = _Guard(wire_in, out)
+    if opening is None:
+        wire_in, wire_out = take_wire()
+        opening = Opening(wire_in, wire_out, b"")
+    out = _Wire(opening.wire_out, drop_reply_to=opening.answered)
+    guard = _Guard(opening.wire_in, out, first=opening.first)
     # The SDK reads lines from *guard* and writes its replies to *out*: duck-typed text files.
     async with stdio_server(stdin=cast(Any, guard), stdout=cast(Any, out)) as (
         read_stream,
@@ -280,13 +305,36 @@ async def _serve_stdio(server: MCPServer[Recall]) -> None:
 
 
 class _Wire:
-    """The protocol's stdout: one whole line per write, never two writers inside one line."""
+    """The protocol's stdout: one whole line per write, never two writers inside one line.
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    With *drop_reply_to*, the SDK's reply to that request id (an ``initialize`` the front
+    already answered) is not written; the first such reply only."""
+
+    def __init__(self, raw: IO[bytes], *, drop_reply_to: int | str | None = None) -> None:
         self._raw = raw
         self._lock = anyio.Lock()
+        self._drop = drop_reply_to
+
+    def _answered(self, text: str) -> bool:
+        """Whether *text* is the reply to drop (and it is then dropped once only)."""
+        if self._drop is None:
+            return False
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return False
+        if not isinstance(message, dict) or "method" in message or message.get("id") != self._drop:
+            return False
+        if "error" in message:
+            logger.warning(
+                "the SDK refused the initialize this server had answered: %s", message["error"]
+            )
+        self._drop = None
+        return True
 
     async def write(self, text: str) -> None:
+        if self._answered(text):
+            return
         data = text.encode("utf-8")
         async with self._lock:
             await anyio.to_thread.run_sync(self._raw.write, data)
@@ -304,9 +352,11 @@ class _Guard:
     """stdin as the SDK reads it (lines of text), holding back what it would drop: each such
     line is answered on the wire with a JSON-RPC error saying what was wrong."""
 
-    def __init__(self, raw: IO[bytes], out: _Wire) -> None:
+    def __init__(self, raw: IO[bytes], out: _Wire, *, first: bytes = b"") -> None:
         self._raw = raw
         self._out = out
+        #: A line the front read already (read before the stream's next).
+        self._first = first
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
@@ -314,7 +364,9 @@ class _Guard:
     def _read_line(self) -> tuple[bytes, bool]:
         """The next line (``b""`` at the end) and whether it was over the limit (then only
         its start is kept; the rest is read and dropped)."""
-        line = self._raw.readline(MAX_MESSAGE_BYTES + 1)
+        line, self._first = self._first, b""
+        if not line:
+            line = self._raw.readline(MAX_MESSAGE_BYTES + 1)
         if len(line) <= MAX_MESSAGE_BYTES or line.endswith(b"\n"):
             return line, False
         while True:

@@ -31,7 +31,7 @@ from .retrieval.context_query import Kind as QueryKind
 from .retrieval.context_query import Order as QueryOrder
 from .retrieval.describe import parse_lines
 from .retrieval.grep import Mode, Scope, Sort
-from .retrieval.tools import TOOLS
+from .retrieval.tools import RECALL_ORDER, STORE_SCOPE, TOOLS
 
 __all__ = [
     "GREP_RESULT_CHARS",
@@ -53,14 +53,6 @@ GREP_RESULT_CHARS = 20_000
 
 #: Manifest entries a describe shows; the rest are counted (a deep summary has thousands).
 MANIFEST_SHOWN = 50
-
-RECALL_ORDER = (
-    "Recall in this order: lcm_grep finds ids; lcm_describe shows what an id is and what lies"
-    " below it, with token costs; lcm_expand_query answers a question from the exact history"
-    " below the summaries, citing ids (a sub-agent holding a grant uses lcm_expand instead)."
-    " Ids look like msg#42 (a stored message), sum_0123456789abcdef (a summary: sum_ and 16 hex"
-    " digits) and file_0123456789abcdef (a large file kept outside the context)."
-)
 
 
 @dataclass(frozen=True)
@@ -119,7 +111,7 @@ class ToolScope:
                 f"conversation {self.pinned.conversation_id} (session"
                 f" {self.pinned.session_id!r}) and its family"
             )
-        return "every conversation in the store"
+        return STORE_SCOPE
 
     def resolve(self, ref: int | str | None) -> tuple[Conversation | None, tuple[int, ...] | None]:
         """The conversation a tool call names (or the pinned one) and the ids it may read.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 import sys
@@ -11,28 +12,74 @@ from rich.markup import escape
 
 from .. import __version__
 from ..errors import LosslessError
-from . import (
-    compaction,
-    context,
-    conversations,
-    demo,
-    maintenance,
-    migrate,
-    retrieval,
-    sessions,
-    store,
-    transcripts,
-    tui,
-)
-from . import export as export_commands
-from . import hooks as hook_commands
-from . import mcp as mcp_commands
-from . import serve as serve_commands
-from . import sync as sync_commands
 from .output import State, stderr
 
+#: Every command, by name: the module (in this package) and the attribute holding it. A command
+#: is imported when it runs (or when --help lists it), so that one command starts without
+#: loading every other's dependencies: ``lossless mcp`` answers its client's handshake before
+#: the engine is loaded.
+COMMANDS = {
+    "import": "transcripts:import_command",
+    "import-store": "transcripts:import_store_command",
+    "sync": "sync:sync_command",
+    "conversations": "conversations:conversations_command",
+    "show": "conversations:show_command",
+    "export": "export:export_command",
+    "rename": "conversations:rename_command",
+    "archive": "conversations:archive_command",
+    "unarchive": "conversations:unarchive_command",
+    "sessions": "sessions:sessions_command",
+    "summarize": "sessions:summarize_command",
+    "stats": "store:stats_command",
+    "doctor": "store:doctor_command",
+    "config": "store:config_command",
+    "backup": "store:backup_command",
+    "restore": "store:restore_command",
+    "migrate-store": "migrate:migrate_store_command",
+    "reveal": "store:reveal_command",
+    "demo": "demo:demo_command",
+    "compact": "compaction:compact_command",
+    "finish": "compaction:finish_command",
+    "status": "compaction:status_command",
+    "replay": "compaction:replay_command",
+    "context": "context:context_command",
+    "resume": "context:resume_command",
+    "grep": "retrieval:grep_command",
+    "describe": "retrieval:describe_command",
+    "expand": "retrieval:expand_command",
+    "ask": "retrieval:ask_command",
+    "query": "retrieval:query_command",
+    "mcp": "mcp:mcp_command",
+    "grant": "mcp:grant_command",
+    "serve": "serve:serve_command",
+    "transplant": "maintenance:transplant_command",
+    "rewrite": "maintenance:rewrite_command",
+    "dissolve": "maintenance:dissolve_command",
+    "backfill": "maintenance:backfill_command",
+    "forget": "maintenance:forget_command",
+    "tui": "tui:tui_command",
+    "hook": "hooks:hook_group",
+    "hooks": "hooks:hooks_group",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class Commands(click.Group):
+    """The ``lossless`` group: its commands (:data:`COMMANDS`) imported on first use, listed
+    in the order above."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*COMMANDS, *(name for name in self.commands if name not in COMMANDS)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        home = COMMANDS.get(cmd_name)
+        if home is None:
+            return super().get_command(ctx, cmd_name)
+        module, _, attr = home.partition(":")
+        command: click.Command = getattr(importlib.import_module(f".{module}", __package__), attr)
+        return command
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lossless")
 @click.option(
     "--db",
@@ -70,52 +117,6 @@ def cli(ctx: click.Context, db: str | None, config_path: str | None, debug: bool
     )
     ctx.obj = state
     ctx.call_on_close(state.close)
-
-
-for command in (
-    transcripts.import_command,
-    transcripts.import_store_command,
-    sync_commands.sync_command,
-    conversations.conversations_command,
-    conversations.show_command,
-    export_commands.export_command,
-    conversations.rename_command,
-    conversations.archive_command,
-    conversations.unarchive_command,
-    sessions.sessions_command,
-    sessions.summarize_command,
-    store.stats_command,
-    store.doctor_command,
-    store.config_command,
-    store.backup_command,
-    store.restore_command,
-    migrate.migrate_store_command,
-    store.reveal_command,
-    demo.demo_command,
-    compaction.compact_command,
-    compaction.finish_command,
-    compaction.status_command,
-    compaction.replay_command,
-    context.context_command,
-    context.resume_command,
-    retrieval.grep_command,
-    retrieval.describe_command,
-    retrieval.expand_command,
-    retrieval.ask_command,
-    retrieval.query_command,
-    mcp_commands.mcp_command,
-    mcp_commands.grant_command,
-    serve_commands.serve_command,
-    maintenance.transplant_command,
-    maintenance.rewrite_command,
-    maintenance.dissolve_command,
-    maintenance.backfill_command,
-    maintenance.forget_command,
-    tui.tui_command,
-    hook_commands.hook_group,
-    hook_commands.hooks_group,
-):
-    cli.add_command(command)
 
 
 def _logging(debug: bool) -> None:

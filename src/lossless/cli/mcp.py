@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
+import threading
 from dataclasses import asdict
+from typing import Any
 
 import click
 
-from .conversations import resolve
 from .output import State, emit_json, json_option, pass_state, stderr, stdout
 
 #: The shortest bearer token accepted (a token must not be guessable).
@@ -84,29 +86,78 @@ def mcp_command(
             f"the token is too short to guess-proof; use at least {MIN_TOKEN_CHARS} characters,"
             ' e.g. python -c "import secrets; print(secrets.token_urlsafe(32))"'
         )
+    if db is not None:
+        state.db = db
+    if importlib.util.find_spec("mcp") is None:
+        raise MissingSdk(
+            "the MCP server needs the official MCP Python SDK: pip install 'lossless[mcp]'"
+        )
+    if http or conversation is not None or grant_id is not None:
+        server = _build(state, conversation=conversation, grant_id=grant_id)
+        if http:
+            guarded = "; clients must send the bearer token" if token else ""
+            stderr.print(
+                f"lossless MCP server (streamable HTTP) on http://{host}:{port}/mcp{guarded};"
+                " Ctrl-C stops it",
+                highlight=False,
+            )
+        _serve(server, http=http, host=host, port=port, token=token if http else None)
+        return
+    # The store's scope on stdio: the client's handshake is answered while the SDK loads and
+    # the store opens on another thread (lossless.mcp_front).
+    built: list[Any] = []
+
+    def build() -> None:
+        try:
+            built.append(_build(state))
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, raised there
+            built.append(exc)
+
+    builder = threading.Thread(target=build, name="lossless-mcp-build", daemon=True)
+    builder.start()
+    from ..mcp_front import open_wire
+
+    # stdout belongs to the protocol on stdio: nothing else may be printed there.
+    opening = open_wire()
+    builder.join()
+    if isinstance(built[0], BaseException):
+        raise built[0]
+    _serve(built[0], opening=opening)
+
+
+def _build(state: State, *, conversation: str | None = None, grant_id: str | None = None) -> Any:
+    """The MCP server over the store *state* names. The default store is made on first use; a
+    store named (--db, LOSSLESS_DB, the config) that does not exist yet is waited for: each
+    tool call says where it is expected until a host's first turn or an import makes it (a
+    host starts its MCP server before its first hook runs)."""
     try:
-        from ..mcp_server import build_server, serve
+        from ..mcp_server import build_server
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] not in ("mcp", "mcp_types", "pydantic"):
             raise
         raise MissingSdk(str(exc)) from None
-    if db is not None:
-        state.db = db
-    # A store named (--db, LOSSLESS_DB, the config) must exist: a typo is an error, not an
-    # empty store served as if it were the user's. The default store is made on first use
-    # (a host may start its MCP server before its first turn is stored).
-    engine = state.engine(create=state.db is None and not state.config.db)
-    pinned = resolve(engine, conversation).conversation_id if conversation else None
-    server = build_server(engine, conversation=pinned, grant_id=grant_id)
-    if http:
-        guarded = "; clients must send the bearer token" if token else ""
+    from ..errors import NoStore
+    from .conversations import resolve
+
+    create = state.db is None and not state.config.db
+    if conversation is not None or grant_id is not None:
+        engine = state.engine(create=create)
+        pinned = resolve(engine, conversation).conversation_id if conversation else None
+        return build_server(engine, conversation=pinned, grant_id=grant_id)
+    try:
+        return build_server(state.engine(create=create))
+    except NoStore as exc:
         stderr.print(
-            f"lossless MCP server (streamable HTTP) on http://{host}:{port}/mcp{guarded};"
-            " Ctrl-C stops it",
+            f"warning: {exc}; serving anyway: the tools answer once the store is made",
             highlight=False,
         )
-    # stdout belongs to the protocol on stdio: nothing else may be printed there.
-    serve(server, http=http, host=host, port=port, token=token if http else None)
+        return build_server(lambda: state.engine(create=False))
+
+
+def _serve(server: Any, **how: Any) -> None:
+    from ..mcp_server import serve
+
+    serve(server, **how)
 
 
 @click.command("grant")
@@ -135,6 +186,8 @@ def grant_command(
     grant_ttl_seconds), and allows --cap tokens (max_expand_tokens) and --depth levels
     (grant_max_depth) of expansion in all.
     """
+    from .conversations import resolve
+
     engine = state.engine()
     if revoke_id is not None:
         if conversation is not None:

@@ -10,15 +10,16 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
 
 from ..codec import has_lone_surrogates
-from ..config import Config, load_config
-from ..engine import Engine, default_db_path
-from ..retrieval.tools import REQUIRED, TOOLS
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..engine import Engine
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -46,6 +47,8 @@ class State:
     @property
     def config(self) -> Config:
         if self._config is None:
+            from ..config import load_config
+
             self._config = load_config(self.config_path)
         return self._config
 
@@ -53,11 +56,15 @@ class State:
         """The engine on the store; one that does not exist is an error unless *create* (a
         command that writes: a mistyped --db must not look like an empty store)."""
         if self._engine is None:
+            from ..engine import Engine
+
             self._engine = Engine.open(self.db, config=self.config, create=create)
         return self._engine
 
     def database(self) -> str:
         """The database this invocation opens (as Engine.open picks it), made absolute."""
+        from ..engine import default_db_path
+
         chosen = (
             self.db or self.config.db or os.environ.get("LOSSLESS_DB") or str(default_db_path())
         )
@@ -153,6 +160,8 @@ def declared_option(tool: str, param: str, *decls: str, **extra: Any) -> Callabl
     """A click option for a recall tool's parameter, its type, choices, limits and default
     taken from the one declaration (:mod:`lossless.retrieval.tools`): the CLI restates none.
     *decls* are the option's names (default ``--<param>``); *extra* adds click settings."""
+    from ..retrieval.tools import REQUIRED, TOOLS
+
     declared = TOOLS[tool].param(param)
     names = decls or (f"--{param.replace('_', '-')}",)
     kind: Any = None

@@ -23,7 +23,38 @@ from typing import Annotated, Any, Literal
 
 from ..errors import ArgumentError
 
-__all__ = ["REQUIRED", "TOOLS", "Param", "RecallTool", "tool"]
+__all__ = [
+    "RECALL_ORDER",
+    "REQUIRED",
+    "STORE_SCOPE",
+    "TOOLS",
+    "Param",
+    "RecallTool",
+    "server_instructions",
+    "tool",
+]
+
+#: The whole store's scope in words (a pinned or granted scope says which conversations).
+STORE_SCOPE = "every conversation in the store"
+
+#: How a model should use the tools, for the instructions a shell hands it.
+RECALL_ORDER = (
+    "Recall in this order: lcm_grep finds ids; lcm_describe shows what an id is and what lies"
+    " below it, with token costs; lcm_expand_query answers a question from the exact history"
+    " below the summaries, citing ids (a sub-agent holding a grant uses lcm_expand instead)."
+    " Ids look like msg#42 (a stored message), sum_0123456789abcdef (a summary: sum_ and 16 hex"
+    " digits) and file_0123456789abcdef (a large file kept outside the context)."
+)
+
+
+def server_instructions(scope: str) -> str:
+    """What an MCP server serving *scope* (its scope in words) tells its client."""
+    return (
+        "lossless stores every message of earlier conversations exactly, and replaces old"
+        " context with summaries you can drill back through. This server serves"
+        f" {scope}. {RECALL_ORDER}"
+    )
+
 
 #: The default of a parameter that has none (the call must give it).
 REQUIRED: Any = inspect.Parameter.empty
