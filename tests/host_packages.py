@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 #: Pinned host versions: a test says which host it drove.
-CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.331"
-CODEX = "@openai/codex@0.169.0"
+CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"
+CODEX = "@openai/codex@0.171.0"
 
 
 def hosts_dir() -> Path:

@@ -31,7 +31,7 @@ from . import doctor
 from .compaction import Compactor
 from .compaction.compactor import message_sources, summary_sources
 from .errors import ConflictError, LosslessError
-from .ingest.reconcile import import_path
+from .ingest.paths import import_path
 from .ingest.transcripts import detect_transcript_format, head_values
 from .model import ContextItem, Summary
 from .summarize.escalation import TRUNCATION_MARKER

@@ -13,8 +13,8 @@ from pathlib import Path
 from ..errors import ImportProblem
 from ..services import Services
 from .host_stores import HOST_STORE_NAMES, host_store_kind, import_host_store, is_sqlite
+from .paths import import_path as import_transcripts
 from .reconcile import Progress, ReconcileReport
-from .reconcile import import_path as import_transcripts
 
 __all__ = ["import_path"]
 

@@ -22,10 +22,8 @@ The spec's algorithm, made incremental and safe to repeat:
 from __future__ import annotations
 
 import hashlib
-import os
-import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +34,10 @@ from ..errors import (
     ImportProblem,
     LosslessError,
     NotATranscript,
-    NotFoundError,
     UnknownShapeError,
 )
 from ..model import Checkpoint, Conversation, NormalizedMessage
+from .branches import Skeleton, active_path
 from .entries import Entry, FileIdentity, Line, TranscriptFormat
 from .pipeline import externalize, files_taken_back, prepare
 from .transcripts import (
@@ -58,7 +56,7 @@ from .transcripts import (
 if TYPE_CHECKING:
     from ..services import Services
 
-__all__ = ["Progress", "ReconcileReport", "import_path", "reconcile_file", "transcript_files"]
+__all__ = ["Progress", "ReconcileReport", "reconcile_file"]
 
 #: ``progress(bytes_done, bytes_total)`` — called while a file is read.
 Progress = Callable[[int, int], None]
@@ -126,23 +124,9 @@ class ReconcileReport:
         }
 
 
-@dataclass(slots=True)
-class _Skeleton:
-    line_no: int
-    start: int
-    end: int
-    entry_id: str | None
-    parent_id: str | None
-    is_message: bool
-    entry: Entry | None = None
-    answers: tuple[str, ...] = ()
-    group: str | None = None
-    bridge: bool = False
-
-
 @dataclass
 class _Scan:
-    entries: list[_Skeleton] = field(default_factory=list)
+    entries: list[Skeleton] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     problems: list[ImportProblem] = field(default_factory=list)
     #: Messages of the file in other lanes than this one.
@@ -311,7 +295,7 @@ def _reconcile_lane(
         report.skipped = scan.skipped
         report.problems = known + scan.problems
         broken = [p.line for p in scan.problems]
-        branch = _active_path(scan.entries, tree, broken)
+        branch = active_path(scan.entries, tree, broken)
         report.off_branch = len(branch.off)
         messages = [e for e in branch.path if e.is_message]
         if conv is None and not messages and not branch.off:
@@ -388,7 +372,7 @@ def _store_off_branch(
     identity: FileIdentity,
     file: Path,
     fmt: TranscriptFormat,
-    off: list[_Skeleton],
+    off: list[Skeleton],
     on_main: set[str],
     report: ReconcileReport,
 ) -> None:
@@ -533,7 +517,7 @@ def _note(scan: _Scan, entry: Entry) -> None:
         scan.last_entry_id = entry.entry_id
     if entry.is_message or entry.entry_id is not None:
         scan.entries.append(
-            _Skeleton(
+            Skeleton(
                 entry.line_no,
                 entry.start,
                 entry.end,
@@ -548,92 +532,12 @@ def _note(scan: _Scan, entry: Entry) -> None:
         )
 
 
-@dataclass
-class _Branch:
-    """The active branch of a scan (file order), the id it hangs from outside the scan, the
-    messages off it, and whether one of those hangs from outside the scan."""
-
-    path: list[_Skeleton]
-    junction: str | None = None
-    off: list[_Skeleton] = field(default_factory=list)
-    detached: bool = False
-
-
-def _active_path(entries: list[_Skeleton], tree: bool, broken: Sequence[int] = ()) -> _Branch:
-    """The active branch: from the last entry back to the root through parent ids.
-
-    A parent that is missing because its line could not be read (a line of *broken* between
-    the entry and the one before it) is bridged: the branch goes on from the entry before the
-    broken line. So is the missing parent of a host's compaction boundary (``bridge``): the
-    halves on either side of a compaction are one conversation.
-    """
-    if not entries:
-        return _Branch([])
-    linear = not tree or all(e.parent_id is None for e in entries)
-    if linear:
-        return _Branch(entries)
-    by_id = {e.entry_id: e for e in entries if e.entry_id is not None}
-    leaf = next((e for e in reversed(entries) if e.entry_id is not None), None)
-    if leaf is None:
-        return _Branch([e for e in entries if e.is_message])
-    on_path: set[str] = set()
-    node: _Skeleton | None = leaf
-    junction: str | None = None
-    order = {id(e): n for n, e in enumerate(entries)}
-    while node is not None and node.entry_id is not None and node.entry_id not in on_path:
-        on_path.add(node.entry_id)
-        parent = node.parent_id
-        if parent is None and not node.bridge:
-            break
-        child, node = node, by_id.get(parent) if parent is not None else None
-        if node is None and (broken or child.bridge):
-            before = next(
-                (e for e in reversed(entries[: order[id(child)]]) if e.entry_id is not None), None
-            )
-            low = before.line_no if before is not None else 0
-            if child.bridge or any(low < line < child.line_no for line in broken):
-                node = before
-        if node is None:
-            junction = parent
-    _join_parallel_branches(entries, on_path)
-    path = [e for e in entries if e.entry_id in on_path]
-    off = [e for e in entries if e.is_message and e.entry_id not in on_path]
-    detached = any(e.parent_id is not None and e.parent_id not in by_id for e in off)
-    return _Branch(path, junction, off, detached)
-
-
-def _join_parallel_branches(entries: list[_Skeleton], on_path: set[str]) -> None:
-    """Put the side branches of parallel tool calls on the path.
-
-    Claude Code writes a response with several tool calls one line per block, each line the
-    child of the previous one, and hangs each tool result from the line of its own call:
-    every result but the last sits on a side branch (and, while a response is still being
-    written, so can a call). Such a sibling belongs to the path when its parent does and it
-    is another line of a response on the path, or results for calls not answered on it.
-    """
-    groups = {e.group for e in entries if e.group is not None and e.entry_id in on_path}
-    answered = {a for e in entries if e.answers and e.entry_id in on_path for a in e.answers}
-    for e in entries:  # file order: a parent comes before its children
-        if (
-            e.entry_id is None
-            or e.entry_id in on_path
-            or not e.is_message
-            or e.parent_id not in on_path
-        ):
-            continue
-        if e.group is not None and e.group in groups:
-            on_path.add(e.entry_id)
-        elif e.answers and answered.isdisjoint(e.answers):
-            on_path.add(e.entry_id)
-            answered.update(e.answers)
-
-
 def _anchor(
     services: Services,
     conv: Conversation,
     file: Path,
     fmt: TranscriptFormat,
-    messages: list[_Skeleton],
+    messages: list[Skeleton],
     existing: set[str],
     report: ReconcileReport,
 ) -> tuple[int, int]:
@@ -688,7 +592,7 @@ def _missing(
     services: Services,
     file: Path,
     fmt: TranscriptFormat,
-    missing: list[_Skeleton],
+    missing: list[Skeleton],
     report: ReconcileReport,
 ) -> int:
     """How many of the entries before the anchor that the store lacks are messages it could
@@ -713,7 +617,7 @@ def _content_key(role: str, content: str) -> bytes:
 
 
 def _load(
-    services: Services, file: Path, fmt: TranscriptFormat, skel: _Skeleton, handle: Any = None
+    services: Services, file: Path, fmt: TranscriptFormat, skel: Skeleton, handle: Any = None
 ) -> NormalizedMessage | None:
     if skel.entry is not None:
         entry = skel.entry
@@ -763,7 +667,7 @@ def _import(
     target: _Target,
     file: Path,
     fmt: TranscriptFormat,
-    todo: list[_Skeleton],
+    todo: list[Skeleton],
     report: ReconcileReport,
     progress: Progress | None,
     size: int,
@@ -804,7 +708,7 @@ def _import(
     return imported
 
 
-def _unstored(file: Path, skel: _Skeleton, exc: Exception) -> ImportProblem:
+def _unstored(file: Path, skel: Skeleton, exc: Exception) -> ImportProblem:
     """The problem of an entry that could not be made a message."""
     kind = "unknown_shape" if isinstance(exc, UnknownShapeError) else "unreadable"
     return ImportProblem(str(file), skel.line_no, str(exc), kind)
@@ -822,97 +726,3 @@ def _record_host_facts(services: Services, conv: Conversation, scan: _Scan) -> N
         services.store.update_conversation(
             conv.conversation_id, title=scan.title, metadata=updates or None, status=status
         )
-
-
-def import_path(
-    services: Services,
-    path: str | os.PathLike[str],
-    *,
-    format: str | None = None,
-    progress: Progress | None = None,
-) -> list[ReconcileReport]:
-    """Import a transcript file, or every transcript below a directory.
-
-    In a directory, ``.jsonl`` and ``.json`` files are read. A file that cannot be read as a
-    transcript does not stop the others: it gets a report with ``mode="failed"`` and the
-    problem. A file a host keeps beside its transcripts (Claude Code's
-    ``sessions-index.json`` and sub-agent ``.meta.json`` sidecars, OpenClaw's
-    ``sessions.json``, traces and copies of a session) gets one with ``mode="passed_over"``
-    and why. *progress* receives bytes done and total over all the files.
-    """
-    root = Path(path).expanduser()
-    files = transcript_files(root)
-    total = sum(f.stat().st_size for f in files)
-    base = 0
-    reports: list[ReconcileReport] = []
-    for file in files:
-
-        def advance(done: int, _size: int, offset: int = base) -> None:
-            if progress is not None:
-                progress(offset + done, total)
-
-        copy = _host_copy(file) if root.is_dir() else None
-        if copy is not None:
-            reports.append(ReconcileReport.failed(file, NotATranscript(str(file), 0, copy)))
-            base += file.stat().st_size
-            continue
-        try:
-            reports.extend(reconcile_file(services, file, format=format, progress=advance))
-        except ImportProblem as problem:
-            sidecar = _sidecar(file) if format is None else None
-            if sidecar is not None and not isinstance(problem, NotATranscript):
-                problem = NotATranscript(str(file), 0, sidecar)
-            reports.append(ReconcileReport.failed(file, problem))
-        base += file.stat().st_size
-    return reports
-
-
-#: Files hosts keep beside their transcripts, by name: JSON, and never a transcript.
-_SIDECARS = {
-    "sessions-index.json": "Claude Code's index of the sessions of a project",
-    "sessions.json": "OpenClaw's index of an agent's sessions",
-}
-
-
-def _sidecar(file: Path) -> str | None:
-    """What a host's own file beside its transcripts is (None: not one lossless knows)."""
-    if file.name.endswith(".meta.json"):
-        return "Claude Code's sidecar of a sub-agent (its type and model), not a transcript"
-    known = _SIDECARS.get(file.name)
-    return f"{known}, not a transcript" if known else None
-
-
-#: Copies a host keeps of a transcript beside it (OpenClaw's pre-compaction checkpoints and
-#: the backups of a file it found corrupt): the same session as the file itself, so a folder
-#: import leaves them to be named one by one.
-_HOST_COPIES = re.compile(r"\.checkpoint\.[^/]*\.jsonl$|\.jsonl\.corrupt-[^/]*\.jsonl$")
-
-
-def _host_copy(file: Path) -> str | None:
-    """Why a folder import leaves *file* out when it is a host's copy of a session."""
-    if not _HOST_COPIES.search(file.name):
-        return None
-    if ".checkpoint." in file.name:
-        what = "a copy OpenClaw kept before a compaction"
-    else:
-        what = "a copy OpenClaw kept of a file it found corrupt"
-    return (
-        f"{what}: the session's own file holds the same entries (import the copy by name to"
-        " read it)"
-    )
-
-
-def transcript_files(root: Path) -> list[Path]:
-    """The transcript files a path names: itself, or the ``.jsonl``/``.json`` files below it
-    (hosts' own copies of a transcript among them: :func:`import_path` names and passes them
-    over)."""
-    if root.is_file():
-        return [root]
-    if root.is_dir():
-        return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json"))
-    if root.exists():
-        raise LosslessError(
-            f"{root} is not a regular file or a directory (a pipe, a device, a socket): a"
-            " transcript is read twice and from offsets, so save it to a file and import that"
-        )
-    raise NotFoundError(f"{root} does not exist; give a transcript file or a directory of them")
