@@ -9,7 +9,7 @@ joins the side branches a host writes for parallel tool calls.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .entries import Entry
 
@@ -49,10 +49,13 @@ def active_path(entries: list[Skeleton], tree: bool, broken: Sequence[int] = ())
     A parent that is missing because its line could not be read (a line of *broken* between
     the entry and the one before it) is bridged: the branch goes on from the entry before the
     broken line. So is the missing parent of a host's compaction boundary (``bridge``): the
-    halves on either side of a compaction are one conversation.
+    halves on either side of a compaction are one conversation, and an entry written after a
+    compaction that hangs from the entry before it goes on from the compaction
+    (:func:`_after_compactions`).
     """
     if not entries:
         return Branch([])
+    entries = _after_compactions(entries)
     linear = not tree or all(e.parent_id is None for e in entries)
     if linear:
         return Branch(entries)
@@ -84,6 +87,37 @@ def active_path(entries: list[Skeleton], tree: bool, broken: Sequence[int] = ())
     off = [e for e in entries if e.is_message and e.entry_id not in on_path]
     detached = any(e.parent_id is not None and e.parent_id not in by_id for e in off)
     return Branch(path, junction, off, detached)
+
+
+def _after_compactions(entries: list[Skeleton]) -> list[Skeleton]:
+    """*entries* with those written after a host's compaction boundary that hang from the
+    boundary's own parent (the last entry before the compaction) hung from the newest entry
+    on the compaction's side instead.
+
+    Claude Code hangs the compaction summary from the boundary, and the boundary names the
+    entry before it (its ``logicalParentUuid``); an interactive ``/compact`` then hangs the
+    entries it writes next (the command's caveat, its output) from that same entry before
+    the compaction, beside the boundary. Read as a tree, the boundary and summary would be
+    an abandoned branch, yet the conversation went on after them: a compaction cannot be
+    rewound, so what follows it follows it.
+    """
+    after: dict[str, str] = {}  # the entry before a compaction -> the newest entry after it
+    side: dict[str, str] = {}  # an entry after a compaction -> the entry before that compaction
+    out: list[Skeleton] = []
+    for e in entries:
+        if e.entry_id is not None and e.parent_id is not None:
+            if e.bridge:
+                after[e.parent_id] = e.entry_id
+                side[e.entry_id] = e.parent_id
+            else:
+                if e.parent_id in after:
+                    e = replace(e, parent_id=after[e.parent_id])
+                before = side.get(e.parent_id or "")
+                if before is not None:
+                    side[e.entry_id] = before
+                    after[before] = e.entry_id
+        out.append(e)
+    return out
 
 
 def _join_parallel_branches(entries: list[Skeleton], on_path: set[str]) -> None:
