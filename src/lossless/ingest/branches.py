@@ -105,17 +105,19 @@ def _after_compactions(entries: list[Skeleton]) -> list[Skeleton]:
     side: dict[str, str] = {}  # an entry after a compaction -> the entry before that compaction
     out: list[Skeleton] = []
     for e in entries:
-        if e.entry_id is not None and e.parent_id is not None:
+        own, parent = e.entry_id, e.parent_id
+        if own is not None and parent is not None:
             if e.bridge:
-                after[e.parent_id] = e.entry_id
-                side[e.entry_id] = e.parent_id
+                after[parent] = own
+                side[own] = parent
             else:
-                if e.parent_id in after:
-                    e = replace(e, parent_id=after[e.parent_id])
-                before = side.get(e.parent_id or "")
+                if parent in after:
+                    parent = after[parent]
+                    e = replace(e, parent_id=parent)
+                before = side.get(parent)
                 if before is not None:
-                    side[e.entry_id] = before
-                    after[before] = e.entry_id
+                    side[own] = before
+                    after[before] = own
         out.append(e)
     return out
 
