@@ -429,3 +429,38 @@ def test_the_conversations_list_fits_80_columns_cutting_long_titles(tmp_path: Pa
     assert header.split() == ["id", "session", "source", "first", "last", "msgs", "sums", "title"]
     assert row.split()[:3] == ["1", "0f9e8d7c-…", "claude_code"]
     assert row.rstrip().endswith(" archived Paginate the…")
+
+
+def test_json_may_come_before_the_command_and_every_json_view_of_a_message_says_whose_it_is(
+    run_cli, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "x.db")
+    lines = [
+        {
+            "type": "user",
+            "uuid": "u1",
+            "parentUuid": None,
+            "sessionId": "s",
+            "message": {"role": "user", "content": "Deploy on Friday"},
+        },
+        {
+            "type": "user",
+            "uuid": "u2",
+            "parentUuid": "u1",
+            "sessionId": "s",
+            "message": {"role": "user", "content": "<command-name>/compact</command-name>"},
+        },
+    ]
+    transcript = tmp_path / "s.jsonl"
+    transcript.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert run_cli("--db", db, "import", str(transcript)).code == 0
+    host = 2
+    before = run_cli("--db", db, "--json", "show", "s")
+    after = run_cli("--db", db, "show", "s", "--json")
+    assert before.code == 0 and before.out == after.out, before
+    shown = json.loads(before.out)["messages"]
+    assert [m["host_meta"] for m in shown] == [None, "command"]
+    described = json.loads(run_cli("--db", db, "--json", "describe", f"msg#{host}").out)
+    assert described["metadata"]["host_meta"] == "command"
+    refused = run_cli("--db", db, "--json", "tui")
+    assert refused.code == 2 and "prints no JSON" in refused.err

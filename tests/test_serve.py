@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -471,3 +472,48 @@ def test_a_host_that_gives_up_stops_the_compaction_between_passes(db: str, tmp_p
         finally:
             process.send_signal(signal.SIGTERM)
             assert process.wait(60) == 0
+
+
+def test_listening_problems_are_one_line_and_the_made_token_is_never_logged(
+    db: str, config: Path, tmp_path: Path
+) -> None:
+    """An address in use or not of this machine is one line of error, no traceback; IPv6
+    loopback serves; a token lossless made is written to a private file, not to a log."""
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    base = [sys.executable, "-m", "lossless", "--db", db, "--config", str(config), "serve"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run(
+            [*base, "--http", f"127.0.0.1:{port}"], capture_output=True, text=True, env=env
+        )
+    assert busy.returncode == 1, busy
+    assert busy.stderr.strip().count("\n") == 0 and "Traceback" not in busy.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr and "in use" in busy.stderr
+    unknown = subprocess.run(
+        [*base, "--http", "no-such-host.invalid:0", "--allow-remote"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert unknown.returncode == 1 and "Traceback" not in unknown.stderr, unknown
+    assert "is not an address of this machine" in unknown.stderr
+
+    process = subprocess.Popen(
+        [*base, "--http", "[::1]:0"], stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        found = re.search(r"http://\[::1\]:(\d+)/ \(bearer token: in (\S+)\);", line)
+        assert found, line
+        token_file = Path(found.group(2))
+        token = token_file.read_text().strip()
+        assert token not in line and oct(token_file.stat().st_mode & 0o777) == "0o600"
+        assert token_file.is_relative_to(tmp_path / "state")
+        status = ServeClient.http(f"http://[::1]:{found.group(1)}/", token).status()
+        assert "summaries_pending" in status
+    finally:
+        process.terminate()
+        process.wait(30)

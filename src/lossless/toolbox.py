@@ -409,6 +409,7 @@ def get_history(
                 "id": f"msg#{m.message_id}",
                 "seq": m.seq,
                 "role": m.role,
+                "host_meta": m.host_meta,
                 "created_at": m.created_at,
                 "token_count": m.token_count,
                 "content": m.content,

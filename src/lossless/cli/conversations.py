@@ -222,6 +222,7 @@ def _message_dict(m: StoredMessage, source: bool) -> dict[str, object]:
         "id": f"msg#{m.message_id}",
         "seq": m.seq,
         "role": m.role,
+        "host_meta": m.host_meta,
         "created_at": m.created_at,
         "token_count": m.token_count,
         "external_id": m.external_id,

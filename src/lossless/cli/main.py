@@ -102,8 +102,16 @@ class Commands(click.Group):
     envvar="LOSSLESS_DEBUG",
     help="Show tracebacks with errors and warnings, and debug logging. Env: LOSSLESS_DEBUG.",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print data as JSON: the same as the command's own --json, given before it.",
+)
 @click.pass_context
-def cli(ctx: click.Context, db: str | None, config_path: str | None, debug: bool) -> None:
+def cli(
+    ctx: click.Context, db: str | None, config_path: str | None, debug: bool, as_json: bool
+) -> None:
     """Lossless context management for LLM agents.
 
     Every message is kept; old context becomes a DAG of summaries you can drill back through.
@@ -117,6 +125,34 @@ def cli(ctx: click.Context, db: str | None, config_path: str | None, debug: bool
     )
     ctx.obj = state
     ctx.call_on_close(state.close)
+    if as_json:
+        _json_for(ctx)
+
+
+def _json_for(ctx: click.Context) -> None:
+    """``lossless --json COMMAND``: COMMAND's own ``--json`` on (a group's: each of its
+    commands'), or a usage error when it prints no JSON."""
+    name = ctx.invoked_subcommand
+    command = cli.get_command(ctx, name) if name else None
+    if name is None or command is None:
+        return  # click says the command is missing or unknown
+    if isinstance(command, click.Group):
+        defaults = {
+            sub: {"as_json": True}
+            for sub in command.list_commands(ctx)
+            if _prints_json(command.get_command(ctx, sub))
+        }
+        if defaults:
+            ctx.default_map = {name: defaults}
+            return
+    elif _prints_json(command):
+        ctx.default_map = {name: {"as_json": True}}
+        return
+    raise click.UsageError(f"`lossless {name}` prints no JSON; run it without --json")
+
+
+def _prints_json(command: click.Command | None) -> bool:
+    return command is not None and any(p.name == "as_json" for p in command.params)
 
 
 def _logging(debug: bool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
+import sys
 from pathlib import Path
 
 import click
@@ -98,18 +99,29 @@ def serve_command(
         raise click.UsageError(
             f"the token is too short to guess-proof; use at least {MIN_TOKEN_CHARS} characters"
         )
+    given = token is not None
     token = token or secrets.token_urlsafe(32)
+    if token_file is None and not given and not sys.stderr.isatty():
+        # Not printed where logs keep it: written (owner-only) where the user's files are.
+        token_file = default_token_file()
     if token_file is not None:
         token_file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)  # a file that was there keeps no wider mode
         with os.fdopen(fd, "w") as f:
             f.write(token + "\n")
     engine = state.engine(create=True)
 
     def ready(bound: int) -> None:
-        where = f"in {token_file}" if token_file is not None else token
+        if token_file is not None:
+            where = f"in {token_file}"
+        elif given:
+            where = "the one given"
+        else:
+            where = token  # a terminal: the user reads it here
+        address = f"[{host}]" if ":" in host else host
         stderr.print(
-            f"lossless serve: JSON-RPC on http://{host}:{bound}/ (bearer token: {where});"
+            f"lossless serve: JSON-RPC on http://{address}:{bound}/ (bearer token: {where});"
             " Ctrl-C stops it",
             highlight=False,
             soft_wrap=True,
@@ -119,6 +131,13 @@ def serve_command(
         serve_http(engine, host=host, port=port, token=token, workers=workers, ready=ready)
     finally:
         _finish_after(state, engine)
+
+
+def default_token_file() -> Path:
+    """Where ``serve --http`` keeps the token it made when stderr is not a terminal."""
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("lossless")) / "serve-token"
 
 
 def _finish_after(state: State, engine: Engine) -> None:

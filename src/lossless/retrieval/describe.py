@@ -168,6 +168,7 @@ def _message(services: Services, message_id: int, scope: Sequence[int] | None) -
     metadata = {
         "seq": message.seq,
         "role": message.role,
+        "host_meta": message.host_meta,
         "created_at": message.created_at,
         "token_count": message.token_count,
         "external_id": message.external_id,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hmac
 import json
 import logging
@@ -352,6 +353,32 @@ class _HttpServer(ThreadingHTTPServer):
     request_queue_size = socket.SOMAXCONN
 
 
+class _HttpServer6(_HttpServer):
+    address_family = socket.AF_INET6
+
+
+def _listen(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> _HttpServer:
+    """The server listening on *host*:*port* (an IPv6 address too), or a :class:`LosslessError`
+    saying in one line why it cannot."""
+    kind = _HttpServer6 if ":" in host else _HttpServer
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        return kind((host, port), handler)
+    except socket.gaierror as exc:
+        raise LosslessError(
+            f"cannot listen on {where}: {host!r} is not an address of this machine"
+            f" ({exc.strerror}); use 127.0.0.1 or ::1"
+        ) from exc
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            advice = "another process listens there; pick another port (port 0 picks a free one)"
+        elif exc.errno == errno.EACCES:
+            advice = "ports below 1024 need privileges; pick a port above 1024"
+        else:
+            advice = "check the address"
+        raise LosslessError(f"cannot listen on {where}: {exc.strerror}; {advice}") from exc
+
+
 async def _http(
     engine: Engine,
     host: str,
@@ -412,7 +439,7 @@ async def _http(
             else:
                 self._send(200, answered)
 
-    server = _HttpServer((host, port), Handler)
+    server = _listen(host, port, Handler)
     thread = threading.Thread(target=server.serve_forever, name="lossless-http", daemon=True)
     thread.start()
     if ready is not None:
