@@ -248,18 +248,86 @@ class AnthropicServer(_Server):
 
 
 class ResponsesServer(_Server):
-    """OpenAI's Responses API, streamed (see the module doc)."""
+    """OpenAI's Responses API, streamed (see the module doc).
+
+    A user turn ``CALL <tool> <json arguments>`` is answered with a call of the offered tool
+    whose name is *tool* or ends with it (an MCP tool's name carries its server's), and the
+    turn's next request, carrying the call's output, with ``Tool said: <output>``."""
 
     def answer(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
         if not request["path"].rstrip("/").endswith("/responses"):
             self.json(handler, {"error": {"message": request["path"]}}, 404)
             return
         n = len(self.requests)
+        body = request["body"]
+        read = prompt_tokens(body)
         if self.is_compaction(request):
             text = f"SUMMARY-{next(self.summaries)}: the work so far."
         else:
-            text = reply(self.last_user_text(request["body"]))
-        self.stream(handler, self.events(text, n, prompt_tokens(request["body"])))
+            said = self.last_user_text(body)
+            output = self.call_output(body)
+            if said.startswith("CALL ") and output is None:
+                _, name, arguments = said.split(" ", 2)
+                offered = [
+                    (t.get("name") or "", None) for t in body.get("tools") or []
+                ] + [  # a namespace's tools (an MCP server's, in Codex)
+                    (inner.get("name") or "", t.get("name"))
+                    for t in body.get("tools") or []
+                    if t.get("type") == "namespace"
+                    for inner in t.get("tools") or []
+                ]
+                chosen, space = next(
+                    ((t, ns) for t, ns in offered if t == name or t.endswith(name)), (name, None)
+                )
+                self.stream(handler, self.call_events(chosen, arguments, n, read, space))
+                return
+            text = f"Tool said: {output[:2000]}" if output is not None else reply(said)
+        self.stream(handler, self.events(text, n, read))
+
+    @staticmethod
+    def call_output(body: dict[str, Any]) -> str | None:
+        """The output of a tool call when it is the input's last item (the turn goes on)."""
+        items = body.get("input") or []
+        last = items[-1] if items else {}
+        if last.get("type") not in ("function_call_output", "custom_tool_call_output"):
+            return None
+        output = last.get("output")
+        return output if isinstance(output, str) else json.dumps(output)
+
+    @staticmethod
+    def call_events(
+        name: str, arguments: str, n: int, read: int, namespace: str | None = None
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        item = {
+            "type": "function_call",
+            "id": f"fc_{n}",
+            "call_id": f"call_{n}",
+            "name": name,
+            "arguments": arguments,
+            "status": "completed",
+        }
+        if namespace is not None:
+            item["namespace"] = namespace
+        yield "response.created", {"type": "response.created", "response": {"id": f"resp_{n}"}}
+        yield (
+            "response.output_item.added",
+            {"type": "response.output_item.added", "output_index": 0, "item": item},
+        )
+        yield (
+            "response.output_item.done",
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+        )
+        usage = {
+            "input_tokens": read,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 10,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": read + 10,
+        }
+        yield (
+            "response.completed",
+            {"type": "response.completed", "response": {"id": f"resp_{n}", "usage": usage}},
+        )
 
     @staticmethod
     def is_compaction(request: dict[str, Any]) -> bool:

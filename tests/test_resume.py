@@ -116,7 +116,9 @@ def test_the_parts_come_from_the_stored_session(engine: Engine) -> None:
         "Add rate limiting to the public API and keep the tests green.",
         "Change of plan: use a token bucket per API key instead of per IP.",
     ]
-    assert summary.current_task == "Now make the bucket size configurable through settings.toml."
+    assert summary.current_task == (
+        'Now make the bucket size configurable through settings.toml. (then: "thanks")'
+    )
     assert summary.files_modified == ["tests/test_limits.py", "src/api/limits.py"]
     assert summary.files_pending == ["docs/limits.md", "src/api/app.py"]
     failed = [e for e in summary.executions if " error " in e]
@@ -199,7 +201,7 @@ def test_injection_can_be_turned_off_and_needs_a_compaction(new_db: Callable[[],
     assert fresh.resume("work").upto_seq is None
     assert "Resume summary" not in json.dumps(fresh.assemble("work", token_budget=50_000).messages)
     assert fresh.resume("work", latest=True).current_task == (
-        "Now make the bucket size configurable through settings.toml."
+        'Now make the bucket size configurable through settings.toml. (then: "thanks")'
     )
     fresh.close()
 

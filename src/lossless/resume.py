@@ -209,19 +209,14 @@ def _requests(
 
 
 def _current_task(store: Store, conversation_id: int, limit: int) -> str:
-    """The latest request the agent acted on: the latest user message followed by tool calls
-    (before the next user message and the boundary), or, when the latest one is still
-    unanswered, that one if it is more than a short reply ("Nice.", "ok go on")."""
+    """The latest user request; when it is a short reply ("yes", "ok go on"), the latest
+    request of substance before it, followed by that reply."""
     latest = _requests(store, conversation_id, limit, newest_first=True)
-    upto = limit  # the next request's position less one: the calls that answered this one
-    for n, (seq, text) in enumerate(latest):
-        acted = store.acted_between(conversation_id, seq, upto)
-        # the latest request with no reply up to the boundary is still being worked on
-        pending = n == 0 and not store.replied_between(conversation_id, seq, limit)
-        if acted or (pending and len(text.split()) >= _TASK_WORDS):
-            return text
-        upto = seq - 1
-    return next((t for _, t in latest if len(t.split()) >= _TASK_WORDS), latest[0][1])
+    newest = latest[0][1]
+    if len(newest.split()) >= _TASK_WORDS:
+        return newest
+    earlier = next((t for _, t in latest[1:] if len(t.split()) >= _TASK_WORDS), None)
+    return f'{_clip(earlier)} (then: "{newest}")' if earlier else newest
 
 
 def _clean(text: str) -> str:
@@ -338,13 +333,17 @@ def resume_text(services: Services, conversation_id: int, upto_seq: int) -> str:
 
 
 def resume(services: Services, conversation_id: int, *, latest: bool = False) -> ResumeSummary:
-    """The resume summary as assembly injects it (the messages up to the compaction boundary;
-    ``upto_seq`` is ``None`` when nothing was compacted yet), or, with *latest*, of every
-    stored message."""
+    """The resume summary as assembly injects it (the messages up to the compaction boundary:
+    lossless's, or else its host's newest; ``upto_seq`` is ``None`` when neither compacted
+    yet), or, with *latest*, of every stored message."""
     store = services.store
     upto = None if latest else boundary(store, conversation_id, store.context(conversation_id))
     if upto is None and not latest:
-        return ResumeSummary(conversation_id, None)
+        # lossless has not compacted it, but its host may have: what the host's newest
+        # compaction replaced (up to its boundary) is what a resume summary is for.
+        upto = store.host_record_seq(conversation_id, ("compact_boundary",))
+        if upto is None:
+            return ResumeSummary(conversation_id, None)
     return build_resume(store, conversation_id, upto, services.config.resume.max_tokens)
 
 

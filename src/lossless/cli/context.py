@@ -134,8 +134,9 @@ def resume_command(state: State, conversation: str, latest: bool, as_json: bool)
         return
     if summary.upto_seq is None:
         stderr.print(
-            f"conversation {conv.conversation_id} has not been compacted yet, so nothing is"
-            " injected; --latest shows the summary of everything stored",
+            f"conversation {conv.conversation_id} has not been compacted yet (neither by lossless"
+            " nor by its host), so nothing is injected; --latest shows the summary of"
+            " everything stored",
             highlight=False,
         )
         raise click.exceptions.Exit(1)

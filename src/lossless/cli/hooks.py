@@ -30,10 +30,12 @@ from ..integrations.codex import (
     CODEX,
     CODEX_TIMEOUTS,
     codex_home,
+    mcp_server_table,
     plan_hooks,
     plan_trust,
     trust_entries,
 )
+from ..integrations.codex import MCP_SERVER_NAME as CODEX_MCP_NAME
 from ..integrations.finisher import start_finisher
 from ..integrations.hooks import (
     DEFAULT_MAX_CHARS,
@@ -303,6 +305,11 @@ def claude_code_hooks(
     metavar="PATH",
     help="The lossless command the hooks run (default: this one, by absolute path).",
 )
+@click.option(
+    "--no-mcp",
+    is_flag=True,
+    help="With --install: leave config.toml's [mcp_servers] as they are (no recall tools).",
+)
 @click.option("--yes", "-y", is_flag=True, help="Write without asking.")
 @json_option
 @pass_state
@@ -312,6 +319,7 @@ def codex_hooks(
     trust: bool,
     codex_home_dir: Path | None,
     executable: str | None,
+    no_mcp: bool,
     yes: bool,
     as_json: bool,
 ) -> None:
@@ -323,7 +331,9 @@ def codex_hooks(
     asking (--yes skips it), keeping the file's other hooks and a .bak copy. Codex runs only
     hooks the user trusts: --trust records their hashes in config.toml (Codex 0.169's
     scheme); without it, trust them in Codex, or run `codex exec
-    --dangerously-bypass-hook-trust`.
+    --dangerously-bypass-hook-trust`. --install also registers lossless's MCP server (the
+    recall tools: lcm_grep, lcm_describe, lcm_expand_query, ...) in config.toml as
+    [mcp_servers.lossless], unless --no-mcp.
     """
     if as_json and install and not yes:
         raise click.UsageError("--install with --json needs --yes (there is no one to ask)")
@@ -333,18 +343,35 @@ def codex_hooks(
     exe = executable or _executable()
     config = str(Path(state.config_path).expanduser().resolve()) if state.config_path else None
     hooks = settings_hooks(exe, CODEX, db=state.database(), config=config, timeouts=CODEX_TIMEOUTS)
+    server = mcp_server_table(exe, db=state.database(), config=config)
     path = home / "hooks.json"
     if not install:
         if as_json:
-            emit_json({"hooks_path": str(path), "hooks": {"hooks": hooks}})
+            emit_json(
+                {
+                    "hooks_path": str(path),
+                    "hooks": {"hooks": hooks},
+                    "config_path": str(home / "config.toml"),
+                    "mcp_server": {"name": CODEX_MCP_NAME, **server},
+                }
+            )
         else:
             click.echo(f"# Codex hooks: merge into {path}")
             click.echo("# (or run this command again with --install; add --trust to trust them)")
             click.echo(json.dumps({"hooks": hooks}, indent=2, ensure_ascii=False))
+            click.echo(f"\n# The recall tools: add to {home / 'config.toml'}")
+            click.echo(f"[mcp_servers.{CODEX_MCP_NAME}]")
+            click.echo(f"command = {json.dumps(server['command'])}")
+            click.echo(f"args = {json.dumps(server['args'])}")
         return
     change = plan_hooks(path, hooks)
-    entries = trust_entries(path, json.loads(change.after))
-    trusting = plan_trust(home / "config.toml", entries) if trust else None
+    entries = trust_entries(path, json.loads(change.after)) if trust else {}
+    configuring = trust or not no_mcp
+    trusting = (
+        plan_trust(home / "config.toml", entries, mcp_server=None if no_mcp else server)
+        if configuring
+        else None
+    )
     diffs = [c.diff() for c in (change, trusting) if c is not None and c.changed]
     if diffs and not as_json:
         for diff in diffs:
@@ -362,6 +389,7 @@ def codex_hooks(
                 "changed": change.changed,
                 "backup": str(backup) if backup else None,
                 "trusted": sorted(entries) if trust else [],
+                "mcp_server": None if no_mcp else {"name": CODEX_MCP_NAME, **server},
             }
         )
         return
@@ -370,6 +398,11 @@ def codex_hooks(
         if change.changed
         else f"{path}: already installed; nothing to change"
     )
+    if not no_mcp:
+        click.echo(
+            f"lossless's MCP server (the recall tools) is [mcp_servers.{CODEX_MCP_NAME}] in"
+            f" {home / 'config.toml'}"
+        )
     if trust:
         click.echo(f"recorded their trust in {home / 'config.toml'}")
     else:

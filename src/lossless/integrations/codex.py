@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,20 +29,32 @@ from typing import Any
 
 from ..errors import LosslessError
 from .hooks import Host
-from .settings import TIMEOUTS, SettingsChange, is_lossless_hook, merge_hooks, plan_json
+from .settings import (
+    TIMEOUTS,
+    SettingsChange,
+    cli_globals,
+    is_lossless_hook,
+    merge_hooks,
+    plan_json,
+)
 
 __all__ = [
     "CODEX",
     "CODEX_TIMEOUTS",
     "TrustChange",
     "codex_home",
+    "has_recall_tools",
+    "mcp_server_table",
     "plan_hooks",
     "plan_trust",
     "trust_entries",
 ]
 
+#: The name lossless's MCP server is registered under in ``config.toml``.
+MCP_SERVER_NAME = "lossless"
+
 #: Codex as a host of lossless's hooks.
-CODEX = Host("codex", "Codex", "codex")
+CODEX = Host("codex", "Codex", "codex", recall_tools=lambda: has_recall_tools())
 #: Codex cuts a SessionEnd hook to 3 seconds: ask for what it gives.
 CODEX_TIMEOUTS = {**TIMEOUTS, "SessionEnd": 3}
 _CLAMPED = {"SessionEnd": 3, "Interrupt": 3}
@@ -134,9 +147,22 @@ class TrustChange:
         os.replace(temp, self.path)
 
 
-def plan_trust(config_path: Path, entries: Mapping[str, str]) -> TrustChange:
-    """What recording *entries* (:func:`trust_entries`) in ``config.toml`` changes; the rest
-    of the file stays as it is, comments included."""
+def mcp_server_table(
+    executable: str, *, db: str | None = None, config: str | None = None
+) -> dict[str, Any]:
+    """The ``[mcp_servers.lossless]`` table that starts ``lossless mcp`` over stdio."""
+    return {"command": executable, "args": [*cli_globals(db, config), "mcp"]}
+
+
+def plan_trust(
+    config_path: Path,
+    entries: Mapping[str, str],
+    *,
+    mcp_server: Mapping[str, Any] | None = None,
+) -> TrustChange:
+    """What recording *entries* (:func:`trust_entries`) in ``config.toml`` changes, and with
+    *mcp_server* (:func:`mcp_server_table`) registering lossless's MCP server as
+    ``[mcp_servers.lossless]``; the rest of the file stays as it is, comments included."""
     try:
         import tomlkit
         from tomlkit.exceptions import TOMLKitError
@@ -149,15 +175,47 @@ def plan_trust(config_path: Path, entries: Mapping[str, str]) -> TrustChange:
         raise LosslessError(
             f"{config_path} is not valid TOML ({exc}); fix it and run again"
         ) from None
-    hooks = doc.setdefault("hooks", tomlkit.table(is_super_table=True))
-    state = hooks.setdefault("state", tomlkit.table(is_super_table=True))
-    for key, digest in entries.items():
-        current = state.get(key)
-        if current is None:
+    if entries:
+        hooks = doc.setdefault("hooks", tomlkit.table(is_super_table=True))
+        state = hooks.setdefault("state", tomlkit.table(is_super_table=True))
+        for key, digest in entries.items():
+            current = state.get(key)
+            if current is None:
+                table = tomlkit.table()
+                table["trusted_hash"] = digest
+                state[key] = table
+            else:
+                current["trusted_hash"] = digest
+    if mcp_server is not None:
+        servers = doc.setdefault("mcp_servers", tomlkit.table(is_super_table=True))
+        table = servers.get(MCP_SERVER_NAME)
+        if table is None:
             table = tomlkit.table()
-            table["trusted_hash"] = digest
-            state[key] = table
-        else:
-            current["trusted_hash"] = digest
+            servers[MCP_SERVER_NAME] = table
+        for key, value in mcp_server.items():
+            if table.get(key) != value:
+                table[key] = value
     after = tomlkit.dumps(doc)
     return TrustChange(config_path, before, after, changed=after != (before or ""))
+
+
+def has_recall_tools(home: Path | None = None) -> bool:
+    """Whether Codex's ``config.toml`` registers lossless's MCP server (so a Codex session
+    has the recall tools): a ``[mcp_servers.*]`` table whose command runs ``lossless ... mcp``.
+    """
+    path = (home or codex_home()) / "config.toml"
+    try:
+        with path.open("rb") as handle:
+            servers = tomllib.load(handle).get("mcp_servers")
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    if not isinstance(servers, Mapping):
+        return False
+    for table in servers.values():
+        if not isinstance(table, Mapping) or table.get("enabled") is False:
+            continue
+        command = str(table.get("command") or "")
+        args = table.get("args")
+        if Path(command).name.startswith("lossless") and isinstance(args, list) and "mcp" in args:
+            return True
+    return False

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shlex
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -94,6 +95,9 @@ class Host:
     title: str
     #: The transcript format its ``transcript_path`` is read with.
     transcript_format: str
+    #: Whether its sessions have lossless's MCP tools (the text given back names them only
+    #: then; otherwise it names the CLI, which an agent with a shell can run).
+    recall_tools: Callable[[], bool] = lambda: True
 
 
 class HookInputError(LosslessError):
@@ -412,22 +416,39 @@ def reinjection(
         return Reinjection("")
     budget = max_chars - len(session_start_output(""))
     session = conversation.session_id
-    header = (
+    if host.recall_tools():
+        reach = (
+            " The originals are one call away with the lossless MCP tools: lcm_grep (search),"
+            " lcm_describe (open a summary), lcm_expand_query (ask the history); pass"
+            f" conversation={json.dumps(session)}."
+        )
+    else:
+        quoted = shlex.quote(session)
+        reach = (
+            " The originals are in lossless's store: in a shell, `lossless grep WORDS"
+            f" --conversation {quoted}` searches them and `lossless show {quoted}` prints them."
+        )
+    opening = (
         f"{REINJECTION_MARK}{host.title} compacted this conversation; lossless keeps all of it"
         f" (conversation {conversation_id}, session {session}: {count:,} messages). Below:"
-        " lossless's summaries of the earlier work (the newest that fit), then a resume"
-        " summary. The originals are one call away with the lossless MCP tools: lcm_grep"
-        " (search), lcm_describe (open a summary), lcm_expand_query (ask the history);"
-        f" pass conversation={json.dumps(session)}."
+    )
+    header = (
+        f"{opening} lossless's summaries of the earlier work (the newest that fit), then a"
+        f" resume summary.{reach}"
+    )
+    # (shorter than the header above, so whatever fits with it fits with this one)
+    bare = (
+        f"{opening} a resume summary of the earlier work (lossless has no summaries of it"
+        f" yet).{reach}"
     )
     resume = engine.resume(conversation_id, latest=True).text
     sep = "\n\n"
     fixed = _cost(header) + _cost(sep) + _cost(resume)
     if fixed > budget:  # only with a very small max_chars: the resume summary is cut first
-        resume = _clip_text(resume, budget - _cost(header) - _cost(sep))
+        resume = _clip_text(resume, budget - _cost(bare) - _cost(sep))
         if not resume:
-            header = _clip_text(header, budget)
-        return Reinjection(sep.join(b for b in (header, resume) if b), 0, 0, len(resume))
+            bare = _clip_text(bare, budget)
+        return Reinjection(sep.join(b for b in (bare, resume) if b), 0, 0, len(resume))
     summaries = engine.context_summaries(conversation_id)
     # Room for the summaries: the untrusted-data note and a line about any left out.
     reserve = _cost(sep) + _cost(UNTRUSTED_NOTE) + _cost(sep) + _cost(_left_out(len(summaries)))
@@ -445,7 +466,7 @@ def reinjection(
             if clipped is not None:
                 chosen.append(clipped)
         break
-    blocks = [header]
+    blocks = [header if chosen else bare]
     if chosen:
         shown = "\n".join(reversed(chosen))
         left = len(summaries) - len(chosen)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,7 +77,7 @@ def normalize(data: Mapping[str, Any]) -> NormalizedMessage:
         part.type = "tool_result"
         part.tool_call_id = call_id
         part.tool_output = dumps(output) if isinstance(output, Mapping) else text_of_blocks(output)
-        part.is_error = data.get("status") == "failed"
+        part.is_error = data.get("status") == "failed" or _exited_badly(part.tool_output)
     elif kind.endswith("_call"):
         part.type = "tool_call"
         part.tool_call_id = call_id or clean_str(ext)
@@ -94,3 +96,27 @@ def normalize(data: Mapping[str, Any]) -> NormalizedMessage:
         source_format="openai_responses",
         envelope={"f": {}, "s": {WHOLE: SCALAR}},
     )
+
+
+#: How Codex heads a command's output: ``Process exited with code N`` before ``Output:``.
+_EXIT_LINE = re.compile(r"^Process exited with code (-?\d+)$", re.M)
+
+
+def _exited_badly(output: str | None) -> bool:
+    """Whether a tool's output says its command ended with a non-zero exit status: Codex's
+    ``exec_command`` header (``Process exited with code 2``), or the older shell tool's JSON
+    (``{"output": ..., "metadata": {"exit_code": 1}}``)."""
+    if not output:
+        return False
+    head = output[: output.find("\nOutput:")] if "\nOutput:" in output[:400] else output[:400]
+    found = _EXIT_LINE.search(head)
+    if found is not None:
+        return int(found.group(1)) != 0
+    if output.startswith("{") and '"exit_code"' in output:
+        try:
+            meta = json.loads(output).get("metadata")
+        except (ValueError, AttributeError):
+            return False
+        code = meta.get("exit_code") if isinstance(meta, dict) else None
+        return isinstance(code, int) and code != 0
+    return False
