@@ -29,6 +29,8 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 PROMPTS = ["Port the config parser to Rust", "same text", "same text"]
 AFTER = ["Continue with the lexer"]
+FAILING = 'CALL exec_command {"cmd": "ls /no-such-dir-for-lossless"}'
+RECALL = 'CALL lcm_grep {"pattern": "config parser"}'
 
 
 class Codex:
@@ -100,6 +102,7 @@ def test_codex_with_lossless_hooks_keeps_every_turn_and_gets_summaries_back(
             check=False,
         )
         assert install.returncode == 0, install.stderr
+        assert "[mcp_servers.lossless]" in (codex.home / "config.toml").read_text()
         for prompt in PROMPTS:
             codex.exec(prompt)
         compact_from = len(server.requests)
@@ -107,6 +110,13 @@ def test_codex_with_lossless_hooks_keeps_every_turn_and_gets_summaries_back(
         requests = list(server.requests)
         for prompt in AFTER:
             codex.exec(prompt)
+        # A command that fails, a recall tool through the MCP server install registered, and
+        # a second compaction.
+        codex.exec(FAILING)
+        codex.exec(RECALL)
+        recall_reply = server.requests[-1]
+        codex.exec("Go on again", "-c", "model_auto_compact_token_limit=12")
+        codex.exec("And after that")
 
     session = codex.session
     assert session is not None
@@ -115,15 +125,25 @@ def test_codex_with_lossless_hooks_keeps_every_turn_and_gets_summaries_back(
     for event in ("Stop session=", "PreCompact/auto", "SessionStart/compact"):
         assert event in log, log[-3000:]
 
-    prompts = [*PROMPTS, "Go on", *AFTER]
+    prompts = [*PROMPTS, "Go on", *AFTER, FAILING, RECALL, "Go on again", "And after that"]
+    replied = [p for p in prompts if not p.startswith("CALL ")]
     with Engine.open(codex.store, config=Config()) as engine:
         messages = engine.messages(session)
         said = [m.content for m in messages if m.role == "user" and m.host_meta is None]
         assert said == prompts
         answers = [m.content for m in messages if m.content.startswith(("Reply to:", "Conf"))]
-        assert answers == [reply(p) for p in prompts]
+        assert answers == [reply(p) for p in replied]
         assert "host_summary" in {m.host_meta for m in messages}
         stored = [(m.external_id, m.content) for m in messages]
+        hooked = engine.conversation(session).metadata["host_compactions"]
+        # The failed command is logged as failed (its output says it exited with code 2).
+        executions = engine.resume(session, latest=True).executions
+        assert any("exec_command error" in e for e in executions), executions
+    assert len(hooked) == 2  # both of Codex's compactions, as a fresh import finds them
+
+    # The model called lcm_grep through the MCP server, and got the stored turn back.
+    output = ResponsesServer.call_output(recall_reply["body"])
+    assert output is not None and "Port the config parser to Rust" in output, output
 
     # The request that went on after the compaction carried lossless's context.
     kinds = [ResponsesServer.is_compaction(r) for r in requests[compact_from:]]
@@ -138,4 +158,5 @@ def test_codex_with_lossless_hooks_keeps_every_turn_and_gets_summaries_back(
         [report] = fresh.import_path(rollout)
         assert (report.format, report.session_id, report.problems) == ("codex", session, [])
         assert [(m.external_id, m.content) for m in fresh.messages(session)] == stored
+        assert fresh.conversation(session).metadata["host_compactions"] == hooked
         assert sum(r.imported for r in fresh.import_path(rollout)) == 0

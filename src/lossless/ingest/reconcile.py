@@ -714,12 +714,21 @@ def _unstored(file: Path, skel: Skeleton, exc: Exception) -> ImportProblem:
     return ImportProblem(str(file), skel.line_no, str(exc), kind)
 
 
+def _compaction_key(compaction: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What tells a host's compactions apart: its summary's entry id, or, for a host whose
+    summaries carry none (Codex), where and when it was written."""
+    uuid = compaction.get("summary_uuid")
+    if uuid is not None:
+        return ("uuid", uuid)
+    return ("at", compaction.get("line"), compaction.get("timestamp"))
+
+
 def _record_host_facts(services: Services, conv: Conversation, scan: _Scan) -> None:
     updates: dict[str, Any] = {}
     if scan.host_compactions:
         known = list(conv.metadata.get("host_compactions", []))
-        seen = {c.get("summary_uuid") for c in known}
-        known += [c for c in scan.host_compactions if c.get("summary_uuid") not in seen]
+        seen = {_compaction_key(c) for c in known}
+        known += [c for c in scan.host_compactions if _compaction_key(c) not in seen]
         updates["host_compactions"] = known
     status = scan.status if scan.status != conv.status else None
     if updates or status or (scan.title and scan.title != conv.title):
