@@ -175,11 +175,53 @@ class AnthropicServer(_Server):
                 400,
             )
             return
-        text = self.text_for(request["body"])
+        body = request["body"]
+        step = self.scripted_call(body)
+        if step is not None:
+            name, arguments = step
+            self.stream(handler, self.tool_use_events(name, arguments, len(self.requests)))
+            return
+        text = self.text_for(body)
         self.stream(
             handler,
-            self.events(text, request["body"].get("model", "m"), prompt_tokens(request["body"])),
+            self.events(text, body.get("model", "m"), prompt_tokens(body)),
         )
+
+    @staticmethod
+    def _turn(body: dict[str, Any]) -> tuple[str, list[str]] | None:
+        """The user's words of the turn under way and the tool results it got so far (in
+        order), or ``None`` for a request that is not part of a user's turn."""
+        results: list[str] = []
+        for message in reversed(body.get("messages") or []):
+            if message.get("role") != "user":
+                continue
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else []
+            answered = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+            if answered:
+                out = answered[-1].get("content")
+                results.append(out if isinstance(out, str) else "\n".join(_texts(out)))
+                continue
+            texts = _texts(content)
+            if texts:
+                return texts[-1].split("</system-reminder>")[-1].strip(), results[::-1]
+        return None
+
+    def scripted_call(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """A turn ``CALLS [[tool, {arguments}], ...]`` calls each tool in turn (the offered
+        tool whose name is *tool* or ends with ``__tool``), then answers ``Tool said: <the last
+        result>``; ``None`` when the request is not such a step."""
+        turn = self._turn(body)
+        if turn is None or not turn[0].startswith("CALLS "):
+            return None
+        said, results = turn
+        steps = json.loads(said.removeprefix("CALLS "))
+        if len(results) >= len(steps):
+            return None
+        name, arguments = steps[len(results)]
+        offered = [t.get("name") or "" for t in body.get("tools") or []]
+        chosen = next((t for t in offered if t == name or t.endswith("__" + name)), name)
+        return chosen, arguments
 
     def last_user_text(self, body: dict[str, Any]) -> str:
         for message in reversed(body.get("messages") or []):
@@ -190,6 +232,9 @@ class AnthropicServer(_Server):
         return ""
 
     def text_for(self, body: dict[str, Any]) -> str:
+        turn = self._turn(body)
+        if turn is not None and turn[0].startswith("CALLS ") and turn[1]:
+            return f"Tool said: {turn[1][-1][:2000]}"
         said = self.last_user_text(body)
         if self.COMPACTION in said:
             n = next(self.summaries)
@@ -241,6 +286,46 @@ class AnthropicServer(_Server):
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 10},
+            },
+        )
+        yield "message_stop", {"type": "message_stop"}
+
+    @staticmethod
+    def tool_use_events(
+        name: str, arguments: dict[str, Any], n: int
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        usage = {"input_tokens": 100, "output_tokens": 10}
+        message = {
+            "id": f"msg_call_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        yield "message_start", {"type": "message_start", "message": message}
+        block = {"type": "tool_use", "id": f"toolu_{n:04d}", "name": name, "input": {}}
+        yield (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": block},
+        )
+        yield (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": json.dumps(arguments)},
+            },
+        )
+        yield "content_block_stop", {"type": "content_block_stop", "index": 0}
+        yield (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
                 "usage": {"output_tokens": 10},
             },
         )

@@ -133,3 +133,39 @@ def test_the_live_hooks_keep_one_branch_across_an_interactive_compact(tmp_path: 
     with Engine.open(tmp_path / "fresh.db", config=Config()) as fresh:
         [report] = fresh.import_path(path)
         assert report.off_branch == 0, report
+
+
+def test_the_hosts_records_of_itself_are_kept_but_out_of_search_and_context(
+    tmp_path: Path,
+) -> None:
+    """``deferred_tools_record`` (raw JSON, carried by no request) and
+    ``mcp_instructions_delta`` (raw JSON in 2.1.197, rendered as system text in 2.1.332) are
+    one kind whatever the version: the host's records, stored, never the user's words, found
+    by no default search, shown in no context."""
+    t = Transcript()
+    t.turn(1, "Plan the retry policy")
+    tools = {"type": "deferred_tools_record", "entries": [{"name": "mcp__x__zebrafinch"}]}
+    t.add("attachment", "tools-record", attachment=tools)
+    old = {"type": "mcp_instructions_delta", "addedNames": ["x"], "addedBlocks": ["zebrafinch"]}
+    t.add("attachment", "instructions-old", attachment=old)
+    t.add(
+        "attachment",
+        "instructions-new",
+        attachment=old,
+        rendered=[{"content": "<system-reminder>\n# MCP Server Instructions zebrafinch"}],
+        renderedRole="system",
+    )
+    t.turn(2, "Now the zebrafinch backoff table")
+    path = t.write(tmp_path / f"{SESSION}.jsonl")
+    with Engine.open(tmp_path / "store.db", config=Config()) as engine:
+        engine.import_path(path)
+        stored = {m.external_id: m for m in engine.messages(SESSION)}
+        records = [stored[k] for k in ("tools-record", "instructions-old", "instructions-new")]
+        assert [(m.role, m.host_meta) for m in records] == [("system", "host_record")] * 3
+        assert "zebrafinch" in records[0].content  # kept exactly, for show and export
+        hits = {h.id for h in engine.grep("zebrafinch", conversation=SESSION).hits}
+        assert f"msg#{stored['u2'].message_id}" in hits
+        assert hits.isdisjoint(f"msg#{m.message_id}" for m in records)
+        context = json.dumps(engine.assemble(SESSION, token_budget=50_000).messages)
+        assert "mcp__x__zebrafinch" not in context and "MCP Server Instructions" not in context
+        assert "Now the zebrafinch backoff table" in context

@@ -116,9 +116,7 @@ def test_the_parts_come_from_the_stored_session(engine: Engine) -> None:
         "Add rate limiting to the public API and keep the tests green.",
         "Change of plan: use a token bucket per API key instead of per IP.",
     ]
-    assert summary.current_task == (
-        'Now make the bucket size configurable through settings.toml. (then: "thanks")'
-    )
+    assert summary.current_task == "Now make the bucket size configurable through settings.toml."
     assert summary.files_modified == ["tests/test_limits.py", "src/api/limits.py"]
     assert summary.files_pending == ["docs/limits.md", "src/api/app.py"]
     failed = [e for e in summary.executions if " error " in e]

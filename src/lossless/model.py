@@ -66,7 +66,11 @@ HOST_META: tuple[str, ...] = (
     "compact_boundary",  # where the host compacted
     "attachment",  # a file, reminder or other context the host attached
     "system",  # any other system record of the host
+    "host_record",  # the host's record of its own state (the tools or MCP instructions it
+    # offered, ...): kept, but never assembled into a context nor found by a default search
 )
+#: The kind of host record kept out of every context and of a default search.
+HOST_RECORD = "host_record"
 
 #: Part types. Unknown source blocks are kept whole as ``other``.
 PART_TYPES: tuple[str, ...] = (

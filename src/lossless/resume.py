@@ -208,14 +208,28 @@ def _requests(
     return [(r.seq, _clean(r.content)) for r in found]
 
 
+#: How a reply that asks for nothing new starts ("Thanks, that looks good.", "ok go on").
+_ACK = re.compile(
+    r"(thanks?|thank you|ok(ay)?|great|nice|cool|perfect|looks good|lgtm|yes|yep|yeah|no|"
+    r"sure|go on|go ahead|continue|done|good)\b",
+    re.I,
+)
+
+
+def _is_reply(text: str) -> bool:
+    """Whether a user message only answers the agent (a few words, or an acknowledgement)."""
+    words = len(text.split())
+    return words < _TASK_WORDS or (words <= 6 and _ACK.match(text) is not None)
+
+
 def _current_task(store: Store, conversation_id: int, limit: int) -> str:
-    """The latest user request; when it is a short reply ("yes", "ok go on"), the latest
-    request of substance before it, followed by that reply."""
+    """The latest user request; when it only answers the agent ("yes", "Thanks, that looks
+    good."), the latest request of substance before it, followed by that reply."""
     latest = _requests(store, conversation_id, limit, newest_first=True)
     newest = latest[0][1]
-    if len(newest.split()) >= _TASK_WORDS:
+    if not _is_reply(newest):
         return newest
-    earlier = next((t for _, t in latest[1:] if len(t.split()) >= _TASK_WORDS), None)
+    earlier = next((t for _, t in latest[1:] if not _is_reply(t)), None)
     return f'{_clip(earlier)} (then: "{newest}")' if earlier else newest
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..compaction import fresh_tail_start
-from ..model import ContextItem, StoredMessage, Summary
+from ..model import HOST_RECORD, ContextItem, StoredMessage, Summary
 from ..resume import boundary, resume_text
 from .fit import FILL_STEP, _clip, _date_marks, _fill, _fit
 from .formats import _RENDER, FORMATS, _Block, _blocks, _referenced, _sanitize, blocks, render
@@ -183,6 +183,11 @@ def assemble(
         used = sum(item.tokens for item in chosen) + resume_tokens
     message_ids = [i.message_id for i in chosen if i.message_id is not None]
     messages = {m.message_id: m for m in services.store.get_messages_by_id(message_ids)}
+    records = {mid for mid, m in messages.items() if m.host_meta == HOST_RECORD}
+    if records:  # the host's records of itself are kept, never shown to its model
+        used -= sum(i.tokens for i in chosen if i.message_id in records and id(i) not in clips)
+        chosen = [i for i in chosen if i.message_id not in records]
+        message_ids = [m for m in message_ids if m not in records]
     for item in [i for i in chosen if id(i) in clips]:
         clipped = messages[int(item.message_id or 0)]
         stub = _clip(services, clipped, clips[id(item)])

@@ -19,6 +19,7 @@ from ..errors import LosslessError
 from ..integrations.claude_code import (
     CLAUDE_CODE,
     MCP_SERVER_NAME,
+    RECALL_TOOLS_RULE,
     SCOPES,
     mcp_add_command,
     mcp_server_entry,
@@ -244,7 +245,9 @@ def claude_code_hooks(
     skips the question): the file's other hooks stay, an older lossless entry is replaced,
     never duplicated, and the previous file is kept as a .bak copy. Claude Code keeps MCP
     servers outside settings.json: project scope writes .mcp.json, the other scopes print the
-    `claude mcp add` command to run. (The Claude Code plugin is the other way to install.)
+    `claude mcp add` command to run; --install also allows the recall tools in the settings
+    file (permissions.allow: mcp__lossless), so that print mode's calls are not refused. (The
+    Claude Code plugin is the other way to install.)
     """
     if as_json and install and not yes:
         raise click.UsageError("--install with --json needs --yes (there is no one to ask)")
@@ -260,7 +263,8 @@ def claude_code_hooks(
     if not install:
         _print_settings(path, hooks, entry, command, mcp_json, as_json, scope)
         return
-    changes = [plan_settings(path, hooks)]
+    # The recall tools are called without a question (print mode has no one to ask).
+    changes = [plan_settings(path, hooks, allow=[RECALL_TOOLS_RULE])]
     if mcp_json is not None:
         changes.append(plan_mcp_json(mcp_json, entry))
     pending = [c for c in changes if c.changed]

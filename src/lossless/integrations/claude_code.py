@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +81,33 @@ def merge_mcp_server(config: Mapping[str, Any], entry: Mapping[str, Any]) -> dic
     return merged
 
 
-def plan_settings(path: Path, hooks: Mapping[str, list[dict[str, Any]]]) -> SettingsChange:
-    """What installing *hooks* into the settings file at *path* changes."""
-    return plan_json(path, lambda data: merge_hooks(data, hooks, CLAUDE_CODE))
+#: The permission rule that lets the model call the recall tools of the MCP server registered
+#: as :data:`MCP_SERVER_NAME` without asking (print mode has no one to ask: a call would be
+#: refused). The plugin's server is ``mcp__plugin_lossless_lossless``; a plugin cannot grant
+#: permissions itself, so its users add that rule (docs/claude-code.md).
+RECALL_TOOLS_RULE = f"mcp__{MCP_SERVER_NAME}"
+PLUGIN_RECALL_TOOLS_RULE = "mcp__plugin_lossless_lossless"
+
+
+def plan_settings(
+    path: Path, hooks: Mapping[str, list[dict[str, Any]]], *, allow: Sequence[str] = ()
+) -> SettingsChange:
+    """What installing *hooks* into the settings file at *path* changes, with the permission
+    rules *allow* added to its ``permissions.allow`` (each once)."""
+
+    def merge(data: Mapping[str, Any]) -> dict[str, Any]:
+        merged = merge_hooks(data, hooks, CLAUDE_CODE)
+        if allow:
+            permissions = merged.setdefault("permissions", {})
+            if not isinstance(permissions, dict):
+                raise LosslessError('its "permissions" is not an object; fix it by hand')
+            rules = permissions.setdefault("allow", [])
+            if not isinstance(rules, list):
+                raise LosslessError('its "permissions.allow" is not a list; fix it by hand')
+            rules += [rule for rule in allow if rule not in rules]
+        return merged
+
+    return plan_json(path, merge)
 
 
 def plan_mcp_json(path: Path, entry: Mapping[str, Any]) -> SettingsChange:

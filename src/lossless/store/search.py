@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from ..model import HOST_RECORD
 from .core import StoreCore
 
 #: How much of each neighbour a message's word-index entry carries: the start of the message
@@ -144,6 +145,9 @@ class SearchScope:
     since: str | None = None
     before: str | None = None
     archived: bool = True
+    #: Whether the hosts' records of themselves (:data:`~lossless.model.HOST_RECORD`) are
+    #: searched too (a default search leaves them out).
+    host_records: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,8 @@ def scope_sql(table: str, scope: SearchScope) -> tuple[str, list[Any]]:
             " (SELECT conversation_id FROM conversations WHERE status = 'archived')"
         )
     time_col = "created_at" if table == "messages" else "latest_at"
+    if table == "messages" and not scope.host_records:
+        where += f" AND (s.host_meta IS NULL OR s.host_meta <> '{HOST_RECORD}')"
     if scope.since:
         where += f" AND s.{time_col} >= ?"
         params.append(scope.since)

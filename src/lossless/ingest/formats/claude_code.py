@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...codec import dumps, safe_id
+from ...model import HOST_RECORD
 from ...timestamps import parse_ts
 from ..entries import Entry, FileIdentity, Line, TranscriptFormat, text_field
 
@@ -56,6 +57,10 @@ _LISTINGS = frozenset(
         "remote_session_change",
     }
 )
+#: Attachments that record the host's own state, in a form that changes across versions (a
+#: user row of raw JSON, or a system row of rendered text): kept as host records, never as
+#: the user's words, a context's or a search's.
+_HOST_RECORDS = frozenset({"deferred_tools_record", "mcp_instructions_delta"})
 
 
 def _first_text(content: Any) -> str:
@@ -246,8 +251,13 @@ class ClaudeCodeFormat(TranscriptFormat):
         added = attachment.get("content")
         if kind == "hook_additional_context" and isinstance(added, list):
             texts = [str(t) for t in added if isinstance(t, str)] or texts
+        entry.shape = "anthropic"
+        if kind in _HOST_RECORDS:
+            entry.message = {"role": "system", "content": "\n".join(texts) or dumps(attachment)}
+            entry.host_meta = HOST_RECORD
+            entry.metadata = {"entry": _without(obj, "rendered")}
+            return
         role = "system" if obj.get("renderedRole") == "system" else "user"
         entry.message = {"role": role, "content": "\n".join(texts) or dumps(attachment)}
-        entry.shape = "anthropic"
         entry.host_meta = "hook_output" if kind.startswith("hook_") else "attachment"
         entry.metadata = {"entry": _without(obj, "rendered")}
