@@ -36,6 +36,13 @@ BIN = Path(sys.executable).parent
 TURNS_BEFORE = ["Plan the retry policy for the HTTP client", "yes", "yes"]
 TURNS_BETWEEN = ["Now write the backoff table", "Add jitter of ten percent"]
 TURNS_AFTER = ["Summarise what we decided about retries"]
+PLUGIN_TOOLS = "mcp__plugin_lossless_lossless"
+RECALL = "CALLS " + json.dumps(
+    [
+        ["ToolSearch", {"query": f"select:{PLUGIN_TOOLS}__lcm_grep", "max_results": 5}],
+        ["lcm_grep", {"pattern": "retry policy"}],
+    ]
+)
 
 
 class Claude:
@@ -78,9 +85,11 @@ class Claude:
         assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
         return done
 
-    def say(self, prompt: str) -> dict[str, Any]:
+    def say(self, prompt: str, *options: str) -> dict[str, Any]:
         resume = ["--resume", self.session] if self.session else []
-        out = json.loads(self.run("-p", prompt, "--output-format", "json", *resume).stdout)
+        out = json.loads(
+            self.run("-p", prompt, "--output-format", "json", *resume, *options).stdout
+        )
         self.session = out["session_id"]
         return dict(out)
 
@@ -108,9 +117,16 @@ def test_claude_code_with_the_plugin_keeps_every_turn_and_gets_summaries_back(
         assert claude.run("plugin", "validate", str(REPO / "hosts" / "claude-code")).returncode == 0
         claude.run("plugin", "marketplace", "add", str(REPO))
         claude.run("plugin", "install", "lossless@lossless", "--scope", "project")
+        # The MCP server connects before any hook has made the store.
+        listed = claude.run("mcp", "list").stdout
+        assert re.search(r"plugin:lossless:lossless: .*Connected", listed), listed
+        assert not claude.store.exists()
 
         for prompt in TURNS_BEFORE:
             assert claude.say(prompt)["result"] == reply(prompt)
+        # The model loads the deferred recall tool with ToolSearch and calls it (print mode
+        # refuses a tool the user did not allow: docs/claude-code.md says how).
+        recalled = claude.say(RECALL, "--allowedTools", f"{PLUGIN_TOOLS}__lcm_grep")["result"]
         claude.say("/compact")
         after_first = len(server.requests)
         for prompt in TURNS_BETWEEN:
@@ -134,8 +150,16 @@ def test_claude_code_with_the_plugin_keeps_every_turn_and_gets_summaries_back(
         assert float(seconds) < limits[event] / 2, (event, seconds)
     assert "provisional=" in log  # the compactions' passes were provisional
 
+    # The recall tool answered from the store (hits with ids), the host's records of itself
+    # (its MCP instructions, its record of the deferred tools) not among them; no request
+    # said the server was still connecting.
+    assert recalled.startswith("Tool said: ") and "Plan the retry policy" in recalled, recalled
+    found = json.loads(recalled.removeprefix("Tool said: "))
+    assert found["hits"] and "MCP Server Instructions" not in recalled
+    assert not any("still connecting" in json.dumps(r["body"]) for r in requests)
+
     # Every turn once, in order: the user's words and the scripted replies; "yes" twice.
-    prompts = TURNS_BEFORE + TURNS_BETWEEN + TURNS_AFTER
+    prompts = [*TURNS_BEFORE, RECALL, *TURNS_BETWEEN, *TURNS_AFTER]
     with Engine.open(claude.store, config=Config()) as engine:
         messages = engine.messages(session)
         said = [m.content for m in messages if m.role == "user" and m.host_meta is None]
@@ -147,9 +171,12 @@ def test_claude_code_with_the_plugin_keeps_every_turn_and_gets_summaries_back(
             and m.content.startswith(("Reply", "Conf"))
         ]
         assert said == prompts
-        assert answered == [reply(p) for p in prompts]
+        assert answered == [reply(p) for p in prompts if p != RECALL]
         kinds = {m.host_meta for m in messages} - {None}
-        assert {"compact_boundary", "host_summary", "command"} <= kinds
+        assert {"compact_boundary", "host_summary", "command", "host_record"} <= kinds
+        records = [m for m in messages if m.host_meta == "host_record"]
+        assert any("deferred_tools_record" in m.content for m in records)
+        assert all(m.role == "system" for m in records)
         assert engine.resume(session, latest=True).goal[0] == TURNS_BEFORE[0]
         stored = [(m.external_id, m.content) for m in messages]
 
