@@ -146,3 +146,37 @@ def test_a_folder_import_finds_host_databases_by_name(tmp_path: Path, name: str)
         )
     with Engine.open(tmp_path / "store.db", config=Config()) as engine:
         assert [r.imported for r in engine.import_path(folder)] == [1]
+
+
+def test_hermes_compression_artefacts_are_the_hosts_and_their_copies_are_left_out(
+    tmp_path: Path,
+) -> None:
+    """Hermes's own compressor writes a summary and a task-list note; a later compression
+    copies them into its new list (not always in one block of rows). Each is kept once, as
+    the host's record, never as the user's words."""
+    summary = "[CONTEXT COMPACTION — REFERENCE ONLY] Earlier turns were compacted: deploy plan."
+    note = "[Your active task list was preserved across context compression]\n- [ ] ship"
+    rows = [
+        ("user", "deploy it", 100.0, None),
+        ("assistant", "done", 101.0, None),
+        ("user", summary, 110.0, None),
+        ("user", note, 110.5, None),
+        ("user", "and now?", 120.0, None),
+        ("assistant", "all good", 121.0, None),
+        # The second compression: the first summary and note copied, a second summary.
+        ("user", summary, 130.0, None),
+        ("user", note, 130.4, None),
+        ("user", "[CONTEXT COMPACTION — REFERENCE ONLY] And later: the rollout.", 130.8, None),
+        ("user", "finish the rollout", 140.0, None),
+    ]
+    path = hermes_db(tmp_path / "state.db", rows)
+    with Engine.open(tmp_path / "store.db", config=Config()) as engine:
+        engine.import_path(path)
+        stored = [(m.content, m.host_meta) for m in engine.messages("h1")]
+        assert [c for c, _ in stored].count(summary) == 1 and [c for c, _ in stored].count(
+            note
+        ) == 1
+        assert dict(stored)[summary] == "host_summary" and dict(stored)[note] == "caveat"
+        assert dict(stored)["finish the rollout"] is None
+        assert engine.resume("h1", latest=True).current_task == "finish the rollout"
+        assert engine.resume("h1", latest=True).goal == ["deploy it"]

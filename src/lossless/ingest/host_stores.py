@@ -31,6 +31,7 @@ from typing import Any
 from ..codec import chat_fingerprint
 from ..errors import ImportProblem
 from ..services import Services
+from .formats.hermes import hermes_artefact
 from .reconcile import Progress, ReconcileReport, reconcile_file
 
 __all__ = ["HOST_STORE_NAMES", "host_store_kind", "import_host_store", "is_sqlite"]
@@ -166,7 +167,9 @@ def _said(
 ) -> Iterator[tuple[sqlite3.Row, dict[str, Any]]]:
     """The rows that are messages said, without the copies compressions wrote: a row whose
     message an earlier row holds, at the same time, or written in a compression's block (rows
-    stamped microseconds apart, as nothing said in a conversation is)."""
+    stamped microseconds apart, as nothing said in a conversation is), or that is one of
+    Hermes's own compression artefacts (its summary, its task-list note: said once, whenever
+    a later compression copies it)."""
     times = [float(r["timestamp"] or 0) for r in rows]
     seen: dict[str, set[float]] = {}
     for i, row in enumerate(rows):
@@ -176,7 +179,8 @@ def _said(
             i + 1 < len(rows) and abs(times[i + 1] - times[i]) <= _REWRITE_GAP
         )
         earlier = seen.setdefault(key, set())
-        if earlier and (in_block or times[i] in earlier):
+        artefact = hermes_artefact(message.get("content")) is not None
+        if earlier and (in_block or times[i] in earlier or artefact):
             continue
         earlier.add(times[i])
         yield row, message

@@ -13,7 +13,24 @@ from ...codec import SUMMARY_MESSAGE_LEAD, safe_id
 from ...timestamps import parse_ts
 from ..entries import Entry, FileIdentity, Line, TranscriptFormat, text_field
 
-__all__ = ["HermesFormat"]
+__all__ = ["HermesFormat", "hermes_artefact"]
+
+#: How Hermes's own compressor starts the summary message it writes (its current marker and
+#: its older ones), and the note it adds to carry the task list across a compression.
+_SUMMARY_LEADS = ("[CONTEXT COMPACTION", "[CONTEXT SUMMARY]:")
+_TASK_NOTE = "[Your active task list was preserved across context compression]"
+
+
+def hermes_artefact(content: Any) -> str | None:
+    """The host-record kind of a message Hermes's own compressor wrote (its summary:
+    ``host_summary``; its task-list note: ``caveat``), or ``None`` for a message said."""
+    if not isinstance(content, str):
+        return None
+    if content.startswith(_SUMMARY_LEADS):
+        return "host_summary"
+    if content.startswith(_TASK_NOTE):
+        return "caveat"
+    return None
 
 
 class HermesFormat(TranscriptFormat):
@@ -62,6 +79,7 @@ class HermesFormat(TranscriptFormat):
             entry.skip = "lossless's own summaries"  # lossless's output, not the conversation's
             return entry
         entry.message = message
+        entry.host_meta = hermes_artefact(content)
         entry.shape = "openai_chat"
         entry.created_at = parse_ts(obj.get("timestamp"))
         return entry
