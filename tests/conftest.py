@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,8 +61,17 @@ def postgres_schema(base: str) -> Iterator[str]:
     try:
         yield f"{base}{sep}options=-csearch_path%3D{name},public"
     finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        # An engine the test left open may still be reading the schema (a fixture torn down
+        # after this one closes it): the drop can deadlock with it, and is tried again.
+        for attempt in range(5):
+            try:
+                with psycopg.connect(base, autocommit=True) as conn:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+                break
+            except psycopg.errors.DeadlockDetected:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

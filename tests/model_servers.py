@@ -247,85 +247,50 @@ class AnthropicServer(_Server):
 
     @staticmethod
     def events(text: str, model: str, read: int = 100) -> Iterator[tuple[str, dict[str, Any]]]:
-        usage = {"input_tokens": read, "output_tokens": 10}
-        yield (
-            "message_start",
-            {
-                "type": "message_start",
-                "message": {
-                    "id": "msg_scripted",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": model,
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": usage,
-                },
-            },
-        )
-        yield (
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-        )
-        yield (
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": text},
-            },
-        )
-        yield "content_block_stop", {"type": "content_block_stop", "index": 0}
-        yield (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                "usage": {"output_tokens": 10},
-            },
-        )
-        yield "message_stop", {"type": "message_stop"}
+        block = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": text}
+        return AnthropicServer.one_block(block, delta, "end_turn", "msg_scripted", model, read)
 
     @staticmethod
     def tool_use_events(
         name: str, arguments: dict[str, Any], n: int
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        usage = {"input_tokens": 100, "output_tokens": 10}
+        block = {"type": "tool_use", "id": f"toolu_{n:04d}", "name": name, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(arguments)}
+        return AnthropicServer.one_block(block, delta, "tool_use", f"msg_call_{n}", "m", 100)
+
+    @staticmethod
+    def one_block(
+        block: dict[str, Any],
+        delta: dict[str, Any],
+        stop_reason: str,
+        message_id: str,
+        model: str,
+        read: int,
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """A streamed reply of one content *block*, filled by one *delta*."""
         message = {
-            "id": f"msg_call_{n}",
+            "id": message_id,
             "type": "message",
             "role": "assistant",
-            "model": "m",
+            "model": model,
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": usage,
+            "usage": {"input_tokens": read, "output_tokens": 10},
         }
         yield "message_start", {"type": "message_start", "message": message}
-        block = {"type": "tool_use", "id": f"toolu_{n:04d}", "name": name, "input": {}}
         yield (
             "content_block_start",
             {"type": "content_block_start", "index": 0, "content_block": block},
         )
-        yield (
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "input_json_delta", "partial_json": json.dumps(arguments)},
-            },
-        )
+        yield "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
         yield "content_block_stop", {"type": "content_block_stop", "index": 0}
         yield (
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
                 "usage": {"output_tokens": 10},
             },
         )
