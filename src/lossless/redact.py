@@ -59,6 +59,15 @@ BUILTIN_PATTERNS: dict[str, str] = {
     "anthropic_key": r"\bsk-ant-[A-Za-z0-9_-]{20,}",
     "openai_key": r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
     "aws_access_key": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    # The secret half of an AWS key pair: 40 characters of base64, named as the SDKs, the
+    # environment and the credentials file name it.
+    "aws_secret_key": (
+        r"(?i)\baws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?"
+        r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"
+    ),
+    # A password written into a URL: scheme://user:PASSWORD@host (the user may be empty).
+    "url_password": r"\b[a-z][a-z0-9+.-]*://[^\s:/@]*:(?P<secret>[^\s:/@]+)@[^\s@]",
+    "npm_token": r"\bnpm_[A-Za-z0-9]{36}\b",
     "github_token": r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
     "gitlab_token": r"\bglpat-[A-Za-z0-9_-]{20,}",
     "slack_token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
@@ -66,9 +75,16 @@ BUILTIN_PATTERNS: dict[str, str] = {
     "stripe_key": r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{20,}",
     "jwt": r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
     "bearer_token": r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/-]{20,}=*)",
+    # A value given to a name that says it is secret: PASSWORD=..., api_key: ..., and the
+    # same at the end of a longer name (SESSION_SECRET=, SECRET_KEY=, STRIPE_API_KEY=).
     "assigned_secret": (
-        r"(?i)\b(?:password|passwd|secret|api_key|apikey|access_token|auth_token)[\"']?\s*[:=]"
-        r"\s*[\"']?(?P<secret>[^\s\"',;]{8,})"
+        r"(?i)(?:\b|(?<=_))(?:password|passwd|secret(?:_key)?|api_?key|access_token|auth_token"
+        r"|private_token)[\"']?\s*[:=]\s*[\"']?(?P<secret>[^\s\"',;]{8,})"
+    ),
+    # A long token given to a name that is just "token": token: <hex or base64, 32+>.
+    "assigned_token": (
+        r"(?i)(?:\b|(?<=_))token[\"']?\s*[:=]\s*[\"']?"
+        r"(?P<secret>[A-Za-z0-9+/_-]{32,}={0,2})(?![A-Za-z0-9+/_=-])"
     ),
 }
 #: A pattern with a group named ``secret`` replaces that group only (the label stays).
@@ -80,6 +96,9 @@ BUILTIN_HINTS: dict[str, tuple[str, ...]] = {
     "anthropic_key": ("sk-ant-",),
     "openai_key": ("sk-",),
     "aws_access_key": ("akia", "asia"),
+    "aws_secret_key": ("secret",),
+    "url_password": ("://",),
+    "npm_token": ("npm_",),
     "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     "gitlab_token": ("glpat-",),
     "slack_token": ("xox",),
@@ -88,6 +107,7 @@ BUILTIN_HINTS: dict[str, tuple[str, ...]] = {
     "jwt": ("eyj",),
     "bearer_token": ("bearer",),
     "assigned_secret": ("passw", "secret", "api_key", "apikey", "_token"),
+    "assigned_token": ("token",),
 }
 
 #: What a masked secret reads as: its kind and its tag.
