@@ -216,3 +216,19 @@ def test_an_export_leaves_forgotten_messages_out(engine: Engine) -> None:
     lines = [json.loads(x) for x in "".join(engine.export("e")).splitlines()]
     texts = json.dumps(lines)
     assert "second" in texts and WORD not in texts and '"content": ""' not in texts
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_doctor_is_clean_after_a_forget(tmp_path: Path, run_cli: Any, whole: bool) -> None:  # type: ignore[no-untyped-def]
+    """A forget's markers are the owner's doing, not damage: doctor says ok afterwards,
+    whether the whole compacted conversation went or a part of it."""
+    db = tmp_path / "f.db"
+    config = SMALL.replace(data_dir=str(tmp_path / "data"))
+    with Engine.open(db, config=config) as engine:
+        ids = seeded(engine)
+        assert engine.context_summaries("s")  # compacted: there are summaries to mark
+    what = ["s"] if whole else ["s", "--messages", f"msg#{ids[4]}..msg#{ids[7]}"]
+    done = run_cli("--db", str(db), "forget", *what, "--yes")
+    assert done.code == 0, done
+    checked = run_cli("--db", str(db), "doctor")
+    assert checked.code == 0 and "degraded" not in checked.out, checked

@@ -127,7 +127,11 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
         )
 
     found = store.degraded_summaries(None, TRUNCATION_MARKER) if degraded else []
+    # A forget's marker is what the owner asked for, not damage: never a problem (`lossless
+    # rewrite` summarizes what remains below one, when the owner wants that).
+    found = [(s, why) for s, why in found if why != "forgotten"]
     for summary, why in found[:_LIMIT]:
+        fix = "`lossless doctor --apply` re-summarizes it with the configured summarizer"
         detail = (
             "written by the deterministic fallback (the summarizer failed)"
             if why == "fallback"
@@ -138,7 +142,7 @@ def check(store: Store, *, degraded: bool = False) -> list[Problem]:
                 "degraded summaries",
                 summary.summary_id,
                 f"depth {summary.depth} summary of conversation {summary.conversation_id} {detail}",
-                "`lossless doctor --apply` re-summarizes it with the configured summarizer",
+                fix,
             )
         )
 
@@ -184,3 +188,4 @@ def stray_files(store: Store, files_dir: Path) -> list[Problem]:
             if len(problems) >= _LIMIT:
                 break
     return problems
+
