@@ -91,6 +91,13 @@ def test_data_dir_moves_the_files(tmp_path: Path, new_db: Callable[[], str]) -> 
         engine.ingest("s", {"role": "user", "content": f"<file>{BODY}</file>"})
         assert engine.files_dir == tmp_path / "data" / "files"
         assert any((tmp_path / "data" / "files" / "1").iterdir())
+    # Every folder lossless made on the way is its owner's alone, as the files are.
+    for folder in (
+        tmp_path / "data",
+        tmp_path / "data" / "files",
+        tmp_path / "data" / "files" / "1",
+    ):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
 
 
 @pytest.mark.parametrize(

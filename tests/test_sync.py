@@ -276,3 +276,51 @@ def test_sync_and_watch_take_the_hosts_databases_too(
     with Engine.open(db_path, config=Config()) as engine:
         assert [m.content for m in engine.messages("h1")] == ["hello hermes", "hello back"]
         assert [m.content for m in engine.messages("s1")] == ["hi claw"]
+
+
+def test_a_symbolic_link_out_of_the_host_folders_is_not_followed(
+    hosts: dict[str, Path], db_path: Path, tmp_path: Path
+) -> None:
+    """A transcript in a host folder that is a link to a file elsewhere is named and passed
+    over by a sync's pass, and a watched transcript replaced by such a link is not read."""
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    write_lines(elsewhere, [cc_line("x1", None, "private notes outside the host folder")])
+    transcript = claude_transcript(hosts)
+    write_lines(transcript, [cc_line("u1", None, "Start the migration")])
+    link = transcript.with_name("linked-session.jsonl")
+    link.symlink_to(elsewhere)
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg-data")}
+    once = subprocess.run(
+        [str(LOSSLESS), "--db", str(db_path), "sync", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert once.returncode in (0, 3), once
+    reports = {Path(r["path"]).name: r for r in json.loads(once.stdout)["files"]}
+    assert reports["linked-session.jsonl"]["mode"] == "passed_over"
+    assert "symbolic link" in reports["linked-session.jsonl"]["problems"][0]["reason"]
+
+    follower = Follower(db_path, env)
+    try:
+        assert follower.proc.stderr is not None
+        for line in follower.proc.stderr:
+            if "watching" in line:
+                break
+        transcript.unlink()
+        transcript.symlink_to(elsewhere)  # the watched file becomes a link out
+        write_lines(elsewhere, [cc_line("x2", "x1", "more private notes")], "a")
+        link.with_name("after.jsonl").write_text(
+            json.dumps(cc_line("v1", None, "a later session")) + "\n"
+        )
+        seen = [follower.next_report()]
+        while Path(seen[-1]["path"]).name != "after.jsonl":
+            seen.append(follower.next_report())
+        assert seen[-1]["imported"] == 1
+    finally:
+        code = follower.stop()
+    assert code == 0
+    with Engine.open(db_path, config=Config()) as engine:
+        said = {m.content for c in engine.conversations() for m in engine.messages(c.conversation)}
+    assert not any("private notes" in text for text in said), said

@@ -188,4 +188,3 @@ def stray_files(store: Store, files_dir: Path) -> list[Problem]:
             if len(problems) >= _LIMIT:
                 break
     return problems
-

@@ -212,6 +212,11 @@ def watch(
             ready = [p for p, t in pending.items() if now - t >= QUIET_SECONDS]
             for path in ready:
                 del pending[path]
+                if not any(_within(path, r) for r in roots):
+                    logger.warning(
+                        "not following %s: a symbolic link out of the watched folders", path
+                    )
+                    continue
                 if path.is_file():
                     try:
                         on_import(engine.import_path(path))
@@ -229,6 +234,14 @@ def _watched(path: Path) -> Path | None:
         return path
     name = path.name.removesuffix("-wal").removesuffix("-shm")
     return path.with_name(name) if name in HOST_STORE_NAMES else None
+
+
+def _within(path: Path, root: Path) -> bool:
+    """Whether *path*, its links followed, is still below *root* (its links followed)."""
+    try:
+        return _below(path.resolve(), root.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
 
 
 def _below(path: Path, root: Path) -> bool:

@@ -28,6 +28,7 @@ __all__ = [
     "explore",
     "externalize",
     "file_path",
+    "private_dirs",
     "read_file",
     "write_private",
 ]
@@ -70,6 +71,18 @@ def file_path(files_dir: Path, conversation_id: int, file_id: str, ext: str) -> 
     return path
 
 
+def private_dirs(folder: Path) -> None:
+    """Make *folder* and each missing folder above it owner-only (``mkdir(parents=True)``
+    would give the ones above it the default mode, readable by everyone)."""
+    missing = []
+    current = folder
+    while not current.exists() and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    for made in reversed(missing):
+        made.mkdir(mode=0o700, exist_ok=True)
+
+
 def write_private(path: Path, data: bytes) -> bool:
     """Write atomically, owner-only, without following a symbolic link at the target.
 
@@ -77,7 +90,7 @@ def write_private(path: Path, data: bytes) -> bool:
     that fails — a full disk, a quota — leaves no partial file behind and is a
     :class:`StoreError` that says what to do.
     """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(path.parent)
     if path.parent.is_symlink():
         raise LosslessError(f"refusing to write through the symbolic link {path.parent}")
     if path.exists() and not path.is_symlink():

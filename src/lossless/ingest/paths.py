@@ -45,7 +45,7 @@ def import_path(
             if progress is not None:
                 progress(offset + done, total)
 
-        copy = _host_copy(file) if root.is_dir() else None
+        copy = (_host_copy(file) or _leads_out(file, root)) if root.is_dir() else None
         if copy is not None:
             reports.append(ReconcileReport.failed(file, NotATranscript(str(file), 0, copy)))
             base += file.stat().st_size
@@ -93,6 +93,22 @@ def _host_copy(file: Path) -> str | None:
     return (
         f"{what}: the session's own file holds the same entries (import the copy by name to"
         " read it)"
+    )
+
+
+def _leads_out(file: Path, root: Path) -> str | None:
+    """Why a folder import leaves *file* out when it is a symbolic link (or below one) that
+    leads out of the folder: a folder import reads what is in the folder."""
+    try:
+        target = file.resolve()
+        inside = target.is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return "a symbolic link that leads nowhere (a loop)"
+    if inside:
+        return None
+    return (
+        f"a symbolic link to {target}, out of the folder: a folder import reads what is in the"
+        " folder (import the target by name to read it)"
     )
 
 
