@@ -228,3 +228,42 @@ def test_restore_refuses_while_another_process_is_using_the_store_and_changes_no
         assert kept.check() == []
     with Engine.open(db, config=SMALL) as restored:
         assert restored.check() == []
+
+
+def _damage_index_page(db: Path, index: str) -> None:
+    """XOR 64 bytes near the end of *index*'s root page (where its cells are), as a failing
+    disk would."""
+    with sqlite3.connect(db) as conn:
+        page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (index,))
+        number = int(root.fetchone()[0])
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with db.open("r+b") as handle:
+        at = number * page - 80
+        handle.seek(at)
+        chunk = handle.read(64)
+        handle.seek(at)
+        handle.write(bytes(b ^ 0x5A for b in chunk))
+
+
+def test_a_damaged_index_page_is_found_by_doctor_and_refused_by_backup(
+    tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
+    db = tmp_path / "s.db"
+    with Engine.open(db, config=Config()) as engine:
+        for i in range(3000):
+            engine.ingest("s", {"role": "user", "content": f"note {i}: " + "word " * 20})
+    assert run_cli("--db", str(db), "doctor").code == 0
+    _damage_index_page(db, "sqlite_autoindex_messages_1")
+
+    checked = run_cli("--db", str(db), "doctor")
+    assert checked.code == 1, checked
+    assert "database file" in checked.out and "quick_check" in checked.out, checked.out
+    assert "Traceback" not in checked.err
+    full = run_cli("--db", str(db), "doctor", "--full", "--json")
+    assert full.code == 1 and "integrity_check" in full.out
+
+    target = tmp_path / "backup.db"
+    refused = run_cli("--db", str(db), "backup", str(target))
+    assert refused.code != 0 and "damaged" in refused.err, refused
+    assert not target.exists() and not list(tmp_path.glob(".backup.db.partial*"))

@@ -126,6 +126,16 @@ def backup(store: Store, files_dir: Path, dest: str | os.PathLike[str]) -> Backu
             f" an earlier backup, or save what is readable with `sqlite3 {store.location}"
             " .recover`"
         ) from exc
+    damage = [p for p in problems if p.startswith("database file")]
+    if damage:  # a copy of damaged pages is damaged: no backup is better than a bad one
+        for path in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(partial_files, ignore_errors=True)
+        raise BackupError(
+            f"the store {store.location} is damaged ({damage[0]}). Nothing was kept at"
+            f" {target}. Restore the store from an earlier backup, or save what is readable"
+            f" with `sqlite3 {store.location} .recover`"
+        )
     if partial_files.is_dir():
         copied_files = _files_beside(target)
         os.replace(partial_files, copied_files)

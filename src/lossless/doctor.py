@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import LosslessError
 from .store.base import Store
 from .summarize.escalation import TRUNCATION_MARKER
 
@@ -29,12 +31,28 @@ class Problem:
         return {"check": self.check, "ids": self.ids, "detail": self.detail, "fix": self.fix}
 
 
-def check(store: Store, *, degraded: bool = False) -> list[Problem]:
+def check(store: Store, *, degraded: bool = False, full: bool = False) -> list[Problem]:
     """Run every integrity check; an empty list means the store is consistent. With
     *degraded*, also list the summaries ``doctor --apply`` would re-summarize (written by the
-    deterministic fallback, or cut to size): not damage, but worse than they could be."""
+    deterministic fallback, or cut to size): not damage, but worse than they could be.
+
+    On SQLite the file itself is checked first, page by page: ``PRAGMA quick_check`` (every
+    page and record readable, no index row missing its table row), or with *full* ``PRAGMA
+    integrity_check`` (also every index's content against its table)."""
     problems: list[Problem] = []
     add = problems.append
+
+    for detail in file_problems(store, full=full):
+        add(
+            Problem(
+                "database file",
+                str(store.location),
+                detail,
+                f"{_FROM_BACKUP}; or save what is readable with `sqlite3 FILE .recover`",
+            )
+        )
+    if problems:
+        return problems  # the checks below read a damaged file: what they say adds nothing
 
     for table, rowid, parent, _ in store.foreign_key_problems():
         add(
@@ -188,3 +206,17 @@ def stray_files(store: Store, files_dir: Path) -> list[Problem]:
             if len(problems) >= _LIMIT:
                 break
     return problems
+
+
+def file_problems(store: Store, *, full: bool = False) -> list[str]:
+    """What SQLite's own check finds wrong in the database file (empty: nothing; always empty
+    on PostgreSQL, which checks its pages itself)."""
+    if store.backend != "sqlite":
+        return []
+    pragma = "integrity_check" if full else "quick_check"
+    try:
+        rows = store.fetchall(f"PRAGMA {pragma}(100)")
+    except (LosslessError, sqlite3.DatabaseError) as exc:
+        return [f"SQLite's {pragma} cannot read it: {exc}"]
+    found = [str(r[0]) for r in rows if str(r[0]) != "ok"]
+    return [f"SQLite's {pragma}: {line}" for line in found]

@@ -88,15 +88,21 @@ def stats_command(state: State, as_json: bool) -> None:
     is_flag=True,
     help="Fix what needs no model and no backup: indexes, context ordinals, stray files.",
 )
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Check the SQLite file with integrity_check (slower) instead of quick_check.",
+)
 @json_option
 @pass_state
 def doctor_command(
-    state: State, rebuild_fts: bool, do_apply: bool, repair: bool, as_json: bool
+    state: State, rebuild_fts: bool, do_apply: bool, repair: bool, full: bool, as_json: bool
 ) -> None:
     """Check the store's integrity (read-only unless a fix is asked for).
 
-    Checks foreign keys, context ordinals, that every context item points at a row of its
-    own conversation, that every message is reachable from the context, that summaries have
+    Checks the SQLite file page by page (quick_check; --full: integrity_check), foreign
+    keys, context ordinals, that every context item points at a row of its own conversation,
+    that every message is reachable from the context, that summaries have
     sources, DAG depths, that retired summaries are no longer used, and that the full-text
     indexes match their text; and lists the summaries the deterministic fallback wrote or
     that were cut to size. --apply re-summarizes those, shallowest first, in one transaction
@@ -123,7 +129,7 @@ def doctor_command(
                     f" {outcome}",
                     highlight=False,
                 )
-    problems = engine.check(degraded=True)
+    problems = engine.check(degraded=True, full=full)
     notes = engine.check_notes()
     if as_json:
         data: dict[str, object] = {

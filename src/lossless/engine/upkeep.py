@@ -152,10 +152,11 @@ class Upkeep(Facade):
         ``doctor``; writers keep going meanwhile. See :mod:`lossless.backup`."""
         return backup_store(self.store, self.files_dir, dest)
 
-    def check(self, *, degraded: bool = False) -> list[Problem]:
+    def check(self, *, degraded: bool = False, full: bool = False) -> list[Problem]:
         """``lossless doctor``: every integrity check of the store and its large files (an
-        empty list: consistent); with *degraded*, also the summaries a repair would redo."""
-        return doctor.check(self.store, degraded=degraded) + doctor.stray_files(
+        empty list: consistent); with *degraded*, also the summaries a repair would redo;
+        with *full*, SQLite's full ``integrity_check`` of the file instead of its quick one."""
+        return doctor.check(self.store, degraded=degraded, full=full) + doctor.stray_files(
             self.store, self.files_dir
         )
 
