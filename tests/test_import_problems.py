@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lossless import Engine, doctor
+import pytest
+
+from lossless import Config, Engine, doctor
 from lossless.model import StoredMessage
 
 CC = "5464f1db-22b4-4136-ae64-a5ad4a8c57a4"
@@ -289,3 +291,31 @@ def test_an_object_of_no_shape_in_a_host_transcript_is_named_not_skipped_as_book
     assert "(keys: foo)" in report.not_imported[0].reason
     assert dict(report.skipped) == {"queue-operation": 1}
     assert len(stored(engine, CC)) == 2
+
+
+@pytest.mark.parametrize("ending", [b"\n", b""])
+def test_a_line_over_the_limit_is_reported_and_never_held_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: bytes
+) -> None:
+    """A line longer than a transcript line may be (a file of zeros with no line break in
+    place of a transcript) is one error line, read a piece at a time; the lines around it
+    are imported."""
+    from lossless.ingest import transcripts
+
+    monkeypatch.setattr(transcripts, "MAX_LINE_BYTES", 1 << 20)
+    path = tmp_path / "chat.jsonl"
+    first = json.dumps({"role": "user", "content": "before the flood"}).encode() + b"\n"
+    last = json.dumps({"role": "user", "content": "after the flood"}).encode() + b"\n"
+    with path.open("wb") as handle:
+        handle.write(first)
+        for _ in range(5):
+            handle.write(b"\0" * (1 << 20))
+        handle.write(ending)
+        if ending:
+            handle.write(last)
+    with Engine.open(tmp_path / "s.db", config=Config()) as engine:
+        [report] = engine.import_path(path, format="messages")
+        said = [m.content for m in engine.messages(report.session_id)]
+    assert said == (["before the flood", "after the flood"] if ending else ["before the flood"])
+    [problem] = report.problems
+    assert problem.line == 2 and "over the 1 MB a transcript line may hold" in problem.reason

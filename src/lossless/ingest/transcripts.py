@@ -150,18 +150,50 @@ def _undecodable(exc: UnicodeDecodeError) -> str:
     )
 
 
+#: The longest line a transcript reader holds in memory; a longer one is reported and
+#: skipped, read in pieces (a file of zeros with no line break is not read whole).
+MAX_LINE_BYTES = 64 << 20
+
+
+def _bounded(handle: BinaryIO, limit: int) -> Iterator[tuple[bytes, int]]:
+    """The lines of *handle*, each with its length in bytes; a line over *limit* bytes comes
+    as ``b""`` with its full length (what it held is read and dropped, a megabyte at a time)."""
+    while True:
+        raw = handle.readline(limit + 1)
+        if not raw:
+            return
+        if len(raw) <= limit or raw.endswith(b"\n"):
+            yield raw, len(raw)
+            continue
+        size = len(raw)
+        while True:
+            rest = handle.readline(1 << 20)
+            size += len(rest)
+            if not rest or rest.endswith(b"\n"):
+                break
+        yield b"", size
+
+
 def read_lines(handle: BinaryIO, start: int = 0, line_no: int = 0) -> Iterator[Line]:
     """Yield the complete lines of a JSONL stream from byte offset *start*.
 
     Blank lines are passed over. A final line without a newline is yielded only if it parses
-    (a host may be half-way through writing it); otherwise it is left for the next read.
+    (a host may be half-way through writing it); otherwise it is left for the next read. A
+    line over :data:`MAX_LINE_BYTES` is an error line (and never held whole).
     """
     handle.seek(start)
     offset = start
-    for raw in handle:
+    for raw, size in _bounded(handle, MAX_LINE_BYTES):
         line_no += 1
         begin = offset
-        offset += len(raw)
+        offset += size
+        if not raw:
+            error = (
+                f"a line of {size:,} bytes, over the {MAX_LINE_BYTES >> 20} MB a transcript line"
+                " may hold: not read (is this file a transcript?)"
+            )
+            yield Line(line_no, begin, offset, b"", error=error)
+            continue
         complete = raw.endswith(b"\n")
         text = raw.strip()
         if not text:
