@@ -367,6 +367,11 @@ class ResponsesServer(_Server):
             "response.output_item.done",
             {"type": "response.output_item.done", "output_index": 0, "item": item},
         )
+        yield ResponsesServer.completed(n, read)
+
+    @staticmethod
+    def completed(n: int, read: int) -> tuple[str, dict[str, Any]]:
+        """The ``response.completed`` event of response *n*, which read *read* tokens."""
         usage = {
             "input_tokens": read,
             "input_tokens_details": {"cached_tokens": 0},
@@ -374,7 +379,7 @@ class ResponsesServer(_Server):
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": read + 10,
         }
-        yield (
+        return (
             "response.completed",
             {"type": "response.completed", "response": {"id": f"resp_{n}", "usage": usage}},
         )
@@ -433,20 +438,7 @@ class ResponsesServer(_Server):
                 "item": item,
             },
         )
-        usage = {
-            "input_tokens": read,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 10,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": read + 10,
-        }
-        yield (
-            "response.completed",
-            {
-                "type": "response.completed",
-                "response": {"id": f"resp_{n}", "usage": usage},
-            },
-        )
+        yield ResponsesServer.completed(n, read)
 
 
 class ChatServer(_Server):

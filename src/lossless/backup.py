@@ -114,28 +114,25 @@ def backup(store: Store, files_dir: Path, dest: str | os.PathLike[str]) -> Backu
     if files_dir.is_dir():
         shutil.copytree(files_dir, partial_files, symlinks=True)  # links stay links
         partial_files.chmod(0o700)
+
+    def refuse(why: str) -> BackupError:
+        """Clear the partial copy; the error saying the store is damaged and what to do."""
+        for path in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(partial_files, ignore_errors=True)
+        return BackupError(
+            f"the store {store.location} is damaged ({why}). Nothing was kept at {target}."
+            " Restore the store from an earlier backup, or save what is readable with"
+            f" `sqlite3 {store.location} .recover`"
+        )
+
     try:
         messages, summaries, problems, _ = _check(partial)
     except LosslessError as exc:  # the copy does not read: the store it was copied from
-        for path in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
-            path.unlink(missing_ok=True)
-        shutil.rmtree(partial_files, ignore_errors=True)
-        raise BackupError(
-            f"the store {store.location} is damaged: the copy of it does not read"
-            f" ({exc.__cause__ or exc}). Nothing was kept at {target}. Restore the store from"
-            f" an earlier backup, or save what is readable with `sqlite3 {store.location}"
-            " .recover`"
-        ) from exc
+        raise refuse(f"the copy of it does not read: {exc.__cause__ or exc}") from exc
     damage = [p for p in problems if p.startswith("database file")]
     if damage:  # a copy of damaged pages is damaged: no backup is better than a bad one
-        for path in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
-            path.unlink(missing_ok=True)
-        shutil.rmtree(partial_files, ignore_errors=True)
-        raise BackupError(
-            f"the store {store.location} is damaged ({damage[0]}). Nothing was kept at"
-            f" {target}. Restore the store from an earlier backup, or save what is readable"
-            f" with `sqlite3 {store.location} .recover`"
-        )
+        raise refuse(damage[0])
     if partial_files.is_dir():
         copied_files = _files_beside(target)
         os.replace(partial_files, copied_files)
