@@ -16,7 +16,7 @@ from lossless import Config, Engine, StoreError
 from lossless.store import SQLiteStore, open_store
 from lossless.store.merge_pace import MergePace
 from lossless.store.migrations import MIGRATIONS
-from lossless.store.sqlite import CATCH_UP_AT
+from lossless.store.sqlite_indexes import CATCH_UP_AT
 
 
 def test_opening_a_new_database_applies_every_migration_once(db: str) -> None:
