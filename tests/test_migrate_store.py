@@ -53,6 +53,7 @@ SECRET = "sk-proj-4fJ9sQ2mZx8LwP0aTbY7cR1dEuV3"
 #: SQLite's full-text indexes (and their shadow tables).
 NOT_COPIED = (
     "migrations",
+    "scrubs_due",  # the source's own files' scrub: a copy is written without the freed text
     "messages_fts",
     "messages_ctx_fts",
     "messages_trigram",

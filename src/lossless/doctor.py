@@ -54,6 +54,19 @@ def check(store: Store, *, degraded: bool = False, full: bool = False) -> list[P
     if problems:
         return problems  # the checks below read a damaged file: what they say adds nothing
 
+    for scrub in store.scrubs_due():
+        doing = f"; {scrub.claimed_by} began it at {scrub.claimed_at}" if scrub.claimed_by else ""
+        add(
+            Problem(
+                "unfinished forget",
+                f"forget of {scrub.due_at}",
+                f"the forget ({scrub.what}) committed, but the scrub of the space it freed did"
+                f" not finish{doing}: the forgotten text's bytes remain in the store's files",
+                "`lossless forget --finish` (or `lossless doctor --repair`) finishes it; on a"
+                " full disk, free space about the size of the database first",
+            )
+        )
+
     for table, rowid, parent, _ in store.foreign_key_problems():
         add(
             Problem(

@@ -11,26 +11,40 @@ the substring index, the summaries that covered it (replaced by a marker that sa
 forgotten and when; ``lossless rewrite`` summarizes them again from what remains), large
 files, session summaries, the tool log and kept originals. Then the back end is asked to make
 the freed space unreadable (:meth:`~lossless.store.Store.purge_freed`: on SQLite, merged
-indexes, VACUUM with secure delete, an emptied write-ahead log) and the large files are
-deleted from disk.
+indexes, VACUUM with secure delete, an emptied write-ahead log; on PostgreSQL, the tables
+rewritten) and the large files are deleted from disk: the **scrub**.
+
+The scrub is recorded as due in the forget's own transaction (``scrubs_due``) and the record
+deleted once it is done, so a forget stopped after its commit (killed, a full disk, a lost
+connection) is finished by the next command that opens the store
+(:func:`finish_scrubs`), by ``lossless forget --finish`` or ``doctor --repair``; ``doctor``
+reports one still due. A scrub being done by a live process is left to it.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import ArgumentError, NotFoundError
+from .errors import ArgumentError, NotFoundError, StoreError
 from .model import Conversation
 from .retrieval.grep import grep as grep_store
 from .retrieval.tools import MAX_LIMIT, MAX_REACH
-from .timestamps import format_ts, now
+from .store.forget import DueScrub
+from .timestamps import format_ts, now, parse_ts
 
 if TYPE_CHECKING:
     from .services import Services
 
-__all__ = ["ForgetReport", "forget"]
+__all__ = ["ForgetReport", "ForgetUnfinished", "ScrubReport", "finish_scrubs", "forget"]
+
+#: A scrub claimed by a process on another machine (a shared PostgreSQL store) is taken
+#: over once its claim is this old (one on this machine: once its process is gone).
+CLAIM_SECONDS = 3600
 
 
 @dataclass
@@ -125,13 +139,98 @@ def forget(
         context_items=counts.context_items,
         dry_run=dry_run,
     )
-    if dry_run or not ids:
+    if dry_run:
+        return report
+    if not ids:
+        # Nothing new to forget; an earlier forget's scrub may still be due.
+        scrubbed = finish_scrubs(services)
+        report.purged = scrubbed.steps if scrubbed else []
         return report
     report.forgotten_at = stamp
-    for relative in counts.file_paths:
-        (services.files_dir / relative).unlink(missing_ok=True)
-    report.purged = store.purge_freed()
+    try:
+        scrubbed = finish_scrubs(services)
+    except StoreError as exc:
+        raise ForgetUnfinished(report, exc) from exc
+    report.purged = scrubbed.steps if scrubbed else []
     return report
+
+
+class ForgetUnfinished(StoreError):
+    """A forget committed (its messages are tombstones, no read finds their text) whose scrub
+    of the freed space did not finish: the text's bytes remain in the store's files until it
+    does. ``report`` says what was forgotten."""
+
+    def __init__(self, report: ForgetReport, cause: StoreError) -> None:
+        self.report = report
+        super().__init__(
+            f"forgot {report.messages:,} message(s) of conversation(s)"
+            f" {', '.join(map(str, report.conversations))}: no search, view or export shows"
+            f" their text any more; but the scrub of the space it left did not finish"
+            f" ({_reason(cause)}), so its bytes remain in the store's files for now. Fix what"
+            " stopped"
+            " it and run `lossless forget --finish` (the next lossless command tries too;"
+            " `lossless doctor` reports it until it is done)"
+        )
+
+
+def _reason(cause: StoreError) -> str:
+    """What stopped a scrub, without the advice a failed write's error gives about itself
+    (that nothing of *it* was stored: true of the scrub's step, not of the forget)."""
+    return str(cause).split("; nothing of this write was stored")[0]
+
+
+@dataclass
+class ScrubReport:
+    """The scrubs a call finished: what each forget was, and the steps taken."""
+
+    what: list[str]
+    steps: list[str]
+    files: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def finish_scrubs(services: Services) -> ScrubReport | None:
+    """Finish every forget's scrub still due that no live process is finishing: delete its
+    large files, make the freed space unreadable, and record it done. ``None`` when none was
+    due (or the ones due are being finished by another process). Raises :class:`StoreError`
+    when the scrub cannot finish (a full disk, a read-only file): it stays due."""
+    store = services.store
+    if not store.scrubs_due():
+        return None
+    claim = f"{socket.gethostname()}:{os.getpid()}"
+    mine = store.claim_scrubs(claim, _abandoned)
+    if not mine:
+        return None
+    files = 0
+    for scrub in mine:
+        for relative in scrub.files:
+            path = services.files_dir / relative
+            if path.exists():
+                path.unlink()
+                files += 1
+    steps = store.purge_freed()
+    store.scrubs_done([s.scrub_id for s in mine])
+    if files:
+        steps.insert(0, f"deleted {files:,} large file(s)")
+    return ScrubReport(what=[s.what for s in mine], steps=steps, files=files)
+
+
+def _abandoned(scrub: DueScrub) -> bool:
+    """Whether the process that claimed *scrub* stopped before finishing it."""
+    host, _, pid = (scrub.claimed_by or "").rpartition(":")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # alive, another user's
+        return False
+    claimed = parse_ts(scrub.claimed_at) if scrub.claimed_at else None
+    return claimed is None or now() - claimed > timedelta(seconds=CLAIM_SECONDS)
 
 
 def _matching(services: Services, text: str, conversation_ids: list[int] | None) -> list[int]:

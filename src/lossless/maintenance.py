@@ -31,6 +31,7 @@ from . import doctor
 from .compaction import Compactor
 from .compaction.compactor import message_sources, summary_sources
 from .errors import ConflictError, LosslessError
+from .forget import finish_scrubs
 from .ingest.paths import import_path
 from .ingest.transcripts import detect_transcript_format, head_values
 from .model import ContextItem, Summary
@@ -296,6 +297,12 @@ def mend(services: Services) -> list[str]:
     (see the module docstring); what was done, one line each (empty: nothing to fix)."""
     store = services.store
     done: list[str] = []
+    scrubbed = finish_scrubs(services)
+    if scrubbed is not None:
+        done.append(
+            f"finished the scrub of a forget that had stopped ({'; '.join(scrubbed.what)}):"
+            f" {'; '.join(scrubbed.steps)}"
+        )
     if store.fts_problems():
         store.rebuild_fts()
         done.append("rebuilt the full-text indexes from the stored text")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
@@ -15,6 +16,9 @@ from ..maintenance import RewriteReport
 from ..transplant import render
 from .conversations import resolve
 from .output import State, emit_json, json_option, pass_state, stderr, stdout
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 
 @click.command("transplant")
@@ -243,6 +247,11 @@ def _message_range(text: str | None) -> tuple[int, int] | None:
     is_flag=True,
     help="Let a later import of the transcript store it again (default: forgotten stays so).",
 )
+@click.option(
+    "--finish",
+    is_flag=True,
+    help="Finish the scrub of a forget that stopped after its commit (killed, a full disk).",
+)
 @json_option
 @pass_state
 def forget_command(
@@ -254,6 +263,7 @@ def forget_command(
     dry_run: bool,
     yes: bool,
     allow_reimport: bool,
+    finish: bool,
     as_json: bool,
 ) -> None:
     """Forget for good: a CONVERSATION, its --family, its --messages A..B, or the messages
@@ -262,10 +272,17 @@ def forget_command(
     The text goes from the messages, their parts, the search indexes, the summaries that
     covered them (replaced by a marker saying what was forgotten and when), large files,
     session summaries, the tool log and kept originals, then from the database file itself
-    (SQLite: merged indexes, VACUUM, emptied log). Each message stays as an empty tombstone
-    so a re-import of its transcript does not bring it back (unless --allow-reimport). Asks
-    first on a terminal; --yes does not; --dry-run only says what would go.
+    (SQLite: merged indexes, VACUUM, emptied log; PostgreSQL: the tables rewritten). Each
+    message stays as an empty tombstone so a re-import of its transcript does not bring it
+    back (unless --allow-reimport). Asks first on a terminal; --yes does not; --dry-run only
+    says what would go. --finish finishes the scrub of a forget that stopped after its commit
+    (killed, a full disk); any command that opens the store tries too, and doctor reports it.
     """
+    if finish:
+        if conversation is not None or matching is not None or span is not None:
+            raise click.UsageError("--finish takes nothing to forget: run it on its own")
+        _finish_forgets(state.engine(), as_json)
+        return
     if conversation is None and matching is None:
         raise click.UsageError("say what to forget: a CONVERSATION, or --matching TEXT")
     if sum(x is not None for x in (span, matching)) > 1:
@@ -301,9 +318,37 @@ def forget_command(
     _print_forget(report)
 
 
+def _finish_forgets(engine: Engine, as_json: bool) -> None:
+    """``forget --finish``: the scrubs finished, or why none was."""
+    done = engine.finish_forgets()
+    left = engine.store.scrubs_due()
+    if as_json:
+        emit_json(
+            {
+                "finished": done.to_dict() if done else None,
+                "due": [{"what": s.what, "due_at": s.due_at, "by": s.claimed_by} for s in left],
+            }
+        )
+        return
+    if done is not None:
+        stdout.print(f"finished the scrub of: {'; '.join(done.what)}", highlight=False)
+        for line in done.steps:
+            stdout.print(f"  {line}", highlight=False)
+    for scrub in left:
+        stdout.print(
+            f"still due: the scrub of the forget of {scrub.due_at} ({scrub.what}), being"
+            f" done by {scrub.claimed_by} since {scrub.claimed_at}",
+            highlight=False,
+        )
+    if done is None and not left:
+        stdout.print("nothing to finish: every forget's scrub is done", highlight=False)
+
+
 def _print_forget(report: ForgetReport) -> None:
     if not report.messages:
         stdout.print("nothing to forget: no message matched", highlight=False)
+        for line in report.purged:  # an earlier forget's scrub, finished now
+            stdout.print(f"  {line}", highlight=False)
         return
     verb = "would forget" if report.dry_run else "forgot"
     shown = ", ".join(report.first_ids) + (

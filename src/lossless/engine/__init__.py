@@ -115,6 +115,8 @@ class Engine(Reads, Recall, Upkeep, Hosting, Pending):
         # queue (a hook's short process replaces this with a process of its own).
         self._finish_checked: set[int] = set()
         self.services.finish_later = self._finish_later
+        # A forget stopped after its commit left its scrub due: the next opening finishes it.
+        self._finish_forgets_on_open()
 
     @classmethod
     def open(

@@ -13,8 +13,8 @@ from ..backup import backup as backup_store
 from ..compaction import CompactionPlan
 from ..compaction import plan as plan_compaction
 from ..doctor import Problem
-from ..errors import ArgumentError
-from ..forget import ForgetReport
+from ..errors import ArgumentError, StoreError
+from ..forget import ForgetReport, ScrubReport, finish_scrubs
 from ..forget import forget as forget_messages
 from ..maintenance import BackfillReport, RewriteReport
 from ..model import ContextItem, SessionSummary
@@ -180,6 +180,27 @@ class Upkeep(Facade):
     def compaction_plan(self, conversation: ConversationRef) -> CompactionPlan:
         """What compacting the conversation would do now (a dry run: nothing changes)."""
         return plan_compaction(self.services, self.conversation(conversation).conversation_id)
+
+    def finish_forgets(self) -> ScrubReport | None:
+        """Finish the scrub of every forget that stopped after its commit (see
+        :mod:`lossless.forget`): ``None`` when none is due or another live process is doing
+        it. Raises :class:`~lossless.errors.StoreError` when it cannot finish (it stays due)."""
+        return finish_scrubs(self.services)
+
+    def _finish_forgets_on_open(self) -> None:
+        """What opening a store does about a forget's scrub left due: finish it, saying so;
+        when it cannot, say why and leave it due (doctor reports it)."""
+        try:
+            done = self.finish_forgets()
+        except StoreError as exc:
+            logger.warning("%s; `lossless forget --finish` tries again", exc)
+            return
+        if done is not None:
+            logger.warning(
+                "finished the scrub of a forget that had stopped after its commit (%s): %s",
+                "; ".join(done.what),
+                "; ".join(done.steps),
+            )
 
     def forget(
         self,

@@ -1,9 +1,10 @@
 """What ``lossless migrate-store`` copies: every table of a store, in foreign-key order, with
 the columns copied and the key each is copied in the order of (see :mod:`.copy` for how).
 
-Not ``migrations`` (each store keeps its own) nor the search indexes (each engine builds its
-own), nor generated columns (PostgreSQL's ``content_tsv``), nor the neighbours' words it
-indexes (``context_tsv``, made again by the target).
+Not ``migrations`` (each store keeps its own), nor ``scrubs_due`` (a forget's scrub of the
+source's own files: the copy never holds the text it freed), nor the search indexes (each
+engine builds its own), nor generated columns (PostgreSQL's ``content_tsv``), nor the
+neighbours' words it indexes (``context_tsv``, made again by the target).
 """
 
 from __future__ import annotations

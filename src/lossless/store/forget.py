@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..codec import dumps
+from ..codec import dumps, loads
 from ..timestamps import format_ts, now
 from .connection import Connection
 from .core import in_chunks
 from .summaries import SummaryStore
 
-__all__ = ["ForgetCounts", "ForgetStore"]
+__all__ = ["DueScrub", "ForgetCounts", "ForgetStore"]
 
 
 @dataclass
@@ -38,6 +38,21 @@ class ForgetCounts:
     context_items: int = 0
     #: Large files' paths (relative to the files directory) to delete once committed.
     file_paths: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DueScrub:
+    """A forget's scrub not finished yet: the space its text left still holds it."""
+
+    scrub_id: int
+    #: What was forgotten (what was asked, never the text).
+    what: str
+    #: Large files to delete, relative to the files directory.
+    files: list[str]
+    due_at: str
+    #: ``host:pid`` of the process scrubbing it, if one began.
+    claimed_by: str | None
+    claimed_at: str | None
 
 
 class ForgetStore(SummaryStore):
@@ -249,7 +264,49 @@ class ForgetStore(SummaryStore):
                         stamp,
                     ),
                 )
+            if ids:
+                # Done with the forget or not at all: the next command finishes a scrub a
+                # stopped process left (lossless.forget.finish_scrubs).
+                conn.execute(
+                    "INSERT INTO scrubs_due (what, files, due_at) VALUES (?, ?, ?)",
+                    (how, dumps(counts.file_paths), stamp),
+                )
         return counts
+
+    def scrubs_due(self) -> list[DueScrub]:
+        """The forgets whose scrub is not finished, oldest first."""
+        return [
+            DueScrub(int(r[0]), str(r[1]), list(loads(str(r[2]))), str(r[3]), r[4], r[5])
+            for r in self.fetchall(
+                "SELECT scrub_id, what, files, due_at, claimed_by, claimed_at FROM scrubs_due"
+                " ORDER BY scrub_id"
+            )
+        ]
+
+    def claim_scrubs(self, claim: str, free: Callable[[DueScrub], bool]) -> list[DueScrub]:
+        """Mark the due scrubs no one is finishing (unclaimed, or *free* says their claim is
+        over) as being finished by *claim*; the ones claimed. A row another process claimed
+        between the read and the write is left to it."""
+        taken: list[DueScrub] = []
+        stamp = format_ts(now())
+        with self.transaction() as conn:
+            for scrub in self.scrubs_due():
+                if scrub.claimed_by not in (None, claim) and not free(scrub):
+                    continue
+                cur = conn.execute(
+                    "UPDATE scrubs_due SET claimed_by = ?, claimed_at = ? WHERE scrub_id = ?"
+                    " AND coalesce(claimed_by, '') = ?",
+                    (claim, stamp, scrub.scrub_id, scrub.claimed_by or ""),
+                )
+                if cur.rowcount:
+                    taken.append(scrub)
+        return taken
+
+    def scrubs_done(self, scrub_ids: Sequence[int]) -> None:
+        """Forget the scrubs that are finished."""
+        with self.transaction() as conn:
+            for chunk, marks in in_chunks(list(scrub_ids)):
+                conn.execute(f"DELETE FROM scrubs_due WHERE scrub_id IN ({marks})", chunk)
 
     @staticmethod
     def _spans(conn: Connection, ids: Sequence[int]) -> dict[int, tuple[int, int, int]]:

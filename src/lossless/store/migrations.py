@@ -584,6 +584,26 @@ def m021_provisional_summaries(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m022_scrubs_due(conn: sqlite3.Connection) -> None:
+    run_script(
+        conn,
+        """
+        -- A forget's scrub of the space its text leaves (merged indexes, the file rewritten,
+        -- large files deleted), written in the forget's own transaction and deleted once
+        -- done: a forget stopped after its commit is finished by the next command.
+        CREATE TABLE scrubs_due (
+          scrub_id   INTEGER PRIMARY KEY,
+          what       TEXT NOT NULL,               -- what was forgotten (never the text)
+          files      TEXT NOT NULL DEFAULT '[]',  -- large files to delete (JSON list)
+          due_at     TEXT NOT NULL,
+          claimed_by TEXT,                        -- host:pid of the process scrubbing
+          claimed_at TEXT
+        );
+        """,
+    )
+
+
 @dataclass(frozen=True)
 class Step:
     """One migration in both dialects."""

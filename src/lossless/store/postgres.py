@@ -72,6 +72,18 @@ _SEQUENCES = (
     ("pg_get_serial_sequence('forgotten', 'forget_id')", "forgotten", "forget_id"),
 )  # fmt: skip
 
+#: The tables a forget writes text out of: rewritten after it (:meth:`purge_freed`).
+_FORGET_WRITES = (
+    "messages",
+    "message_parts",
+    "summaries",
+    "redacted_originals",
+    "tool_executions",
+    "large_files",
+    "session_summaries",
+    "conversations",
+)
+
 #: Connections a store keeps at most (threads beyond it wait for one to come back).
 POOL_MAX = 8
 CONNECT_TIMEOUT = 10.0
@@ -643,21 +655,20 @@ class PostgresStore(PgSearch, Store):
         )
 
     def purge_freed(self) -> list[str]:
-        """VACUUM the tables a forget wrote (the deleted row versions become free space:
-        no read sees them, though their bytes stay on disk until the space is reused)."""
-        tables = (
-            "messages",
-            "message_parts",
-            "summaries",
-            "redacted_originals",
-            "tool_executions",
-            "large_files",
-            "session_summaries",
-        )
-        with self._pool.connection() as raw:  # autocommit: VACUUM runs outside a transaction
-            for table in tables:
-                raw.execute(f"VACUUM {table}")
-        return [f"vacuumed {', '.join(tables)} (plain VACUUM; see docs/security.md)"]
+        """Rewrite the tables a forget wrote (``VACUUM FULL``: each table and its indexes
+        are written anew and the old files deleted, so no table file keeps a deleted row
+        version's bytes; each holds an exclusive lock on its table while it runs). The
+        server's write-ahead log and its archives are the server's (docs/security.md)."""
+        import psycopg
+
+        try:
+            with self._pool.connection() as raw:  # autocommit: VACUUM runs outside a transaction
+                for table in _FORGET_WRITES:
+                    raw.execute(f"VACUUM FULL {table}")
+        except psycopg.Error as exc:
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(f"cannot scrub the space freed in {self.location}: {why}") from exc
+        return [f"rewrote {', '.join(_FORGET_WRITES)} (VACUUM FULL; see docs/security.md)"]
 
     def _index_neighbours(self, conn: Connection, *, own: bool = False) -> None:
         """Every message's neighbours' words (with *own*, its own words too), from the stored

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import StoreError
 from .migrations import MIGRATIONS
 
-__all__ = ["MIGRATIONS_TABLE", "copy_database"]
+__all__ = ["MIGRATIONS_TABLE", "copy_database", "scrub_failed"]
 
 #: The table of the migrations a database has had.
 MIGRATIONS_TABLE = (
@@ -144,6 +144,20 @@ def _write_error(path: Path, exc: sqlite3.OperationalError) -> StoreError:
             " -wal and -shm files beside it), or open a writable copy"
         )
     return StoreError(f"cannot write to {path}: {exc}; nothing of this write was stored")
+
+
+def scrub_failed(path: Path | None, exc: BaseException) -> StoreError:
+    """A scrub of freed space (merging the indexes, VACUUM, emptying the log) that stopped:
+    what stopped it. What was committed before it stays; the scrub can run again."""
+    cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
+    code = (getattr(cause, "sqlite_errorcode", None) or 0) & 0xFF
+    if code == sqlite3.SQLITE_FULL or "disk is full" in str(cause):
+        why = "the disk is full (VACUUM needs free space about the size of the database)"
+    elif code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        why = "another process held the database for longer than the wait allows"
+    else:
+        why = str(cause)
+    return StoreError(f"cannot scrub the space freed in {path}: {why}")
 
 
 def _create_private(path: Path) -> None:

@@ -9,8 +9,10 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
+from ..errors import StoreError
 from .connection import Connection
 from .core import StoreCore, in_chunks
+from .sqlite_files import scrub_failed
 
 __all__ = ["CATCH_UP_AT", "FTS_TABLES", "SQLiteIndexes"]
 
@@ -207,12 +209,15 @@ class SQLiteIndexes(StoreCore):
         words in its older segments until a merge), then rewrite the file (VACUUM: no free
         page keeps old text) and empty the write-ahead log (it holds old page images)."""
         conn = self._conn()
-        for table in FTS_TABLES:
-            with self.transaction() as tx:
-                tx.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("VACUUM")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        try:
+            for table in FTS_TABLES:
+                with self.transaction() as tx:
+                    tx.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except (StoreError, sqlite3.Error) as exc:
+            raise scrub_failed(self.path, exc) from exc
         return [
             f"merged the full-text indexes ({', '.join(FTS_TABLES)})",
             f"rewrote {self.path} (VACUUM) with secure delete on",
