@@ -209,13 +209,42 @@ def test_the_cli_asks_first_and_says_what_went(run_cli: Any, tmp_path: Path) -> 
     assert bad.code == 2 and "msg#12..msg#40" in bad.err
 
 
-def test_an_export_leaves_forgotten_messages_out(engine: Engine) -> None:
-    engine.ingest("e", {"role": "user", "content": f"first {WORD}"})
-    engine.ingest("e", {"role": "user", "content": "second"})
+def test_an_export_keeps_tombstones_and_its_import_keeps_the_numbering(
+    engine: Engine, new_db: Callable[[], str], tmp_path: Path
+) -> None:
+    """Issue 45, point 7: a forgotten message is a tombstone in the export too, so importing
+    the export into a new store gives every message its number back (not 9 -> 8)."""
+    for i in range(1, 11):
+        text = f"message {i}" + (f" with {WORD}" if i == 5 else "")
+        engine.ingest("e", {"role": "user" if i % 2 else "assistant", "content": text})
     engine.forget("e", matching=WORD)
-    lines = [json.loads(x) for x in "".join(engine.export("e")).splitlines()]
-    texts = json.dumps(lines)
-    assert "second" in texts and WORD not in texts and '"content": ""' not in texts
+    dump = "".join(engine.export("e"))
+    assert WORD not in dump
+    lines = [json.loads(x) for x in dump.splitlines()]
+    gone = [x for x in lines if x.get("forgotten_at")]
+    assert [(x["seq"], x["message"]) for x in gone] == [(5, {"role": "user", "content": ""})]
+    path = tmp_path / "e.jsonl"
+    path.write_text(dump)
+    with Engine.open(new_db(), config=SMALL) as other:
+        other.import_path(path)
+        back = other.messages("e")
+        assert [(m.seq, m.content) for m in back] == [
+            (m.seq, m.content) for m in engine.messages("e")
+        ]
+        assert [m.seq for m in back if m.forgotten_at] == [5]
+        assert [m.message_id for m in back] == [m.message_id for m in engine.messages("e")]
+        # Out of the active context, as a forget leaves it; the store is consistent.
+        assembled = json.dumps(other.assemble("e", token_budget=10_000).messages)
+        assert "message 4" in assembled and "message 6" in assembled
+        assert '"content": ""' not in assembled
+        assert other.check() == []
+        again = [json.loads(x) for x in "".join(other.export("e")).splitlines()]
+        assert [x for x in again if "seq" in x] == [x for x in lines if "seq" in x]
+        assert other.import_path(path)[0].imported == 0  # and a second import adds nothing
+    markdown = "".join(engine.export("e", format="markdown"))
+    assert "forgotten on" in markdown and WORD not in markdown
+    api = json.dumps(json.loads("".join(engine.export("e", format="openai"))))
+    assert "message 6" in api and '"content": ""' not in api
 
 
 @pytest.mark.parametrize("whole", [True, False])

@@ -319,3 +319,22 @@ def test_a_line_over_the_limit_is_reported_and_never_held_whole(
     assert said == (["before the flood", "after the flood"] if ending else ["before the flood"])
     [problem] = report.problems
     assert problem.line == 2 and "over the 1 MB a transcript line may hold" in problem.reason
+
+
+def test_a_repeated_json_key_is_said_once_and_its_last_value_kept(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    """Issue 45, point 8: ``{"a":1,"a":2}`` is stored as JSON readers read it (the last
+    value), and the import says so, once, rather than dropping the first value silently."""
+    path = tmp_path / "dup.jsonl"
+    path.write_text(
+        '{"role":"user","content":"first","content":"second"}\n'
+        '{"role":"assistant","content":"x","content":"y"}\n'
+        '{"role":"user","content":"plain"}\n'
+    )
+    db = str(tmp_path / "d.db")
+    done = run_cli("--db", db, "import", str(path), "--format", "messages")
+    assert done.code == 0, done
+    assert done.err.count("repeats the key 'content'") == 1, done.err
+    shown = run_cli("--db", db, "show", "dup")
+    assert "second" in shown.out and "first" not in shown.out

@@ -13,6 +13,10 @@ arrays of the OpenAI and Anthropic APIs.
   renderers of the assembled context (:func:`lossless.assemble.render`): one JSON array for
   one conversation; for several, one JSON object a line with each conversation's array.
 
+A forgotten message stays a tombstone in ``jsonl`` (its place, role and time, and when it was
+forgotten: importing the file keeps every message's number) and in ``markdown`` (a line saying
+so); the provider formats, message arrays for a model, leave it out.
+
 Summaries are in none of them: they are lossless's reading of the conversation, not what was
 said (``lossless migrate-store`` and ``lossless backup`` copy a whole store, DAG included).
 
@@ -105,15 +109,20 @@ def export(
     return _provider(services, selected, format, single, view)
 
 
-def _messages(services: Services, conv: Conversation, view: View) -> Iterator[StoredMessage]:
+def _messages(
+    services: Services, conv: Conversation, view: View, *, tombstones: bool = True
+) -> Iterator[StoredMessage]:
     """A conversation's messages in order, a page at a time, each through *view*; forgotten
-    ones (tombstones, their text gone) are left out."""
+    ones (tombstones: a place, a role and a time, no text) as they are, or left out when not
+    *tombstones*."""
     after = 0
     while True:
         page = services.store.get_messages(conv.conversation_id, after_seq=after, limit=PAGE)
         for message in page:
             if message.forgotten_at is None:
                 yield view(message)
+            elif tombstones:
+                yield message
         if len(page) < PAGE:
             return
         after = page[-1].seq
@@ -161,19 +170,23 @@ def _jsonl(services: Services, selected: Sequence[Conversation], view: View) -> 
             }
         )
         for m in _messages(services, conv, view):
-            source = m.to_source()
-            yield _json(
-                {
-                    "conversation_id": conv.conversation_id,
-                    "seq": m.seq,
-                    "external_id": m.external_id,
-                    "created_at": m.created_at,
-                    "format": m.source_format,
-                    "host_meta": m.host_meta,
-                    "metadata": None if m.metadata is None else dict(m.metadata),
-                    "message": source.to_dict() if isinstance(source, Message) else source,
-                }
-            )
+            line = {
+                "conversation_id": conv.conversation_id,
+                "seq": m.seq,
+                "external_id": m.external_id,
+                "created_at": m.created_at,
+                "format": m.source_format,
+                "host_meta": m.host_meta,
+                "metadata": None if m.metadata is None else dict(m.metadata),
+            }
+            if m.forgotten_at is not None:
+                # A tombstone stays one: its place, role and time, when it was forgotten.
+                line["forgotten_at"] = m.forgotten_at
+                line["message"] = {"role": m.role, "content": ""}
+            else:
+                source = m.to_source()
+                line["message"] = source.to_dict() if isinstance(source, Message) else source
+            yield _json(line)
 
 
 # --- markdown ------------------------------------------------------------------------------
@@ -208,6 +221,9 @@ _ATTACHMENTS = ("image", "document", "audio", "file")
 def _markdown_message(m: StoredMessage, tools: dict[str, str]) -> str:
     who = m.role if m.host_meta is None else f"host ({m.host_meta})"
     out = [f"\n### {who} · {_when(m.created_at)} · msg#{m.message_id}\n"]
+    if m.forgotten_at is not None:
+        out.append(f"\n*(forgotten on {_when(m.forgotten_at)} at the owner's request)*\n")
+        return "".join(out)
     for b in blocks(m):
         if b.kind == "call":
             tools[b.call_id] = b.name
@@ -283,7 +299,8 @@ def _provider(
     services: Services, selected: Sequence[Conversation], format: str, single: bool, view: View
 ) -> Iterator[str]:
     for conv in selected:
-        rendered = render(list(_messages(services, conv, view)), format)
+        # A message array for a model: a forgotten message has nothing to say there.
+        rendered = render(list(_messages(services, conv, view, tombstones=False)), format)
         if single:
             if not rendered:
                 yield "[]\n"

@@ -234,6 +234,8 @@ class NormalizedMessage:
     kept_plain: bool = False
     #: A host's own record (a command, caveat, hook output, ...), not the conversation's.
     host_meta: str | None = None
+    #: A tombstone read back from an export: when its message was forgotten (no text).
+    forgotten_at: str | None = None
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,8 @@ class Entry:
     group: str | None = None
     #: A host's own record rather than the conversation (see ``lossless.model.HOST_META``).
     host_meta: str | None = None
+    #: A forgotten message's tombstone (an export's): when it was forgotten.
+    forgotten_at: str | None = None
     #: Where the host compacted: when the parent it names is not in the file, the entry
     #: hangs from the entry before it (the halves of the transcript stay one branch).
     bridge: bool = False

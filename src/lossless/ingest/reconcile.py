@@ -637,7 +637,22 @@ def _normalize_entry(
     services: Services, entry: Entry, external_id: str | None
 ) -> NormalizedMessage:
     """An entry's message, normalized with its stable id; one that does not fit the shape its
-    format expects is kept whole as an item of an unknown kind (never dropped)."""
+    format expects is kept whole as an item of an unknown kind (never dropped). A tombstone
+    (an export's forgotten message) stays one: its role, place and time, no text."""
+    if entry.forgotten_at is not None:
+        role = entry.message.get("role") if isinstance(entry.message, dict) else None
+        return NormalizedMessage(
+            role=role if isinstance(role, str) and role else "user",
+            content="",
+            token_count=0,
+            parts=[],
+            source_format=entry.shape or "unknown",
+            envelope=None,
+            external_id=external_id,
+            created_at=entry.created_at,
+            host_meta=entry.host_meta,
+            forgotten_at=entry.forgotten_at,
+        )
     try:
         norm = prepare(
             services,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -36,6 +37,8 @@ from .formats.hermes import HermesFormat
 from .formats.lossless import LosslessFormat
 from .formats.messages import MessagesFormat
 from .formats.openclaw import OpenClawFormat, OpenClawTrajectoryFormat
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "FORMATS",
@@ -68,9 +71,25 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (JSON numbers are finite; write it as a string or null)")
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict; one that repeats a key keeps the key's last value (as every
+    JSON reader does) and says so: a warning per key, which the CLI shows once."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        keys = [k for k, _ in pairs]
+        repeated = next(k for i, k in enumerate(keys) if k in keys[:i])
+        logger.warning(
+            "the input holds a JSON object that repeats the key %r: only its last value is"
+            " stored (a JSON object keeps one value per key); write each key once to keep"
+            " every value",
+            repeated[:60],
+        )
+    return obj
+
+
 #: JSON as JSON is: Python's own ``NaN``/``Infinity`` extensions are refused, not turned into
-#: null on the way to the store.
-JSON = json.JSONDecoder(parse_constant=_not_json)
+#: null on the way to the store; an object's repeated key is said (:func:`_object`).
+JSON = json.JSONDecoder(parse_constant=_not_json, object_pairs_hook=_object)
 
 
 def parse_json(raw: bytes) -> Any:

@@ -433,6 +433,13 @@ class MessageStore(StoreCore):
             if any(p.type in _TOOL_PARTS for m in fresh for p in m.parts):
                 first_id = placed.first_id
                 record_tool_executions(conn, conv_id, first_id, first_id + len(fresh) - 1)
+            gone = [
+                (m.forgotten_at, placed.first_id + i)
+                for i, m in enumerate(fresh)
+                if m.forgotten_at is not None
+            ]
+            if gone:
+                self._tombstones_placed(conn, conv_id, gone)
         # Committed: a context kept as it was before this append is kept with the new items.
         first_id, ord0 = placed.first_id, placed.ord0
 
@@ -446,8 +453,29 @@ class MessageStore(StoreCore):
 
         # Inside a caller's transaction it may yet roll back: kept, but read again.
         own = not self._in_transaction()
-        self._patch_kept_context(conv_id, placed.version0, version, extend, written=own)
+        if not gone:  # tombstones left the context: it is read again
+            self._patch_kept_context(conv_id, placed.version0, version, extend, written=own)
         return list(range(first_id, first_id + len(fresh))), skipped
+
+    def _tombstones_placed(
+        self, conn: Connection, conversation_id: int, gone: Sequence[tuple[str | None, int]]
+    ) -> None:
+        """Messages just stored as tombstones (an export's forgotten ones, with when they were
+        forgotten): marked so, and out of the active context, as a forget leaves them."""
+        conn.executemany("UPDATE messages SET forgotten_at = ? WHERE message_id = ?", gone)
+        ids = [mid for _, mid in gone]
+        for chunk, marks in in_chunks(ids):
+            conn.execute(
+                "DELETE FROM context_items WHERE item_type = 'message'"
+                f" AND message_id IN ({marks})",
+                chunk,
+            )
+        conn.executemany(
+            "INSERT INTO context_removals (message_id, conversation_id, removed_at)"
+            " VALUES (?, ?, ?)",
+            [(mid, conversation_id, at) for at, mid in gone],
+        )
+        self._context_changed(conn, conversation_id)
 
     _MSG_COLS = (
         "message_id, conversation_id, seq, role, content, token_count, created_at, external_id,"

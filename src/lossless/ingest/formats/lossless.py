@@ -10,7 +10,9 @@ metadata), then one line per message in order::
      "format": "anthropic", "host_meta": null, "metadata": null, "message": {...}}
 
 ``message`` is the message exactly as it was ingested (``StoredMessage.to_source()``), in the
-shape ``format`` names, so importing it normalizes it again into the same row and parts.
+shape ``format`` names, so importing it normalizes it again into the same row and parts. A
+forgotten message's line says when (``"forgotten_at"``) and holds only its role: it is
+stored again as a tombstone, in its place, so the messages after it keep their numbers.
 Entries are keyed by the message's own external id (none for a message stored without one).
 Each conversation is a lane of the file, read into the conversation of its session id.
 """
@@ -24,7 +26,7 @@ from typing import Any
 from ...codec import safe_id
 from ...errors import ImportProblem
 from ...model import HOST_META
-from ...timestamps import parse_ts
+from ...timestamps import format_ts, parse_ts
 from ..entries import Entry, FileIdentity, Line, TranscriptFormat, text_field
 from ..shapes import FORMATS as SHAPES
 
@@ -126,4 +128,6 @@ class LosslessFormat(TranscriptFormat):
         entry.metadata = dict(metadata) if isinstance(metadata, Mapping) else None
         host_meta = obj.get("host_meta")
         entry.host_meta = host_meta if host_meta in HOST_META else None
+        forgotten = parse_ts(obj.get("forgotten_at"))
+        entry.forgotten_at = format_ts(forgotten) if forgotten is not None else None
         return entry
