@@ -588,6 +588,19 @@ def test_malformed_hook_input_exits_0_prints_nothing_and_is_logged(
     assert not db_path.exists()
 
 
+def test_a_hook_input_over_the_limit_is_refused_naming_the_setting(
+    hook: Hook, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45, point 5: the hook holds at most ``max_line_bytes`` of its input."""
+    monkeypatch.setenv("LOSSLESS_MAX_LINE_BYTES", "100000")
+    big = json.dumps({"hook_event_name": "PreCompact", "padding": "x" * 300_000})
+    res = hook("PreCompact", big)
+    assert (res.code, res.out) == (0, "")
+    said = " ".join(res.err.split())
+    assert "the hook input of 300,0" in said and "max_line_bytes" in said, said
+    assert not db_path.exists()
+
+
 def test_a_missing_transcript_is_logged_and_the_hook_exits_0(hook: Hook, tmp_path: Path) -> None:
     gone = tmp_path / "nowhere" / f"{SESSION}.jsonl"
     for event in ("PreCompact", "SessionEnd"):

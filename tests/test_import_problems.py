@@ -295,14 +295,11 @@ def test_an_object_of_no_shape_in_a_host_transcript_is_named_not_skipped_as_book
 
 @pytest.mark.parametrize("ending", [b"\n", b""])
 def test_a_line_over_the_limit_is_reported_and_never_held_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: bytes
+    tmp_path: Path, ending: bytes
 ) -> None:
     """A line longer than a transcript line may be (a file of zeros with no line break in
-    place of a transcript) is one error line, read a piece at a time; the lines around it
-    are imported."""
-    from lossless.ingest import transcripts
-
-    monkeypatch.setattr(transcripts, "MAX_LINE_BYTES", 1 << 20)
+    place of a transcript) is one error line, read a piece at a time, naming the limit and
+    its setting; the lines around it are imported."""
     path = tmp_path / "chat.jsonl"
     first = json.dumps({"role": "user", "content": "before the flood"}).encode() + b"\n"
     last = json.dumps({"role": "user", "content": "after the flood"}).encode() + b"\n"
@@ -313,12 +310,44 @@ def test_a_line_over_the_limit_is_reported_and_never_held_whole(
         handle.write(ending)
         if ending:
             handle.write(last)
-    with Engine.open(tmp_path / "s.db", config=Config()) as engine:
+    config = Config().replace(max_line_bytes=1 << 20)
+    with Engine.open(tmp_path / "s.db", config=config) as engine:
         [report] = engine.import_path(path, format="messages")
         said = [m.content for m in engine.messages(report.session_id)]
     assert said == (["before the flood", "after the flood"] if ending else ["before the flood"])
     [problem] = report.problems
-    assert problem.line == 2 and "over the 1 MB a transcript line may hold" in problem.reason
+    assert problem.line == 2 and "over the limit of 1,048,576" in problem.reason
+    assert "max_line_bytes" in problem.reason and "LOSSLESS_MAX_LINE_BYTES" in problem.reason
+
+
+def test_a_file_over_the_limit_is_refused_naming_the_setting(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "chat.jsonl"
+    path.write_text(
+        "".join(json.dumps({"role": "user", "content": f"line {i}"}) + "\n" for i in range(5000))
+    )
+    db = str(tmp_path / "s.db")
+    monkeypatch.setenv("LOSSLESS_MAX_FILE_BYTES", "100000")
+    refused = run_cli("--db", db, "import", str(path), "--format", "messages")
+    assert refused.code == 3, refused
+    said = " ".join(refused.out.split() + refused.err.split())
+    assert f"{path.stat().st_size:,} bytes" in said and "max_file_bytes" in said, said
+    monkeypatch.delenv("LOSSLESS_MAX_FILE_BYTES")
+    assert run_cli("--db", db, "import", str(path), "--format", "messages").code == 0
+
+
+def test_a_head_of_zeros_is_not_held_whole(tmp_path: Path) -> None:
+    """Telling what a file is reads at most its first megabyte: a file that is one long line
+    (zeros, no line break) is said to be no transcript without being read into memory."""
+    path = tmp_path / "zeros.jsonl"
+    with path.open("wb") as handle:
+        for _ in range(8):
+            handle.write(b"\0" * (1 << 20))
+    with Engine.open(tmp_path / "s.db", config=Config()) as engine:
+        [report] = engine.import_path(path)
+    assert report.mode == "failed"
+    assert "8,388,608 bytes with no line break" in report.problems[0].reason
 
 
 def test_a_repeated_json_key_is_said_once_and_its_last_value_kept(

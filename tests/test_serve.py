@@ -114,6 +114,33 @@ def test_bad_lines_get_json_rpc_errors_and_the_server_lives_on(client: StdioClie
     assert client.status("s")["messages"] == 1
 
 
+def test_a_request_line_over_the_limit_names_the_setting_and_the_server_lives_on(
+    db: str, config: Path
+) -> None:
+    """Issue 45, point 5: serve's reader holds at most ``max_line_bytes`` of a line; a longer
+    request is answered with an error naming the limit and its setting, and skipped."""
+    with ServeClient.spawn(
+        ["--db", db, "--config", str(config)], env={"LOSSLESS_MAX_LINE_BYTES": "100000"}
+    ) as client:
+        huge = {"role": "user", "content": "x" * 300_000}
+        client.write(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "ingest",
+                    "params": {"session_id": "s", "message": huge},
+                }
+            ).encode()
+            + b"\n"
+        )
+        assert client.call("ingest", session_id="s", message={"role": "user", "content": "ok"})
+        [answer] = client.unmatched
+        said = answer["error"]["message"]
+        assert "over the limit of 100,000" in said and "max_line_bytes" in said, said
+        assert client.status("s")["messages"] == 1
+
+
 def test_a_batch_and_a_notification(client: StdioClient) -> None:
     batch = [
         {"jsonrpc": "2.0", "id": "a", "method": "status"},

@@ -442,6 +442,21 @@ class Config:
             minimum=0, maximum=MAX_GRANT_DEPTH, help="default depth a delegation grant may expand"
         ),
     )
+    max_line_bytes: int = field(
+        default=64 << 20,
+        metadata=_opt(
+            minimum=1 << 16,
+            help="longest line a reader holds (a transcript's, a hook's input, a served"
+            " request): a longer one is reported and skipped, never read whole",
+        ),
+    )
+    max_file_bytes: int = field(
+        default=16 << 30,
+        metadata=_opt(
+            minimum=1 << 16,
+            help="largest transcript file an import or sync reads: a larger one is refused",
+        ),
+    )
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     resume: ResumeConfig = field(default_factory=ResumeConfig)
     room: RoomConfig = field(default_factory=RoomConfig)

@@ -107,6 +107,7 @@ PROBLEM_KINDS = {
     "other_format": "a message of another transcript format than the file's",
     "unreadable": "a record its format could not read (a field of the wrong type, ...)",
     "empty": "the file holds nothing",
+    "too_large": "a file over the size an import reads (the setting max_file_bytes)",
     "not_a_transcript": "a file a host keeps beside its transcripts (passed over, no error)",
 }
 

@@ -16,6 +16,7 @@ import click
 
 from ..engine import Engine
 from ..errors import LosslessError
+from ..ingest.transcripts import over_limit
 from ..integrations.claude_code import (
     CLAUDE_CODE,
     MCP_SERVER_NAME,
@@ -131,9 +132,7 @@ def _handle(state: State, host: Host, event: str | None, max_chars: str | None, 
     try:
         if sys.stdin is None or sys.stdin.isatty():
             raise HookInputError(f"no hook input: stdin is a terminal ({host.title} pipes it in)")
-        buffer = getattr(sys.stdin, "buffer", None)
-        text = buffer.read().decode("utf-8", "replace") if buffer else sys.stdin.read()
-        hook = HookInput.parse(text, event)
+        hook = HookInput.parse(_hook_input(state.config.max_line_bytes), event)
         pending: set[int] = set()
 
         def opened() -> Engine:
@@ -157,6 +156,24 @@ def _handle(state: State, host: Host, event: str | None, max_chars: str | None, 
     for problem in outcome.problems:
         logger.warning("%s: %s", outcome.event, problem)
     return outcome.stdout
+
+
+def _hook_input(limit: int) -> str:
+    """The hook's input on stdin: at most *limit* bytes (``max_line_bytes``) are held; a
+    larger input is refused, read to its end a megabyte at a time, so the host is not left
+    writing into a pipe no one reads."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream put in place of stdin (an embedding program's)
+        text = sys.stdin.read(limit + 1)
+        data = text.encode("utf-8", "surrogatepass")
+    else:
+        data = buffer.read(limit + 1)
+    if len(data) > limit:
+        size = len(data)
+        while chunk := (buffer.read(1 << 20) if buffer is not None else sys.stdin.read(1 << 20)):
+            size += len(chunk)
+        raise HookInputError(over_limit("the hook input", size, limit, "max_line_bytes"))
+    return data.decode("utf-8", "replace")
 
 
 def _finish_detached(state: State, log: Path) -> None:

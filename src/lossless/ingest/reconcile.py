@@ -49,6 +49,7 @@ from .transcripts import (
     head_values,
     iter_json_array,
     no_known_shape,
+    over_limit,
     parse_json,
     read_lines,
 )
@@ -159,6 +160,11 @@ def reconcile_file(
     file = Path(path).expanduser()
     if not file.is_file():
         raise LosslessError(f"{file} is not a file; give the path of a transcript")
+    limit = services.config.max_file_bytes
+    if (size := file.stat().st_size) > limit:
+        raise ImportProblem(
+            str(file), 0, over_limit("the file", size, limit, "max_file_bytes"), "too_large"
+        )
     check_encoding(file)
     fmt = get_format(format) if format else detect_transcript_format(file)
     if fmt.not_a_transcript is not None:
@@ -289,7 +295,15 @@ def _reconcile_lane(
             # This lane first: the lines no lane can claim are reported with it.
             order = [lane, *(other for other in lanes if other != lane)]
             scans[start, line_no] = _scan(
-                file, fmt, order, start, line_no, is_array, size, progress
+                file,
+                fmt,
+                order,
+                start,
+                line_no,
+                is_array,
+                size,
+                progress,
+                services.config.max_line_bytes,
             )
         scan = scans[start, line_no][lane]
         report.skipped = scan.skipped
@@ -419,6 +433,7 @@ def _scan(
     is_array: bool,
     size: int,
     progress: Progress | None,
+    line_limit: int,
 ) -> dict[str, _Scan]:
     """One pass over *file* from *start*: what each of *lanes* holds. The lines that cannot
     be read belong to no lane: they are the first lane's problems (reported once)."""
@@ -427,7 +442,11 @@ def _scan(
     scan = found[lanes[0]]  # the file's own findings: problems, where it ends
     messages: Counter[str] = Counter()
     with file.open("rb") as handle:
-        lines = iter_json_array(handle) if is_array else read_lines(handle, start, line_no)
+        lines = (
+            iter_json_array(handle)
+            if is_array
+            else read_lines(handle, start, line_no, limit=line_limit)
+        )
         for line in lines:
             if line.error is not None:
                 scan.problems.append(

@@ -169,9 +169,19 @@ def _undecodable(exc: UnicodeDecodeError) -> str:
     )
 
 
-#: The longest line a transcript reader holds in memory; a longer one is reported and
-#: skipped, read in pieces (a file of zeros with no line break is not read whole).
+#: The longest line a transcript reader holds in memory by default (the setting
+#: ``max_line_bytes``); a longer one is reported and skipped, read in pieces (a file of zeros
+#: with no line break is not read whole).
 MAX_LINE_BYTES = 64 << 20
+
+
+def over_limit(what: str, size: int, limit: int, setting: str) -> str:
+    """What a reader says of *what* (``a line``, ``the file``) of *size* bytes, over *limit*:
+    both sizes, and the setting that raises the limit (and its environment variable)."""
+    return (
+        f"{what} of {size:,} bytes, over the limit of {limit:,} (the setting {setting},"
+        f" or LOSSLESS_{setting.upper()})"
+    )
 
 
 def _bounded(handle: BinaryIO, limit: int) -> Iterator[tuple[bytes, int]]:
@@ -193,23 +203,24 @@ def _bounded(handle: BinaryIO, limit: int) -> Iterator[tuple[bytes, int]]:
         yield b"", size
 
 
-def read_lines(handle: BinaryIO, start: int = 0, line_no: int = 0) -> Iterator[Line]:
+def read_lines(
+    handle: BinaryIO, start: int = 0, line_no: int = 0, *, limit: int = MAX_LINE_BYTES
+) -> Iterator[Line]:
     """Yield the complete lines of a JSONL stream from byte offset *start*.
 
     Blank lines are passed over. A final line without a newline is yielded only if it parses
     (a host may be half-way through writing it); otherwise it is left for the next read. A
-    line over :data:`MAX_LINE_BYTES` is an error line (and never held whole).
+    line over *limit* bytes is an error line (and never held whole).
     """
     handle.seek(start)
     offset = start
-    for raw, size in _bounded(handle, MAX_LINE_BYTES):
+    for raw, size in _bounded(handle, limit):
         line_no += 1
         begin = offset
         offset += size
         if not raw:
-            error = (
-                f"a line of {size:,} bytes, over the {MAX_LINE_BYTES >> 20} MB a transcript line"
-                " may hold: not read (is this file a transcript?)"
+            error = over_limit("a line", size, limit, "max_line_bytes") + (
+                ": not read (is this file a transcript?)"
             )
             yield Line(line_no, begin, offset, b"", error=error)
             continue
@@ -280,8 +291,14 @@ def _head(path: Path, lines: int) -> tuple[list[Any], bool, int]:
     first_error: BaseException | None = None
     seen_text = False
     with path.open("rb") as handle:
-        for line_no, raw in enumerate(handle, 1):
-            read += len(raw)
+        # A line longer than the head's whole budget is not held (it comes as b"").
+        for line_no, (raw, size) in enumerate(_bounded(handle, HEAD_SCAN_BYTES), 1):
+            read += size
+            if not raw:
+                first_bad = first_bad or line_no
+                first_error = first_error or ValueError(
+                    f"a line of {size:,} bytes with no line break is not JSON"
+                )
             text = raw.strip()
             if line_no == 1:  # a byte order mark opens a JSON array as well as JSONL
                 text = text.removeprefix(b"\xef\xbb\xbf").strip()

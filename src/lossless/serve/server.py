@@ -46,6 +46,7 @@ from ..errors import (
     StoreError,
     UnknownShapeError,
 )
+from ..ingest.transcripts import over_limit
 from ..jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -66,7 +67,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The largest request (a line on stdio, a body over HTTP): a batch of big messages fits.
+#: The largest request (a line on stdio, a body over HTTP) by default: a batch of big
+#: messages fits. The setting ``max_line_bytes`` changes it.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 #: A lossless error by its class: the code a client can branch on (data.type names it too).
@@ -249,7 +251,8 @@ def serve_stdio(engine: Engine, *, workers: int = 8) -> None:
 async def _stdio(engine: Engine, out: Any, workers: int) -> None:
     loop = asyncio.get_running_loop()
     dispatcher = Dispatcher(engine, workers=workers)
-    reader = asyncio.StreamReader(limit=MAX_REQUEST_BYTES, loop=loop)
+    limit = engine.services.config.max_line_bytes
+    reader = asyncio.StreamReader(limit=limit, loop=loop)
     await _connect_stdin(loop, reader)
     stop = _stop_on_signals(loop)
 
@@ -261,7 +264,7 @@ async def _stdio(engine: Engine, out: Any, workers: int) -> None:
 
     try:
         while not stop.is_set():
-            line = await _next_line(reader, stop, write)
+            line = await _next_line(reader, stop, write, limit)
             if line is None:
                 break
             if line.strip():
@@ -290,7 +293,7 @@ async def _connect_stdin(loop: asyncio.AbstractEventLoop, reader: asyncio.Stream
 
 
 async def _next_line(
-    reader: asyncio.StreamReader, stop: asyncio.Event, write: Callable[[bytes], None]
+    reader: asyncio.StreamReader, stop: asyncio.Event, write: Callable[[bytes], None], limit: int
 ) -> bytes | None:
     """The next line of stdin (``None`` at its end or when told to stop); a line over the
     limit is answered with an error and skipped."""
@@ -306,22 +309,23 @@ async def _next_line(
     except asyncio.IncompleteReadError as exc:  # the last line, without its newline
         return exc.partial or None
     except asyncio.LimitOverrunError as exc:
-        await reader.readexactly(exc.consumed)  # drop what was read of the long line
+        size = len(await reader.readexactly(exc.consumed))  # drop what was read of it
         while True:
             try:
-                await reader.readuntil(b"\n")
+                size += len(await reader.readuntil(b"\n"))
                 break
             except asyncio.LimitOverrunError as more:
-                await reader.readexactly(more.consumed)
-            except asyncio.IncompleteReadError:
+                size += len(await reader.readexactly(more.consumed))
+            except asyncio.IncompleteReadError as end:
+                size += len(end.partial)
                 break
+        said = over_limit("a request line", size, limit, "max_line_bytes")
         write(
             _dump(
                 _error(
                     None,
                     INVALID_REQUEST,
-                    f"a request line over {MAX_REQUEST_BYTES // (1024 * 1024)} MB was skipped;"
-                    " send large batches as several requests",
+                    f"{said} was skipped; send large batches as several requests",
                 )
             )
         )
@@ -390,6 +394,7 @@ async def _http(
     loop = asyncio.get_running_loop()
     dispatcher = Dispatcher(engine, workers=workers)
     expected = f"Bearer {token}".encode()
+    limit = engine.services.config.max_line_bytes
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -426,8 +431,9 @@ async def _http(
             except ValueError:
                 self._send(411, b'{"error": "send the body with a Content-Length"}')
                 return
-            if length > MAX_REQUEST_BYTES:
-                self._send(413, b'{"error": "the request is over 64 MB; split the batch"}')
+            if length > limit:
+                said = over_limit("the request", length, limit, "max_line_bytes")
+                self._send(413, json.dumps({"error": f"{said}; split the batch"}).encode())
                 self.close_connection = True
                 return
             body = self.rfile.read(length)
