@@ -190,12 +190,12 @@ def watch(
     observer.start()
     # A change made while the watch was starting has no event: one pass over the folders
     # now (cheap: checkpoints) catches it, and from here on the events say what changed.
-    for folder in folders:
-        if folder.exists:
-            on_import(engine.import_path(folder.path))
-    if on_ready is not None:
-        on_ready()
     try:
+        for folder in folders:
+            if folder.exists:
+                on_import(engine.import_path(folder.path))
+        if on_ready is not None:
+            on_ready()
         pending: dict[Path, float] = {}
         while not stop.is_set():
             wait = (
@@ -222,6 +222,10 @@ def watch(
                         on_import(engine.import_path(path))
                     except LosslessError as exc:
                         logger.warning("could not import %s: %s", path, exc)
+    except KeyboardInterrupt:
+        # Told to stop (Ctrl-C, SIGTERM) in the middle of anything: what each import stored
+        # is stored (batch by batch, with its checkpoint); the next run reads on from there.
+        stop.set()
     finally:
         observer.stop()
         observer.join(timeout=5)

@@ -76,6 +76,9 @@ def sync_command(
 
     def interrupted(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
+        # Whatever runs now stops too (an import of a long file, a long statement): the
+        # watch ends within a second, keeping what was stored.
+        raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)

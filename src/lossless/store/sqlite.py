@@ -32,7 +32,16 @@ from .connection import Connection
 from .core import DEFER_TRIGRAM_AT
 from .merge_pace import BURST_SECONDS, MergePace
 from .migrations import MIGRATIONS
-from .sqlite_files import MIGRATIONS_TABLE, _create_private, _damage, _write_error, copy_database
+from .sqlite_files import (
+    MIGRATIONS_TABLE,
+    PROGRESS_STEPS,
+    _create_private,
+    _damage,
+    _write_error,
+    copy_database,
+    interrupted,
+    let_signals_in,
+)
 from .sqlite_indexes import FTS_TABLES, SQLiteIndexes
 from .sqlite_search import SQLiteSearch
 
@@ -215,6 +224,7 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                 # No checkpoint inside a commit: the store's thread checkpoints beside the
                 # writers (see _checkpoint), and closing does what is left.
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
+                conn.set_progress_handler(let_signals_in, PROGRESS_STEPS)
             except (sqlite3.Error, UnicodeDecodeError) as exc:
                 # (The first statement reads the schema: damaged names in it make SQLite's
                 # own error text undecodable, a UnicodeDecodeError that _damage knows.)
@@ -314,6 +324,8 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                 self._local.depth = 0
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                if stop := interrupted(exc):
+                    raise stop from exc
                 damage = _damage(self.path, exc)
                 if damage is not None:
                     raise damage from exc
@@ -535,6 +547,8 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         try:
             yield conn
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            if stop := interrupted(exc):
+                raise stop from exc
             damage = _damage(self.path, exc)
             if damage is None:
                 raise
@@ -627,17 +641,32 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
 
         The SQLite backup API copies every page in one step under one read snapshot: in WAL
         mode that lets writers commit meanwhile (their changes are simply not in the copy),
-        and the copy is the database at one moment, whole."""
+        and the copy is the database at one moment, whole. The step runs on a thread of its
+        own so that Ctrl-C stops the caller at once (the step itself cannot be broken into
+        pieces without starting again after each writer's commit)."""
         _create_private(dest)
-        source = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000)
-        target = sqlite3.connect(str(dest))
-        try:
-            source.backup(target)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot back up {self.path} to {dest}: {exc}") from exc
-        finally:
-            target.close()
-            source.close()
+        failed: list[BaseException] = []
+
+        def copy() -> None:
+            try:
+                with (
+                    closing(sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000)) as a,
+                    closing(sqlite3.connect(str(dest))) as b,
+                ):
+                    a.backup(b)
+            except Exception as exc:  # noqa: BLE001 - raised again in the caller's thread
+                failed.append(exc)
+
+        worker = threading.Thread(target=copy, name="lossless-backup", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)
+        if failed:
+            if isinstance(failed[0], sqlite3.Error):
+                raise StoreError(f"cannot back up {self.path} to {dest}: {failed[0]}") from failed[
+                    0
+                ]
+            raise failed[0]
 
     def finish_bulk_copy(self) -> None:
         """Build the full-text indexes from the copied text (ids are allocated from the

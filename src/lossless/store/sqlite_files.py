@@ -12,7 +12,14 @@ from pathlib import Path
 from ..errors import StoreError
 from .migrations import MIGRATIONS
 
-__all__ = ["MIGRATIONS_TABLE", "copy_database", "scrub_failed"]
+__all__ = [
+    "MIGRATIONS_TABLE",
+    "PROGRESS_STEPS",
+    "copy_database",
+    "interrupted",
+    "let_signals_in",
+    "scrub_failed",
+]
 
 #: The table of the migrations a database has had.
 MIGRATIONS_TABLE = (
@@ -144,6 +151,27 @@ def _write_error(path: Path, exc: sqlite3.OperationalError) -> StoreError:
             " -wal and -shm files beside it), or open a writable copy"
         )
     return StoreError(f"cannot write to {path}: {exc}; nothing of this write was stored")
+
+
+#: SQLite's virtual-machine steps between two calls of :func:`let_signals_in` (about a
+#: millisecond of work): how long a statement can keep Ctrl-C waiting.
+PROGRESS_STEPS = 50_000
+
+
+def let_signals_in() -> int:
+    """SQLite's progress handler on every connection: a call into Python now and then, so a
+    signal (Ctrl-C) is handled while a long statement runs, not after it. A handler that
+    raises (KeyboardInterrupt) makes SQLite stop the statement (``interrupted``)."""
+    return 0
+
+
+def interrupted(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt a statement stopped by Ctrl-C stands for (SQLite reports it as
+    ``interrupted``; the interrupt itself was raised inside its progress handler)."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if isinstance(exc, sqlite3.OperationalError) and code == sqlite3.SQLITE_INTERRUPT:
+        return KeyboardInterrupt()
+    return None
 
 
 def scrub_failed(path: Path | None, exc: BaseException) -> StoreError:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from ..errors import StoreError
 from .connection import Connection
 from .core import StoreCore, in_chunks
-from .sqlite_files import scrub_failed
+from .sqlite_files import interrupted, scrub_failed
 
 __all__ = ["CATCH_UP_AT", "FTS_TABLES", "SQLiteIndexes"]
 
@@ -217,6 +217,8 @@ class SQLiteIndexes(StoreCore):
             conn.execute("VACUUM")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except (StoreError, sqlite3.Error) as exc:
+            if stop := interrupted(exc):
+                raise stop from exc
             raise scrub_failed(self.path, exc) from exc
         return [
             f"merged the full-text indexes ({', '.join(FTS_TABLES)})",
