@@ -1,6 +1,6 @@
 """The long profile of the hostile-input campaign (``make fuzz``).
 
-Runs every fuzzer of ``tests/test_fuzz.py`` with ``--examples`` generated cases each (on both
+Runs every fuzzer of ``tests/test_fuzz*.py`` with ``--examples`` generated cases each (on both
 back ends when ``LOSSLESS_TEST_POSTGRES_URL`` is set), then prints what was tried: per fuzzer
 and in total, the cases that passed, failed and were discarded as invalid, and the time. Exits
 with pytest's code, so a failure found fails the run; hypothesis keeps the failing case in its
@@ -53,7 +53,7 @@ def main() -> int:
         sys.executable,
         "-m",
         "pytest",
-        str(HERE / "test_fuzz.py"),
+        *sorted(str(p) for p in HERE.glob("test_fuzz*.py")),
         "-q",
         "-p",
         "no:randomly",
