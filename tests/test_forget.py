@@ -135,6 +135,21 @@ def test_matching_forgets_what_holds_the_text_and_a_masked_secret_by_its_value(
     assert engine.check() == []
 
 
+def test_forgetting_the_first_messages_of_a_context_keeps_it_whole(engine: Engine) -> None:
+    """Found by the fuzzer: the context's first items forgotten left ordinals from 2 up,
+    which the renumbering moved onto each other (a UNIQUE violation: nothing forgotten)."""
+    ids = list(
+        engine.ingest_batch(
+            "f", [{"role": "user", "content": f"m{i}"} for i in range(4)]
+        ).message_ids
+    )
+    engine.forget("f", messages=(ids[0], ids[1]))
+    conv = engine.conversation("f").conversation_id
+    assert [i.ordinal for i in engine.store.context(conv)] == [0, 1]
+    assert [m.content for m in engine.messages("f")] == ["", "", "m2", "m3"]
+    assert engine.check() == []
+
+
 def test_bad_requests_say_what_to_do(engine: Engine) -> None:
     ids = seeded(engine)
     with pytest.raises(NotFoundError, match="lossless show"):

@@ -143,8 +143,10 @@ class ContextStore(MessageStore):
         ]
         if not ordinals:
             return 0
-        low = ordinals[0]
-        # First below every ordinal in use (no two items ever share one), then 0..n-1.
+        # First below every ordinal in use and below 0 (no two items ever share one, and
+        # none of these is one of 0..n-1), then 0..n-1: each step moves rows only onto
+        # ordinals no row holds (a forget that took the first items leaves ordinals from 2).
+        low = min(ordinals[0], 0)
         for i, ordinal in enumerate(ordinals):
             conn.execute(
                 "UPDATE context_items SET ordinal = ? WHERE conversation_id = ? AND ordinal = ?",
