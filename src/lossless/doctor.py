@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import LosslessError
+from .forget import being_finished
 from .store.base import Store
 from .summarize.escalation import TRUNCATION_MARKER
 
@@ -55,7 +56,8 @@ def check(store: Store, *, degraded: bool = False, full: bool = False) -> list[P
         return problems  # the checks below read a damaged file: what they say adds nothing
 
     for scrub in store.scrubs_due():
-        doing = f"; {scrub.claimed_by} began it at {scrub.claimed_at}" if scrub.claimed_by else ""
+        who = being_finished(scrub)
+        doing = f" ({who})" if who else ""
         add(
             Problem(
                 "unfinished forget",

@@ -40,7 +40,14 @@ from .timestamps import format_ts, now, parse_ts
 if TYPE_CHECKING:
     from .services import Services
 
-__all__ = ["ForgetReport", "ForgetUnfinished", "ScrubReport", "finish_scrubs", "forget"]
+__all__ = [
+    "ForgetReport",
+    "ForgetUnfinished",
+    "ScrubReport",
+    "being_finished",
+    "finish_scrubs",
+    "forget",
+]
 
 #: A scrub claimed by a process on another machine (a shared PostgreSQL store) is taken
 #: over once its claim is this old (one on this machine: once its process is gone).
@@ -216,6 +223,16 @@ def finish_scrubs(services: Services) -> ScrubReport | None:
     if files:
         steps.insert(0, f"deleted {files:,} large file(s)")
     return ScrubReport(what=[s.what for s in mine], steps=steps, files=files)
+
+
+def being_finished(scrub: DueScrub) -> str | None:
+    """Who is finishing *scrub* now, in words (``None``: no other live process is)."""
+    if scrub.claimed_by is None or _abandoned(scrub):
+        return None
+    host, _, pid = scrub.claimed_by.rpartition(":")
+    if host == socket.gethostname() and pid == str(os.getpid()):
+        return None  # this process: it tried, and says so itself
+    return f"process {pid} on {host} has been finishing it since {scrub.claimed_at}"
 
 
 def _abandoned(scrub: DueScrub) -> bool:

@@ -11,7 +11,7 @@ import click
 from rich.markup import escape
 
 from ..errors import NotFoundError
-from ..forget import ForgetReport
+from ..forget import ForgetReport, being_finished
 from ..maintenance import RewriteReport
 from ..transplant import render
 from .conversations import resolve
@@ -320,7 +320,7 @@ def forget_command(
 
 def _finish_forgets(engine: Engine, as_json: bool) -> None:
     """``forget --finish``: the scrubs finished, or why none was."""
-    done = engine.finish_forgets()
+    done = engine.finished_on_open or engine.finish_forgets()  # opening tries first
     left = engine.store.scrubs_due()
     if as_json:
         emit_json(
@@ -335,9 +335,9 @@ def _finish_forgets(engine: Engine, as_json: bool) -> None:
         for line in done.steps:
             stdout.print(f"  {line}", highlight=False)
     for scrub in left:
+        who = being_finished(scrub) or "not finished"
         stdout.print(
-            f"still due: the scrub of the forget of {scrub.due_at} ({scrub.what}), being"
-            f" done by {scrub.claimed_by} since {scrub.claimed_at}",
+            f"still due: the scrub of the forget of {scrub.due_at} ({scrub.what}): {who}",
             highlight=False,
         )
     if done is None and not left:

@@ -187,6 +187,9 @@ class Upkeep(Facade):
         it. Raises :class:`~lossless.errors.StoreError` when it cannot finish (it stays due)."""
         return finish_scrubs(self.services)
 
+    #: The scrubs this engine's opening finished (see :meth:`_finish_forgets_on_open`).
+    finished_on_open: ScrubReport | None = None
+
     def _finish_forgets_on_open(self) -> None:
         """What opening a store does about a forget's scrub left due: finish it, saying so;
         when it cannot, say why and leave it due (doctor reports it)."""
@@ -195,6 +198,7 @@ class Upkeep(Facade):
         except StoreError as exc:
             logger.warning("%s; `lossless forget --finish` tries again", exc)
             return
+        self.finished_on_open = done
         if done is not None:
             logger.warning(
                 "finished the scrub of a forget that had stopped after its commit (%s): %s",
