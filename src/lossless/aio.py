@@ -107,6 +107,8 @@ class AsyncEngine:
     rename = _offload(Engine.rename)
     archive = _offload(Engine.archive)
     forget = _offload(Engine.forget)
+    finish_forgets = _offload(Engine.finish_forgets)
+    scrubs_due = _offload(Engine.scrubs_due)
     unarchive = _offload(Engine.unarchive)
     pop_context = _offload(Engine.pop_context)
     normalize = _offload(Engine.normalize)

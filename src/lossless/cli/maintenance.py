@@ -321,7 +321,7 @@ def forget_command(
 def _finish_forgets(engine: Engine, as_json: bool) -> None:
     """``forget --finish``: the scrubs finished, or why none was."""
     done = engine.finished_on_open or engine.finish_forgets()  # opening tries first
-    left = engine.store.scrubs_due()
+    left = engine.scrubs_due()
     if as_json:
         emit_json(
             {

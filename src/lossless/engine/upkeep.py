@@ -20,6 +20,7 @@ from ..maintenance import BackfillReport, RewriteReport
 from ..model import ContextItem, SessionSummary
 from ..services import ConversationLocks
 from ..sessions import summarize_session as summarize_session_versions
+from ..store.forget import DueScrub
 from ..transplant import TransplantPlan
 from ..transplant import transplant as transplant_conversation
 from .base import ConversationRef, Facade
@@ -186,6 +187,11 @@ class Upkeep(Facade):
         :mod:`lossless.forget`): ``None`` when none is due or another live process is doing
         it. Raises :class:`~lossless.errors.StoreError` when it cannot finish (it stays due)."""
         return finish_scrubs(self.services)
+
+    def scrubs_due(self) -> list[DueScrub]:
+        """The forgets whose scrub is not finished yet (killed, a full disk; or another
+        process is finishing it), oldest first."""
+        return self.store.scrubs_due()
 
     #: The scrubs this engine's opening finished (see :meth:`_finish_forgets_on_open`).
     finished_on_open: ScrubReport | None = None
