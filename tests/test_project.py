@@ -58,3 +58,31 @@ def test_the_shells_use_the_engine_never_its_store_or_services() -> None:
                 if isinstance(node, ast.Attribute) and node.attr in ("store", "services"):
                     offenders.append(f"{path.relative_to(src)}:{node.lineno} .{node.attr}")
     assert offenders == []
+
+
+def test_the_package_says_its_licence_and_ships_what_it_needs() -> None:
+    """A maintainer would sign the packaging: the licence file, an `all` extra that installs
+    every user extra (Hermes Agent's apart), and no repository binary in the sdist."""
+    import fnmatch
+    import subprocess
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = meta["project"]
+    assert project["license"] == "Apache-2.0" and (ROOT / "LICENSE").is_file()
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+    assert project["license-files"] == ["LICENSE"]
+    extras = project["optional-dependencies"]
+    user = set(extras) - {"all", "test", "bench", "dev", "hermes"}
+    named = {
+        name.strip()
+        for spec in extras["all"]
+        for name in spec.removeprefix("lossless[").removesuffix("]").split(",")
+    }
+    assert named == user
+    excluded = meta["tool"]["hatch"]["build"]["targets"]["sdist"]["exclude"]
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    binaries = [f for f in tracked if f.endswith((".db", ".sqlite"))]
+    assert binaries and all(any(fnmatch.fnmatch(f, pat) for pat in excluded) for f in binaries)
