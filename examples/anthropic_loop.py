@@ -13,7 +13,10 @@ import json
 import os
 import sys
 
-from anthropic import Anthropic
+try:
+    from anthropic import Anthropic
+except ModuleNotFoundError:
+    sys.exit("this example needs the Anthropic SDK: pip install 'lossless[anthropic]'")
 
 from lossless import Engine, load_config
 
@@ -42,6 +45,8 @@ def run_tool(engine: Engine, session: str, name: str, args: dict) -> str:
 
 def main() -> None:
     session = sys.argv[1] if len(sys.argv) > 1 else "anthropic-loop"
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        sys.exit("set ANTHROPIC_API_KEY (with ANTHROPIC_BASE_URL for a compatible server)")
     client, model = Anthropic(), os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5")
     ask = {"model": model, "max_tokens": 2048, "system": SYSTEM, "tools": TOOLS}
     with Engine.open(config=load_config()) as engine:  # the user's store and settings

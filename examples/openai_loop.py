@@ -13,7 +13,10 @@ import json
 import os
 import sys
 
-from openai import OpenAI
+try:
+    from openai import OpenAI
+except ModuleNotFoundError:
+    sys.exit("this example needs the OpenAI SDK: pip install 'lossless[openai]'")
 
 from lossless import Engine, load_config
 
@@ -45,6 +48,8 @@ def run_tool(engine: Engine, session: str, name: str, args: dict) -> str:
 
 def main() -> None:
     session = sys.argv[1] if len(sys.argv) > 1 else "openai-loop"
+    if not os.environ.get("OPENAI_API_KEY"):
+        sys.exit("set OPENAI_API_KEY (with OPENAI_BASE_URL for a compatible server)")
     client, model = OpenAI(), os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
     with Engine.open(config=load_config()) as engine:  # the user's store and settings
         for line in sys.stdin:

@@ -267,3 +267,16 @@ def test_a_damaged_index_page_is_found_by_doctor_and_refused_by_backup(
     refused = run_cli("--db", str(db), "backup", str(target))
     assert refused.code != 0 and "damaged" in refused.err, refused
     assert not target.exists() and not list(tmp_path.glob(".backup.db.partial*"))
+
+
+def test_restore_without_yes_off_a_terminal_is_refused_like_every_command_that_asks(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    db = tmp_path / "s.db"
+    with Engine.open(db, config=Config()) as engine:
+        engine.ingest("s", {"role": "user", "content": "kept"})
+        engine.backup(tmp_path / "b.db")
+    refused = run_cli("--db", str(db), "restore", str(tmp_path / "b.db"))
+    assert refused.code == 2, refused
+    assert "add --yes to go ahead" in refused.err and refused.err.count("error:") == 1
+    assert not list(tmp_path.glob("s.db.before-restore-*"))

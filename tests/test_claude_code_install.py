@@ -172,20 +172,33 @@ def test_install_into_a_project_writes_its_settings_and_mcp_json(
     assert "claude mcp add --scope local lossless" in local.out
 
 
+class Terminal(io.StringIO):
+    """Answers typed at a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 def test_install_asks_first_and_writes_nothing_when_declined(
     run_cli,
     db_path: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
-    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
     res = run_cli("--db", str(db_path), "hooks", "claude-code", "--install")
     assert res.code == 0
     assert "+++ " in res.out  # the diff was shown
     assert "nothing written" in res.err
     assert not settings_file(tmp_path).exists()
 
+    # With no one at a terminal to answer, it is refused, as every command that asks.
     monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    refused = run_cli("--db", str(db_path), "hooks", "claude-code", "--install")
+    assert refused.code == 2 and "add --yes to go ahead" in refused.err
+    assert not settings_file(tmp_path).exists()
+
+    monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
     assert run_cli("--db", str(db_path), "hooks", "claude-code", "--install").code == 0
     assert settings_file(tmp_path).exists()
 

@@ -464,3 +464,12 @@ def test_json_may_come_before_the_command_and_every_json_view_of_a_message_says_
     assert described["metadata"]["host_meta"] == "command"
     refused = run_cli("--db", db, "--json", "tui")
     assert refused.code == 2 and "prints no JSON" in refused.err
+
+
+def test_every_error_is_one_lowercase_error_line(run_cli: Any, tmp_path: Path) -> None:
+    """click's usage errors and lossless's own errors read the same way."""
+    usage = run_cli("--db", str(tmp_path / "x.db"), "conversations", "--no-such-flag")
+    own = run_cli("--db", str(tmp_path / "x.db"), "show", "nobody")
+    for res in (usage, own):
+        assert res.err.count("error: ") == 1 and "Error:" not in res.err, res.err
+    assert usage.code == 2 and "lossless conversations [OPTIONS]" in usage.err

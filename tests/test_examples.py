@@ -263,3 +263,25 @@ def test_the_framework_examples_run_offline(tmp_path: Path, script: str, said: l
     for text in said:
         assert text in done.stdout, done.stdout
     assert "(0 summaries)" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "variable"),
+    [("openai_loop.py", "OPENAI_API_KEY"), ("anthropic_loop.py", "ANTHROPIC_API_KEY")],
+)
+def test_a_loop_example_without_its_key_says_so_in_one_line(name: str, variable: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != variable}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name)],
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip()
+        == f"set {variable} (with {variable.split('_')[0]}_BASE_URL for a compatible server)"
+    )

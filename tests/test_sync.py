@@ -324,3 +324,20 @@ def test_a_symbolic_link_out_of_the_host_folders_is_not_followed(
     with Engine.open(db_path, config=Config()) as engine:
         said = {m.content for c in engine.conversations() for m in engine.messages(c.conversation)}
     assert not any("private notes" in text for text in said), said
+
+
+def test_watch_without_its_extra_says_so_before_any_pass(
+    run_cli: Any, hosts: dict[str, Path], db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    write_lines(claude_transcript(hosts), [cc_line("u1", None, "Fix the flaky test")])
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "watchdog" else found(name, *a),
+    )
+    res = run_cli("--db", str(db_path), "sync", "--watch")
+    assert res.code == 1 and "pip install 'lossless[watch]'" in res.err
+    assert "imported" not in res.out and not db_path.exists()

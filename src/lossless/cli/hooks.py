@@ -50,7 +50,7 @@ from ..integrations.hooks import (
     run_hook,
 )
 from ..integrations.settings import SettingsChange, settings_hooks
-from .output import State, emit_json, json_option, pass_state, stderr
+from .output import State, confirmed, emit_json, json_option, pass_state, stderr
 
 logger = logging.getLogger(__name__)
 
@@ -289,7 +289,9 @@ def claude_code_hooks(
     if pending and not as_json:
         for change in pending:
             click.echo(change.diff(), nl=False)
-        if not yes and not click.confirm("Write these changes?", default=False, err=True):
+        if not confirmed(
+            "Write these changes?", yes=yes, refusal="this writes the changes shown above"
+        ):
             stderr.print("nothing written", highlight=False)
             return
     for change in pending:
@@ -397,7 +399,9 @@ def codex_hooks(
     if diffs and not as_json:
         for diff in diffs:
             click.echo(diff, nl=False)
-        if not yes and not click.confirm("Write these changes?", default=False, err=True):
+        if not confirmed(
+            "Write these changes?", yes=yes, refusal="this writes the changes shown above"
+        ):
             stderr.print("nothing written", highlight=False)
             return
     backup = change.apply()

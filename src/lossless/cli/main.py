@@ -6,6 +6,7 @@ import importlib
 import logging
 import re
 import sys
+from typing import NoReturn
 
 import click
 from rich.markup import escape
@@ -227,16 +228,26 @@ def _main() -> None:
             sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        if exc.ctx is not None:  # how the command is called, then what was wrong
+            click.echo(exc.ctx.get_usage(), err=True)
+            click.echo(f"Try '{exc.ctx.command_path} --help' for help.\n", err=True)
+        _error(exc.format_message(), exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        _error(exc.format_message(), exc.exit_code)
     except click.exceptions.Abort:
         stderr.print("aborted")
         sys.exit(130)
     except LosslessError as exc:
-        stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
         if logging.getLogger("lossless").isEnabledFor(logging.DEBUG):
             stderr.print_exception()
-        sys.exit(exc.exit_code)
+        _error(str(exc), exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
+
+
+def _error(message: str, code: int) -> NoReturn:
+    """Every error the same way, whoever raised it (click's usage errors, lossless's): one
+    ``error:`` line on stderr, and the exit code."""
+    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
+    sys.exit(code)

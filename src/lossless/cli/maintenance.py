@@ -15,7 +15,7 @@ from ..forget import ForgetReport, being_finished
 from ..maintenance import RewriteReport
 from ..transplant import render
 from .conversations import resolve
-from .output import State, emit_json, json_option, pass_state, stderr, stdout
+from .output import State, confirmed, emit_json, json_option, pass_state, stderr, stdout
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -304,13 +304,15 @@ def forget_command(
 
     plan = run(True)
     if not dry_run and plan.messages and not yes:
-        if not sys.stdin.isatty():
-            raise click.UsageError(
-                f"this forgets {plan.messages:,} message(s) for good; add --yes to go ahead"
-                " (or --dry-run to see what would go)"
-            )
-        _print_forget(plan)
-        click.confirm("Forget them for good?", abort=True, err=True)
+        if sys.stdin is not None and sys.stdin.isatty():
+            _print_forget(plan)
+        going = confirmed(
+            "Forget them for good?",
+            yes=yes,
+            refusal=f"this forgets {plan.messages:,} message(s) for good (--dry-run shows them)",
+        )
+        if not going:
+            raise click.Abort
     report = plan if dry_run else run(False)
     if as_json:
         emit_json(report.to_dict())

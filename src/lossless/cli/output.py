@@ -81,6 +81,18 @@ class State:
 pass_state = click.make_pass_decorator(State)
 
 
+def confirmed(question: str, *, yes: bool, refusal: str) -> bool:
+    """Whether to go ahead with a change that asks first: *yes* (``--yes``) goes ahead; on a
+    terminal the user is asked *question*; elsewhere (a script, a pipe) nothing can answer,
+    so the command is refused saying *refusal* and that ``--yes`` goes ahead, the same for
+    every command that asks."""
+    if yes:
+        return True
+    if sys.stdin is None or not sys.stdin.isatty():
+        raise click.UsageError(f"{refusal}; add --yes to go ahead")
+    return click.confirm(question, default=False, err=True)
+
+
 def json_text(value: Any, *, indent: int | None = None) -> str:
     """*value* as JSON: characters as they are, except that text holding half a surrogate
     pair (stored exactly, since it came so) is written with ``\\u`` escapes, which JSON

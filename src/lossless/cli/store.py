@@ -13,7 +13,7 @@ from ..engine import database_target, files_dir_for
 from ..errors import StoreError
 from ..redact import new_key as make_key
 from ..store import is_postgres_url
-from .output import EXIT_ERROR, State, emit_json, json_option, pass_state, stderr, stdout
+from .output import EXIT_ERROR, State, confirmed, emit_json, json_option, pass_state, stderr, stdout
 
 
 @click.command("stats")
@@ -222,10 +222,12 @@ def restore_command(state: State, source: Path, yes: bool, as_json: bool) -> Non
             " (or restore a pg_dump with pg_restore)"
         )
     target = Path(chosen)
-    if not yes and not as_json:
-        click.confirm(
-            f"Replace {target} with {source}? (the current one is kept aside)", abort=True
-        )
+    if not as_json and not confirmed(
+        f"Replace {target} with {source}? (the current one is kept aside)",
+        yes=yes,
+        refusal=f"this replaces {target} with {source} (the current one is kept aside)",
+    ):
+        raise click.Abort
     report = restore_store(source, target, files_dir_for(state.config, target))
     if as_json:
         emit_json(report.to_dict())

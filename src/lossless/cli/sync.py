@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import sys
 import threading
@@ -9,8 +10,9 @@ from types import FrameType
 
 import click
 
+from ..errors import LosslessError
 from ..ingest.reconcile import ReconcileReport
-from ..sync import HOSTS, host_folders, sync, watch
+from ..sync import HOSTS, WATCH_HINT, host_folders, sync, watch
 from .output import (
     EXIT_PARTIAL,
     State,
@@ -49,6 +51,8 @@ def sync_command(
     writing waits for its end. Stop it with Ctrl-C. Lines that could not be imported are
     named as `import` names them (exit code 3 unless --skip-bad); --watch names each once.
     """
+    if follow and importlib.util.find_spec("watchdog") is None:
+        raise LosslessError(WATCH_HINT)  # before the first pass, not after it
     engine = state.engine(create=True)
     folders = host_folders(hosts)
     report = sync(engine, folders)
