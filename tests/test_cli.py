@@ -349,10 +349,16 @@ def test_a_store_that_does_not_exist_is_an_error_for_commands_that_read(
         assert f"no lossless store at {typo}" in done.err and "--db" in done.err
     assert not typo.parent.exists()  # nothing was made, not even the folder
 
-    # Writing commands make it; LOSSLESS_DB names the user's own store, which demo leaves be.
+    # Writing commands make the store, but not a folder that is not there (a typo, most
+    # often): that is refused, saying how to make it.
     transcript = write_session(tmp_path / "s.jsonl", 5, session_id="s")
+    refused = run_cli("--db", str(typo), "import", str(transcript))
+    assert refused.code == 2 and f"mkdir -p {typo.parent}" in refused.err, refused
+    assert not typo.parent.exists()
+    typo.parent.mkdir()
     assert run_cli("--db", str(typo), "import", str(transcript)).code == 0
     assert run_cli("--db", str(typo), "conversations").code == 0
+    # LOSSLESS_DB names the user's own store, which demo leaves be.
     monkeypatch.setenv("LOSSLESS_DB", str(tmp_path / "mine.db"))
     assert run_cli("demo", "--turns", "20").code == 0
     assert not (tmp_path / "mine.db").exists()
@@ -411,7 +417,9 @@ def test_rename_archive_and_unarchive_change_what_is_listed_and_searched(
     assert row["first_message_at"] < row["last_message_at"] and row["source"] == "openclaw"
 
 
-def test_the_conversations_list_fits_80_columns_cutting_long_titles(tmp_path: Path) -> None:
+def test_the_conversations_list_piped_is_one_whole_line_a_conversation(tmp_path: Path) -> None:
+    """Piped (COLUMNS set or not), a listing is for a program: nothing cut, never wrapped; on
+    a terminal it fits (test_listings_fit_80_and_160_columns_and_are_whole_when_piped)."""
     db = str(tmp_path / "w.db")
     run = [sys.executable, "-m", "lossless", "--db", db]
     session = "0f9e8d7c-5b1a-4c2e-9f3d-7a6b5c4d3e2f"
@@ -424,11 +432,10 @@ def test_the_conversations_list_fits_80_columns_cutting_long_titles(tmp_path: Pa
     shown = subprocess.run([*run, "conversations", "--all"], capture_output=True, env=env)
     lines = shown.stdout.decode().splitlines()
     assert shown.returncode == 0 and len(lines) == 2  # a header and one line: never wrapped
-    assert max(len(line) for line in lines) <= 80
     header, row = lines
     assert header.split() == ["id", "session", "source", "first", "last", "msgs", "sums", "title"]
-    assert row.split()[:3] == ["1", "0f9e8d7c-…", "claude_code"]
-    assert row.rstrip().endswith(" archived Paginate the…")
+    assert row.split()[:3] == ["1", session, "claude_code"]
+    assert row.endswith(" archived " + " ".join(title.split()))
 
 
 def test_json_may_come_before_the_command_and_every_json_view_of_a_message_says_whose_it_is(
@@ -473,3 +480,60 @@ def test_every_error_is_one_lowercase_error_line(run_cli: Any, tmp_path: Path) -
     for res in (usage, own):
         assert res.err.count("error: ") == 1 and "Error:" not in res.err, res.err
     assert usage.code == 2 and "lossless conversations [OPTIONS]" in usage.err
+
+
+def test_a_transcript_given_as_the_store_is_named_for_what_it_is(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    """Not "damaged" with restore advice: a JSONL file is not a SQLite database, and the
+    error says how to import it; nothing is written beside it."""
+    transcript = write_session(tmp_path / "s.jsonl", 3, session_id="s")
+    before = transcript.read_bytes()
+    for args in (["stats"], ["import", str(transcript)]):
+        done = run_cli("--db", str(transcript), *args)
+        assert done.code == 5, done
+        assert "is not a SQLite database" in done.err and "lossless import" in done.err
+        assert "damaged" not in done.err
+    assert transcript.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]
+
+
+@pytest.mark.parametrize("command", ["conversations", "sessions"])
+def test_listings_fit_80_and_160_columns_and_are_whole_when_piped(
+    run_cli: Any, tmp_path: Path, command: str
+) -> None:
+    """At 80 and 160 columns every column is there, its header whole, the line within the
+    width; piped, nothing is cut and no line ends in padding."""
+    from rich.console import Console
+
+    from lossless.cli import conversations, sessions
+    from lossless.cli.output import listing_table
+
+    db = tmp_path / "l.db"
+    long_title = "the harbour crane schedule, the berth plan and the night shift rota " * 2
+    with Engine.open(db, config=Config()) as engine:
+        for n in range(3):
+            engine.ingest(f"session-{n}-{'x' * 30}", {"role": "user", "content": f"turn {n}"})
+        engine.rename(1, long_title.strip())
+        engine.summarize_session(1)
+        stats = engine.conversations()
+        versions = engine.session_summaries()
+    piped = run_cli("--db", str(db), command)
+    assert piped.code == 0, piped
+    lines = piped.out.splitlines()
+    assert all(line == line.rstrip() for line in lines)
+    assert long_title.strip() in piped.out
+    if command == "conversations":
+        columns = conversations.listing(stats)
+    else:
+        history = {v.conversation_id: [v] for v in versions}
+        columns = sessions.columns(stats, history, summaries=False)
+    for width in (80, 160):
+        console = Console(width=width, color_system=None)
+        with console.capture() as shown:
+            console.print(listing_table(columns, width))
+        rendered = shown.get().splitlines()
+        assert all(len(line) <= width for line in rendered), rendered
+        header = rendered[0].split()
+        assert header == [c.name for c in columns], rendered[0]
+        assert rendered[1].endswith("…"), rendered[1]  # the long title, cut to fit

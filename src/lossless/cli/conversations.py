@@ -6,14 +6,23 @@ import sys
 from collections.abc import Iterator
 
 import click
-from rich.console import Console, JustifyMethod
+from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from ..engine import Engine
 from ..model import Conversation, ConversationStats, StoredMessage
-from .output import State, emit_json, json_option, page, pass_state, stderr, stdout
+from .output import (
+    Column,
+    State,
+    emit_json,
+    json_option,
+    page,
+    pass_state,
+    print_listing,
+    stderr,
+    stdout,
+)
 
 
 def resolve(engine: Engine, ref: str) -> Conversation:
@@ -68,7 +77,7 @@ def conversations_command(state: State, archived: bool, every: bool, as_json: bo
         else:
             stdout.print("no conversations yet; add some with `lossless import PATH`")
         return
-    stdout.print(listing(rows, stdout.width))
+    print_listing(listing(rows))
     if hidden:
         stderr.print(f"({hidden} archived not listed: --archived or --all)", style="dim")
 
@@ -77,43 +86,33 @@ def conversations_command(state: State, archived: bool, every: bool, as_json: bo
 #: id column names a conversation in a few characters), and source.
 SESSION_CHARS = 10
 SOURCE_CHARS = 11
-#: The narrowest the title column gets (on a narrow terminal the line is longer then).
-MIN_TITLE_CHARS = 8
 
 
-def listing(rows: list[ConversationStats], width: int) -> Table:
-    """The conversations as a table *width* characters wide at most, one line each: the
-    title last, taking the rest of the line, cut with "…" (never wrapped), as are a long
-    session id or source; an archived conversation's title starts with "archived"."""
-    table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
-    columns: list[tuple[str, JustifyMethod, list[str], int]] = [
-        ("id", "right", [str(r.conversation.conversation_id) for r in rows], 0),
-        ("session", "left", [_flat(r.conversation.session_id) for r in rows], SESSION_CHARS),
-        ("source", "left", [r.source or "-" for r in rows], SOURCE_CHARS),
-        ("first", "left", [_date(r.first_message_at) for r in rows], 0),
-        ("last", "left", [_date(r.last_message_at) for r in rows], 0),
-        ("msgs", "right", [f"{r.message_count:,}" for r in rows], 0),
-        ("sums", "right", [f"{r.summary_count:,}" for r in rows], 0),
-    ]
-    used = 0
-    for name, justify, cells, most in columns:
-        fits = max(len(name), *map(len, cells))
-        size = min(fits, most) if most else fits
-        table.add_column(name, justify=justify, width=size, no_wrap=True, overflow="ellipsis")
-        used += size + 1  # (one space after each column)
-    titles = [_title(r.conversation) for r in rows]
-    table.add_column(
-        "title",
-        width=max(MIN_TITLE_CHARS, min(width - used, max(len("title"), *map(len, titles)))),
-        no_wrap=True,
-        overflow="ellipsis",
-    )
-    for i, r in enumerate(rows):
-        title = Text(titles[i], no_wrap=True, overflow="ellipsis")  # never markup
+def listing(rows: list[ConversationStats]) -> list[Column]:
+    """The conversations' columns, one line each: the title last, taking the rest of the line
+    (see :func:`print_listing`); an archived conversation's title starts with "archived"."""
+
+    def texts(values: list[str]) -> list[Text]:
+        return [Text(v) for v in values]  # never markup
+
+    titles = []
+    for r in rows:
+        title = Text(_title(r.conversation))
         if r.conversation.status == "archived":
             title.stylize("yellow", 0, len("archived"))
-        table.add_row(*(Text(cells[i]) for _, _, cells, _ in columns), title)
-    return table
+        titles.append(title)
+    return [
+        Column("id", texts([str(r.conversation.conversation_id) for r in rows]), "right"),
+        Column(
+            "session", texts([_flat(r.conversation.session_id) for r in rows]), most=SESSION_CHARS
+        ),
+        Column("source", texts([r.source or "-" for r in rows]), most=SOURCE_CHARS),
+        Column("first", texts([_date(r.first_message_at) for r in rows])),
+        Column("last", texts([_date(r.last_message_at) for r in rows])),
+        Column("msgs", texts([f"{r.message_count:,}" for r in rows]), "right"),
+        Column("sums", texts([f"{r.summary_count:,}" for r in rows]), "right"),
+        Column("title", titles),
+    ]
 
 
 def _title(conv: Conversation) -> str:

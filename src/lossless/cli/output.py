@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
+from rich.console import Console, JustifyMethod
+from rich.table import Table
+from rich.text import Text
 
 from ..codec import has_lone_surrogates
 
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 stdout = Console(soft_wrap=True)
+#: The narrowest the last column of a listing is made (it takes what the others leave).
+MIN_LAST_CHARS = 8
 stderr = Console(stderr=True, soft_wrap=True)
 
 #: Exit codes (documented in docs/cli.md).
@@ -58,8 +62,29 @@ class State:
         if self._engine is None:
             from ..engine import Engine
 
+            if create:
+                self._check_folder()
             self._engine = Engine.open(self.db, config=self.config, create=create)
         return self._engine
+
+    def _check_folder(self) -> None:
+        """A store named (--db, LOSSLESS_DB, the config) in a folder that does not exist is a
+        mistyped path far more often than a wish for new folders: refused, saying how to make
+        it. The default store's folder (the user data directory) is made as needed."""
+        from ..engine import default_db_path
+        from ..errors import ArgumentError
+
+        chosen = self.database()
+        default = default_db_path().expanduser().resolve()
+        if "://" in chosen or chosen == ":memory:" or Path(chosen) == default:
+            return
+        folder = Path(chosen).parent
+        if not folder.exists():
+            raise ArgumentError(
+                f"the folder {folder} of the store {Path(chosen).name} does not exist: check"
+                f" the path (--db, LOSSLESS_DB or the config's db), or make the folder first"
+                f" (mkdir -p {folder})"
+            )
 
     def database(self) -> str:
         """The database this invocation opens (as Engine.open picks it), made absolute."""
@@ -79,6 +104,53 @@ class State:
 
 
 pass_state = click.make_pass_decorator(State)
+
+
+@dataclass
+class Column:
+    """A column of a listing: its cells, how they align, and at most how wide it is shown
+    (0: as wide as its widest cell). The last column of a listing takes the rest of the line."""
+
+    name: str
+    cells: list[Text]
+    justify: JustifyMethod = "left"
+    most: int = 0
+
+
+def listing_table(columns: list[Column], width: int | None) -> Table:
+    """A table of one line per row, at most *width* characters wide (``None``: as wide as
+    its cells, for a pipe): each column as wide as it needs up to its ``most``, the last
+    taking what is left (at least :data:`MIN_LAST_CHARS`); what does not fit is cut with "…",
+    never wrapped."""
+    table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+    used = 0
+    *fixed, last = columns
+    for column in fixed:
+        fits = max(len(column.name), *(c.cell_len for c in column.cells))
+        size = min(fits, column.most) if column.most and width is not None else fits
+        table.add_column(
+            column.name, justify=column.justify, width=size, no_wrap=True, overflow="ellipsis"
+        )
+        used += size + 1  # (one space after each column)
+    needed = max(len(last.name), *(c.cell_len for c in last.cells))
+    room = needed if width is None else max(MIN_LAST_CHARS, min(width - used, needed))
+    table.add_column(last.name, width=room, no_wrap=True, overflow="ellipsis")
+    for i in range(len(last.cells)):
+        table.add_row(*(column.cells[i] for column in columns))
+    return table
+
+
+def print_listing(columns: list[Column]) -> None:
+    """A listing on stdout: fitted to the terminal, or, piped, whole and without the spaces
+    that pad its last column."""
+    if stdout.is_terminal:
+        stdout.print(listing_table(columns, stdout.width))
+        return
+    wide = Console(width=1_000_000, color_system=None, soft_wrap=False)
+    with wide.capture() as captured:
+        wide.print(listing_table(columns, None))
+    for line in captured.get().splitlines():
+        click.echo(line.rstrip())
 
 
 def confirmed(question: str, *, yes: bool, refusal: str) -> bool:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import click
+from rich.console import JustifyMethod
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from ..model import SessionSummary
+from ..model import ConversationStats, SessionSummary
 from .conversations import resolve
-from .output import State, emit_json, json_option, pass_state, stdout
+from .output import Column, State, emit_json, json_option, pass_state, print_listing, stdout
 
 
 def _when(stamp: str | None) -> str:
@@ -17,6 +18,19 @@ def _when(stamp: str | None) -> str:
 
 def _covers(s: SessionSummary) -> str:
     return f"msg#{s.first_message_id}…msg#{s.last_message_id}"
+
+
+#: The listing's columns: how each aligns and at most how wide it is shown (0: whole); the
+#: session (its id and title) is last, taking the rest of the line.
+LABELS: dict[str, tuple[JustifyMethod, int]] = {
+    "id": ("right", 0),
+    "msgs": ("right", 0),
+    "ver": ("right", 0),
+    "covers": ("right", 0),
+    "model": ("left", 18),
+    "summarized": ("left", 0),
+    "session": ("left", 0),
+}
 
 
 @click.command("sessions")
@@ -62,39 +76,7 @@ def sessions_command(state: State, summaries: bool, as_json: bool) -> None:
     if not rows:
         stdout.print("no conversations yet; add some with `lossless import PATH`")
         return
-    table = Table(box=None, pad_edge=False)
-    for name, justify in (
-        ("id", "right"),
-        ("session", "left"),
-        ("messages", "right"),
-        ("version", "right"),
-        ("covers", "right"),
-        ("model", "left"),
-        ("summarized", "left"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for r in rows:
-        c = r.conversation
-        versions = history.get(c.conversation_id, [])
-        shown = versions if summaries else versions[-1:]
-        label = escape(c.session_id + (f" — {c.title[:30]}" if c.title else ""))
-        if not shown:
-            table.add_row(str(c.conversation_id), label, f"{r.message_count:,}", "-", "-", "-", "-")
-            continue
-        for n, v in enumerate(reversed(shown)):
-            first = n == 0
-            table.add_row(
-                str(c.conversation_id) if first else "",
-                label if first else "",
-                f"{r.message_count:,}" if first else "",
-                f"v{v.version}",
-                f"{v.message_count:,} (+{v.messages_processed:,})"
-                if v.is_incremental
-                else f"{v.message_count:,}",
-                escape(v.model or "-"),
-                _when(v.created_at),
-            )
-    stdout.print(table)
+    print_listing(columns(rows, history, summaries=summaries))
     if not history:
         stdout.print("no session summaries yet; make one with `lossless summarize CONV`")
 
@@ -151,3 +133,40 @@ def summarize_command(state: State, conversation: str, full: bool, as_json: bool
         highlight=False,
     )
     stdout.print(escape(summary.render()), highlight=False)
+
+
+def columns(
+    rows: list[ConversationStats],
+    history: dict[int, list[SessionSummary]],
+    *,
+    summaries: bool,
+) -> list[Column]:
+    """The listing's columns: a line per conversation (per version with *summaries*)."""
+    cells: dict[str, list[str]] = {k: [] for k in LABELS}
+    for r in rows:
+        c = r.conversation
+        versions = history.get(c.conversation_id, [])
+        shown: list[SessionSummary | None] = [*reversed(versions if summaries else versions[-1:])]
+        shown = shown or [None]
+        label = c.session_id + (f" — {' '.join(c.title.split())}" if c.title else "")
+        for n, v in enumerate(shown):
+            first = n == 0
+            cells["id"].append(str(c.conversation_id) if first else "")
+            cells["msgs"].append(f"{r.message_count:,}" if first else "")
+            if v is None:
+                for key in ("ver", "covers", "model", "summarized"):
+                    cells[key].append("-")
+            else:
+                cells["ver"].append(f"v{v.version}")
+                cells["covers"].append(
+                    f"{v.message_count:,} (+{v.messages_processed:,})"
+                    if v.is_incremental
+                    else f"{v.message_count:,}"
+                )
+                cells["model"].append(v.model or "-")
+                cells["summarized"].append(_when(v.created_at))
+            cells["session"].append(label if first else "")
+    return [
+        Column(name, [Text(x) for x in cells[name]], justify, most)  # never markup
+        for name, (justify, most) in LABELS.items()
+    ]

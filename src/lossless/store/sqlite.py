@@ -41,6 +41,7 @@ from .sqlite_files import (
     copy_database,
     interrupted,
     let_signals_in,
+    not_sqlite,
 )
 from .sqlite_indexes import FTS_TABLES, SQLiteIndexes
 from .sqlite_search import SQLiteSearch
@@ -199,6 +200,8 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         self._waiting_guard = threading.Lock()
         self._writers_waiting = 0
         memory = str(self.path) == ":memory:"
+        if not memory and (wrong := not_sqlite(self.path)) is not None:
+            raise wrong  # before anything is made beside it
         self._writers = WriterQueue(None if memory else Path(f"{self.path}-writers"))
         if not memory:
             _create_private(self.path)

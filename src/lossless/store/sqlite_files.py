@@ -18,6 +18,7 @@ __all__ = [
     "copy_database",
     "interrupted",
     "let_signals_in",
+    "not_sqlite",
     "scrub_failed",
 ]
 
@@ -186,6 +187,36 @@ def scrub_failed(path: Path | None, exc: BaseException) -> StoreError:
     else:
         why = str(cause)
     return StoreError(f"cannot scrub the space freed in {path}: {why}")
+
+
+#: The first bytes of every SQLite database file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def not_sqlite(path: Path) -> StoreError | None:
+    """The error for a file that is not a SQLite database (a transcript named as the store,
+    say), or ``None`` (no file, an empty one, or a SQLite database)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(SQLITE_MAGIC))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return StoreError(f"cannot read the database {path}: {exc.strerror}")
+    if not head or head == SQLITE_MAGIC:
+        return None
+    shown = head.decode("utf-8", "replace").replace("\n", " ")[:12]
+    if head.lstrip()[:1] in (b"{", b"["):
+        why = (
+            f"it begins {shown!r}, like a JSON transcript: import it with `lossless import"
+            f" {path}`, and give the store's own path with --db (or LOSSLESS_DB)"
+        )
+    else:
+        why = (
+            f"it begins {shown!r}: check --db (or LOSSLESS_DB); if it is your store, its first"
+            " bytes are damaged: restore the latest backup (lossless restore BACKUP)"
+        )
+    return StoreError(f"{path} is not a SQLite database, so not a lossless store; {why}")
 
 
 def _create_private(path: Path) -> None:
