@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -88,19 +89,20 @@ def print_reports(reports: list[ReconcileReport], *, quiet_unchanged: bool = Fal
             continue
         if r.mode == "passed_over":
             stdout.print(
-                f"{escape(r.path)}: passed over: {escape(r.problems[0].reason)}",
+                f"{escape(_shown(r.path))}: passed over: {escape(r.problems[0].reason)}",
                 highlight=False,
             )
             continue
         if r.mode == "empty":
             stdout.print(
-                f"{escape(r.path)}: no messages to import; nothing stored", highlight=False
+                f"{escape(_shown(r.path))}: no messages to import; nothing stored", highlight=False
             )
             continue
         skipped = ", ".join(f"{n} {k}" for k, n in sorted(r.skipped.items()))
         line = (
-            f"{escape(r.path)} → conversation {r.conversation_id} ({escape(r.session_id)}): "
-            f"{r.imported} imported, {r.already_stored} already stored"
+            f"{escape(_shown(r.path))} → conversation {r.conversation_id}"
+            f" ({escape(r.session_id)}): {r.imported:,} imported, {r.already_stored:,} already"
+            " stored"
         )
         if r.mode == "unchanged":
             line += " (file unchanged)"
@@ -200,3 +202,12 @@ def import_store_command(state: State, source: str, path: Path, as_json: bool) -
             stdout.print(f"  not brought: {note}", highlight=False, soft_wrap=True)
     if not reports:
         stderr.print(f"{path} holds no conversation", highlight=False)
+
+
+def _shown(path: str) -> str:
+    """A file's path as a person typed it: relative to the working directory when below it
+    (the reports keep the absolute path, which --json gives)."""
+    try:
+        return os.path.relpath(path) if Path(path).is_relative_to(Path.cwd()) else path
+    except (OSError, ValueError):
+        return path
