@@ -537,3 +537,32 @@ def test_listings_fit_80_and_160_columns_and_are_whole_when_piped(
         header = rendered[0].split()
         assert header == [c.name for c in columns], rendered[0]
         assert rendered[1].endswith("…"), rendered[1]  # the long title, cut to fit
+
+
+def test_the_conventions_of_llm_and_sqlite_utils_hold(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--db` after the command, short flags for the common options, and `lossless info`
+    saying where everything is without making anything."""
+    db = tmp_path / "c.db"
+    transcript = write_session(tmp_path / "s.jsonl", 6, session_id="conv-a")
+    assert run_cli("import", "-f", "openclaw", "--db", str(db), str(transcript)).code == 0
+    write_session(tmp_path / "t.jsonl", 9, session_id="conv-b")  # its last message is later
+    assert run_cli("import", str(tmp_path / "t.jsonl"), "--db", str(db)).code == 0
+    listed = run_cli("conversations", "-n", "1", "--db", str(db))
+    assert listed.code == 0 and "conv-b" in listed.out and "conv-a" not in listed.out, listed
+    found = run_cli("grep", "-n", "1", "--json", "-c", "conv-a", "--db", str(db), "the")
+    assert found.code == 0 and len(json.loads(found.out)["hits"]) == 1, found
+    out = tmp_path / "a.md"
+    assert run_cli("export", "conv-a", "-f", "markdown", "-o", str(out), "--db", str(db)).code == 0
+    assert out.read_text().startswith("# ")
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    missing = tmp_path / "not-yet.db"
+    info = run_cli("info", "--db", str(missing), "--json")
+    data = json.loads(info.out)
+    assert data["store"] == str(missing) and data["store_from"] == "--db"
+    assert data["store_exists"] is False and not missing.exists()
+    assert "extractive" in data["summarizers_installed"]
+    said = run_cli("--db", str(db), "info").out
+    assert f"{db} (" in said and "from --db" in said and "summarizer" in said

@@ -16,6 +16,7 @@ from .output import State, emit_json, json_option, json_text, pass_state, stderr
 @click.argument("conversation")
 @click.option(
     "--budget",
+    "-b",
     type=click.IntRange(min=1),
     default=None,
     metavar="TOKENS",

@@ -32,10 +32,15 @@ def resolve(engine: Engine, ref: str) -> Conversation:
 
 @click.command("conversations")
 @click.option("--archived", is_flag=True, help="Only the archived conversations.")
-@click.option("--all", "every", is_flag=True, help="Archived conversations too.")
+@click.option("--all", "-a", "every", is_flag=True, help="Archived conversations too.")
+@click.option(
+    "--limit", "-n", type=click.IntRange(min=1), help="Only the N with the latest messages."
+)
 @json_option
 @pass_state
-def conversations_command(state: State, archived: bool, every: bool, as_json: bool) -> None:
+def conversations_command(
+    state: State, archived: bool, every: bool, limit: int | None, as_json: bool
+) -> None:
     """List conversations: id, session, title, where they came from, their first and last
     message's dates, message and summary counts.
 
@@ -45,6 +50,11 @@ def conversations_command(state: State, archived: bool, every: bool, as_json: bo
         raise click.UsageError("--archived lists the archived ones only, --all every one: give one")
     engine = state.engine()
     rows = engine.conversations(archived=None if every else archived)
+    if limit is not None:  # the latest N, still listed oldest first
+        rows = sorted(
+            rows, key=lambda r: (r.last_message_at or "", r.conversation.conversation_id)
+        )[-limit:]
+        rows.sort(key=lambda r: r.conversation.conversation_id)
     if as_json:
         emit_json(
             [
@@ -247,7 +257,7 @@ def _message_dict(m: StoredMessage, source: bool) -> dict[str, object]:
 @click.command("show")
 @click.argument("conversation")
 @click.option("--after", "after_seq", type=int, default=0, help="Only messages after this seq.")
-@click.option("--limit", type=int, default=None, help="At most this many messages.")
+@click.option("--limit", "-n", type=int, default=None, help="At most this many messages.")
 @click.option(
     "--source", is_flag=True, help="With --json: include each message exactly as ingested."
 )

@@ -22,6 +22,7 @@ from .output import State, pass_state, stderr
 @click.option("--all", "everything", is_flag=True, help="Every conversation of the store.")
 @click.option(
     "--format",
+    "-f",
     "fmt",
     type=click.Choice(FORMATS),
     default="jsonl",

@@ -34,6 +34,7 @@ COMMANDS = {
     "stats": "store:stats_command",
     "doctor": "store:doctor_command",
     "config": "store:config_command",
+    "info": "info:info_command",
     "backup": "store:backup_command",
     "restore": "store:restore_command",
     "migrate-store": "migrate:migrate_store_command",
@@ -77,7 +78,28 @@ class Commands(click.Group):
             return super().get_command(ctx, cmd_name)
         module, _, attr = home.partition(":")
         command: click.Command = getattr(importlib.import_module(f".{module}", __package__), attr)
+        if not any(p.name in ("db", "db_after") for p in command.params):
+            command.params.append(_DB_AFTER)  # `lossless import --db x.db ...` too
         return command
+
+
+def _db_after(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """``--db`` given after the command (as sqlite-utils and llm take it): the same as before."""
+    if value is not None:
+        state = ctx.find_object(State)
+        if state is not None:
+            state.db = value
+            state.db_on_command_line = True
+
+
+_DB_AFTER = click.Option(
+    ["--db", "db_after"],
+    metavar="PATH|URL",
+    expose_value=False,
+    is_eager=True,
+    callback=_db_after,
+    help="The store, as `lossless --db PATH COMMAND` takes it.",
+)
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -27,7 +27,7 @@ from .output import (
 @declared_option("lcm_grep", "mode")
 @declared_option("lcm_grep", "scope")
 @declared_option("lcm_grep", "sort")
-@declared_option("lcm_grep", "limit")
+@declared_option("lcm_grep", "limit", "--limit", "-n")
 @declared_option("lcm_grep", "offset")
 @declared_option("lcm_grep", "since")
 @declared_option("lcm_grep", "before")

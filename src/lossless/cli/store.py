@@ -204,7 +204,7 @@ def backup_command(state: State, dest: Path, as_json: bool) -> None:
 
 @click.command("restore")
 @click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @json_option
 @pass_state
 def restore_command(state: State, source: Path, yes: bool, as_json: bool) -> None:

@@ -35,6 +35,7 @@ skip_bad_option = click.option(
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--format",
+    "-f",
     "fmt",
     type=click.Choice(sorted(n for n, f in FORMATS.items() if f.not_a_transcript is None)),
     help="Transcript format (default: detected from the first line).",
