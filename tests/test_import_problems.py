@@ -367,3 +367,20 @@ def test_a_repeated_json_key_is_said_once_and_its_last_value_kept(
     assert done.err.count("repeats the key 'content'") == 1, done.err
     shown = run_cli("--db", db, "show", "dup")
     assert "second" in shown.out and "first" not in shown.out
+
+
+def test_import_progress_only_goes_forward_and_ends_at_the_files_size(tmp_path: Path) -> None:
+    """Both passes over a file count on one scale: the bar never goes back (it went from
+    100% to 0% between them), and it ends at the total."""
+    from lossless.sample import write_session
+
+    (tmp_path / "a").mkdir()
+    first = write_session(tmp_path / "a" / "one.jsonl", 60, session_id="one")
+    write_session(tmp_path / "a" / "two.jsonl", 40, session_id="two")
+    seen: list[tuple[int, int]] = []
+    with Engine.open(tmp_path / "p.db", config=Config()) as engine:
+        engine.import_path(first.parent, progress=lambda done, total: seen.append((done, total)))
+    done = [d for d, _ in seen]
+    total = sum(f.stat().st_size for f in first.parent.iterdir())
+    assert done == sorted(done), "progress went back"
+    assert {t for _, t in seen} == {total} and done[-1] == total

@@ -210,6 +210,17 @@ def progress_bar(
         yield update
 
 
+@contextmanager
+def working(what: str) -> Iterator[None]:
+    """A line on stderr (a terminal's only) saying what a long step after a progress bar is
+    doing, with a spinner, gone when it is done."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    with stderr.status(what):
+        yield
+
+
 def page(write: Callable[[Console], Iterable[object]]) -> None:
     """Page what *write* prints through ``$PAGER`` (``less`` by default), in the terminal's
     colours and width; the pager starts at once and is fed as *write* goes, one step (each

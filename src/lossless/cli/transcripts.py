@@ -22,6 +22,7 @@ from .output import (
     progress_bar,
     stderr,
     stdout,
+    working,
 )
 
 skip_bad_option = click.option(
@@ -70,8 +71,9 @@ def import_command(
             reports.extend(engine.import_path(path, format=fmt, progress=advance))
             done_before += file_size(path)
     # Large batches leave the substring (trigram) index for later; finish it now so the
-    # first search after an import does not pay for it.
-    engine.finish_indexes()
+    # first search after an import does not pay for it (on a terminal, saying so).
+    with working("finishing the search indexes (substrings, surroundings) and merging them"):
+        engine.finish_indexes()
     if as_json:
         emit_json([r.to_dict() for r in reports])
     else:

@@ -59,7 +59,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Progress", "ReconcileReport", "reconcile_file"]
 
-#: ``progress(bytes_done, bytes_total)`` — called while a file is read.
+#: The share of an import's time its first pass over a file takes (reading what it holds;
+#: the second stores it): measured 16% for a 19 MB transcript. Progress counts a file's bytes
+#: through both passes on one scale, so it only goes forward.
+SCAN_PERCENT = 15
+
+#: ``progress(bytes_done, bytes_total)`` — called while a file is read (both passes: see
+#: :data:`SCAN_PERCENT`); it never goes back.
 Progress = Callable[[int, int], None]
 
 BATCH_MESSAGES = 1000
@@ -489,7 +495,7 @@ def _scan(
             complete = not line.raw or line.raw.endswith(b"\n")
             scan.end_line = line.line_no if complete else line.line_no - 1
             if progress is not None:
-                progress(line.end, size)
+                progress(_read_so_far(line.end, start, size, storing=False), size)
     total = sum(messages.values())
     for lane, each in found.items():
         each.elsewhere = total - messages[lane]
@@ -737,9 +743,19 @@ def _import(
             if len(batch) >= BATCH_MESSAGES or batch_bytes >= BATCH_BYTES:
                 flush()
             if progress is not None:
-                progress(skel.end, size)
+                progress(_read_so_far(skel.end, todo[0].start, size, storing=True), size)
     flush()
     return imported
+
+
+def _read_so_far(position: int, start: int, size: int, *, storing: bool) -> int:
+    """Where a pass at byte *position* of a file read from *start* is, on the one scale both
+    passes share (:data:`SCAN_PERCENT`): a byte position between *start* and *size*."""
+    span = size - start
+    done = position - start
+    if storing:
+        return start + (span * SCAN_PERCENT + done * (100 - SCAN_PERCENT)) // 100
+    return start + done * SCAN_PERCENT // 100
 
 
 def _unstored(file: Path, skel: Skeleton, exc: Exception) -> ImportProblem:
