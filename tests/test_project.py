@@ -86,3 +86,35 @@ def test_the_package_says_its_licence_and_ships_what_it_needs() -> None:
     ).stdout.split()
     binaries = [f for f in tracked if f.endswith((".db", ".sqlite"))]
     assert binaries and all(any(fnmatch.fnmatch(f, pat) for pat in excluded) for f in binaries)
+
+
+def test_the_schema_page_names_every_table_and_column() -> None:
+    """docs/schema.md (for datasette and sqlite-utils users) keeps up with the migrations."""
+    import re
+    import sqlite3
+
+    from lossless.store.migrations import MIGRATIONS
+    from lossless.store.sqlite_files import MIGRATIONS_TABLE
+
+    doc = (ROOT / "docs" / "schema.md").read_text()
+    conn = sqlite3.connect(":memory:")
+    conn.execute(MIGRATIONS_TABLE)
+    for _, migration in MIGRATIONS:
+        migration(conn)
+    shadow = re.compile(r"_(data|idx|docsize|config|content)$")
+    missing = []
+    for (table,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+        " AND name NOT LIKE 'sqlite_%'"
+    ):
+        if shadow.search(table):
+            continue
+        if f"`{table}`" not in doc:
+            missing.append(table)
+            continue
+        if table.endswith(("_fts", "_trigram")) or table == "message_words":
+            continue
+        for column in conn.execute(f"PRAGMA table_xinfo({table})"):
+            if f"`{column[1]}`" not in doc:
+                missing.append(f"{table}.{column[1]}")
+    assert missing == []
