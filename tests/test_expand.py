@@ -171,3 +171,21 @@ def test_the_cli_expands_under_a_grant_it_revokes(  # type: ignore[no-untyped-de
     check = open_engine(db)
     live = check.store.fetchall("SELECT count(*) FROM grants WHERE revoked_at IS NULL")[0][0]
     assert live == 0
+
+
+def test_the_cli_says_what_stopped_an_expansion_in_its_own_flags(  # type: ignore[no-untyped-def]
+    run_cli, open_engine: EngineFactory, new_db: Callable[[], str]
+) -> None:
+    """The advice names the CLI's options (--cap, --depth, --no-messages), not the tool's
+    parameter names a person cannot type."""
+    db = new_db()
+    engine = open_engine(db)
+    top = compacted(engine)
+    engine.close()
+    res = run_cli("--db", str(db), "expand", top, "--messages", "--cap", "100")
+    assert res.code == 0, res
+    said = " ".join(res.out.split())
+    assert "stopped:" in said and "--cap of at least" in said, said
+    assert "a lower --depth" in said and "--no-messages" in said, said
+    for tool_word in ("token_cap", "max_depth", "include_messages", "summary_ids"):
+        assert tool_word not in said, said

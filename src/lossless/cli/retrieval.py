@@ -205,7 +205,7 @@ def expand_command(
         stdout.print(escape(node.content), highlight=False)
     stdout.print(f"{len(result.nodes)} item(s), {result.tokens:,} tokens", highlight=False)
     if result.stopped:
-        stdout.print("stopped: " + result.stopped.replace("token_cap", "--cap"), highlight=False)
+        stdout.print("stopped: " + _in_cli_words(result.stopped), highlight=False)
 
 
 @click.command("ask")
@@ -328,3 +328,21 @@ def query_command(
         else "nothing matches",
         highlight=False,
     )
+
+
+#: The recall tools' words for their parameters, and the CLI's for the same options: what a
+#: tool's advice says, said to a person at the command line.
+_CLI_WORDS = (
+    ("token_cap of at least", "--cap of at least"),
+    ("(token_cap)", "(--cap)"),
+    ("fewer summary_ids", "fewer ids"),
+    ("max_depth lower", "a lower --depth"),
+    ("include_messages false", "--no-messages"),
+    ("lcm_describe the id", "`lossless describe ID`"),
+)
+
+
+def _in_cli_words(text: str) -> str:
+    for tool, cli in _CLI_WORDS:
+        text = text.replace(tool, cli)
+    return text
