@@ -144,3 +144,18 @@ def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch)
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``postgres`` marker on every test that runs on the PostgreSQL back end (the
+    ``postgres`` case of ``backend``, a test of test_postgres.py, or one asking for a
+    server URL), so ``-m postgres`` selects them and ``-m "not postgres"`` leaves them out."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        fixtures = getattr(item, "fixturenames", ())
+        if (
+            params.get("backend") == "postgres"
+            or item.path.name == "test_postgres.py"
+            or "pg_url" in fixtures
+        ):
+            item.add_marker(pytest.mark.postgres)

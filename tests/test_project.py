@@ -118,3 +118,22 @@ def test_the_schema_page_names_every_table_and_column() -> None:
             if f"`{column[1]}`" not in doc:
                 missing.append(f"{table}.{column[1]}")
     assert missing == []
+
+
+def test_the_postgres_marker_selects_the_postgresql_cases() -> None:
+    import subprocess
+    import sys
+
+    def collected(*args: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/test_forget.py", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    chosen, others = collected("-m", "postgres"), collected("-m", "not postgres")
+    assert chosen and all("[postgres" in t for t in chosen)
+    assert others and not any("[postgres" in t for t in others)
