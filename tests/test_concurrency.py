@@ -203,7 +203,10 @@ def test_the_wal_stays_bounded_while_readers_never_stop(
             for thread in readers:
                 thread.join(timeout=10)
         assert writer.store.message_count() == 1 + 80 * 50
-    assert peak < 4 << 20, f"the WAL grew to {peak / 1e6:.1f} MB under a 1 MB limit"
+    # Without the limit the WAL reaches ~34 MB here; with it, 1.2 MB on an idle machine and a
+    # few MB on a loaded one (the readers hold the checkpoint off longer): the bound is half
+    # of the first, so the verdict is the mechanism's, not the machine's load.
+    assert peak < 16 << 20, f"the WAL grew to {peak / 1e6:.1f} MB under a 1 MB limit"
 
 
 def test_the_wal_starts_again_while_writes_never_pause(
@@ -223,7 +226,11 @@ def test_the_wal_starts_again_while_writes_never_pause(
             engine.ingest_batch("s", turn)
             peak = max(peak, wal.stat().st_size if wal.exists() else 0)
         assert engine.store.message_count() == 2000
-    assert peak < 16 << 20, f"the WAL grew to {peak / 1e6:.1f} MB with writes that never paused"
+    # Without the restart in the writers' turn the WAL reaches ~67 MB here (until a commit
+    # truncates it at WAL_LIMIT_BYTES); with it, 8 MB on an idle machine and up to ~37 MB on
+    # a loaded one (the thread checkpoints less often): the bound lies between, by the
+    # mechanism, not the machine's load.
+    assert peak < 48 << 20, f"the WAL grew to {peak / 1e6:.1f} MB with writes that never paused"
 
 
 def test_a_writer_waits_its_turn_and_gives_up_after_the_busy_timeout(db_path: Path) -> None:
