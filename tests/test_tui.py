@@ -612,3 +612,16 @@ def test_without_textual_the_command_names_the_extra(
     assert res.code == 2
     assert "pip install 'lossless[tui]'" in res.err
     assert "Traceback" not in res.err
+
+
+def test_a_leafs_detail_says_what_it_was_made_from_not_none_below(engine: Engine) -> None:
+    from lossless.tui.render import summary_text
+
+    conv = engine.conversation("old").conversation_id
+    leaves = [s for s in engine.store.live_summaries(conv) if s.kind == "leaf"]
+    assert leaves
+    leaf = leaves[0]
+    _, messages = engine.store.summary_sources(leaf.summary_id)
+    shown = summary_text(leaf, messages=len(messages)).plain
+    assert f"made from {len(messages)} message(s)" in shown
+    assert "below" not in shown

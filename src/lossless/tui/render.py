@@ -133,7 +133,12 @@ def summary_text(
     out.append(f"  {summary.kind} d{summary.depth}", style="bold magenta")
     out.append(f"  {summary.token_count:,} tokens\n", style="dim")
     span = f"{short_time(summary.earliest_at)} → {short_time(summary.latest_at)}"
-    out.append(f"covers {span}, {summary.descendant_count:,} item(s) below\n", style="dim")
+    # descendant_count counts the summaries below: none below a leaf, which says what it
+    # was made from (its messages) on the next line.
+    below = summary.descendant_count
+    out.append(
+        f"covers {span}" + (f", {below:,} summaries below" if below else "") + "\n", style="dim"
+    )
     if parents:
         out.append(f"made from {len(parents)} summaries: {' '.join(parents)}\n", style="dim")
     if messages:
