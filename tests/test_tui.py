@@ -625,3 +625,19 @@ def test_a_leafs_detail_says_what_it_was_made_from_not_none_below(engine: Engine
     shown = summary_text(leaf, messages=len(messages)).plain
     assert f"made from {len(messages)} message(s)" in shown
     assert "below" not in shown
+
+
+@pytest.mark.parametrize(("width", "at_least"), [(80, 20), (160, 90)])
+async def test_the_content_column_shows_what_the_terminals_width_leaves(
+    engine: Engine, width: int, at_least: int
+) -> None:
+    """On a wide terminal an item's text is shown far past the 60 characters it was cut to
+    before; on 80 columns the line still fits."""
+    app = LosslessApp(engine, conversation="old")
+    async with app.run_test(size=(width, 40)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one("#context-table", DataTable)
+        previews = [str(r[-1]) for r in rows(table)]
+        longest = max(len(p) for p in previews)
+        assert longest >= at_least, previews
+        assert all(line.rstrip() == line.rstrip()[:width] for line in screen_text(app).splitlines())

@@ -33,6 +33,9 @@ __all__ = [
 
 #: Characters of preview in tables and tree labels.
 PREVIEW = 60
+#: Characters of an item's text kept for the context table's content column, which shows as
+#: many as the terminal's width leaves it.
+ROW_TEXT = 400
 
 
 @dataclass(frozen=True)
@@ -99,10 +102,10 @@ def context_view(engine: Engine, conversation_id: int, budget: int) -> ContextVi
     for item in items:
         if item.summary_id:
             summary = summaries[item.summary_id]
-            rows.append(ContextRow(item, summary.kind, first_line(summary.content, PREVIEW)))
+            rows.append(ContextRow(item, summary.kind, first_line(summary.content, ROW_TEXT)))
         else:
             message = messages[item.message_id or 0]
-            rows.append(ContextRow(item, message.role, first_line(message.content, PREVIEW)))
+            rows.append(ContextRow(item, message.role, first_line(message.content, ROW_TEXT)))
     assembled = engine.assemble(conversation_id, budget)
     return ContextView(rows, budget, engine.config.context_threshold, assembled)
 

@@ -232,8 +232,10 @@ class ContextPane(Vertical):
         self.view = view
         self.query_one(BudgetBar).show(view)
         table = self.query_one("#context-table", DataTable)
+        cursor = table.cursor_row
         table.clear()
         total = max(view.tokens, 1)
+        room = self._content_room(table)
         for position, row in enumerate(view.rows):
             item = row.item
             share = item.tokens / total
@@ -245,11 +247,31 @@ class ContextPane(Vertical):
                 Text(f"{item.tokens:,}", justify="right"),
                 Text(f"{share:.1%}", justify="right"),
                 Text(share_bar(share), style="magenta" if item.summary_id else "blue"),
-                Text(row.preview),  # stored text is never markup
+                Text(first_line(row.preview, room)),  # stored text is never markup
                 key=item.ref,
             )
+        if view.rows and 0 < cursor < len(view.rows):
+            table.move_cursor(row=cursor)
         if not view.rows:
             self.query_one(DetailPane).show(Text("the context is empty", style="dim"))
+
+    @staticmethod
+    def _content_room(table: DataTable[str | Text]) -> int:
+        """How many characters of an item's text the content column can show: what the other
+        columns leave of the table's width (at least :data:`data.PREVIEW`)."""
+        used = sum(
+            column.get_render_width(table)
+            for key, column in table.columns.items()
+            if key.value != "preview"
+        )
+        # The content column's own padding, and the vertical scrollbar.
+        free = table.size.width - used - 2 * table.cell_padding - 2
+        return max(data.PREVIEW, free)
+
+    def on_resize(self) -> None:
+        """A wider or narrower terminal: the content column shows what now fits."""
+        if self.view is not None:
+            self.show(self.view)
 
     def holds(self, ref: str) -> bool:
         """Whether *ref* is an item of the context."""
