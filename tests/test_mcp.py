@@ -213,15 +213,21 @@ async def test_grep_covers_the_store_or_one_conversation_and_each_scope(engine: 
     alpha, beta = _ids(engine, "alpha"), _ids(engine, "beta")
     async with connected(engine) as client:
         everywhere = await call(client, "lcm_grep", pattern="status update", limit=200)
-        only_beta = await call(client, "lcm_grep", pattern="status update", conversation="beta")
-        by_id = await call(client, "lcm_grep", pattern="status update", conversation=beta["conv"])
+        only_beta = await call(
+            client, "lcm_grep", pattern="status update", conversation="beta", limit=200
+        )
+        by_id = await call(
+            client, "lcm_grep", pattern="status update", conversation=beta["conv"], limit=200
+        )
         summaries = await call(client, "lcm_grep", pattern="Summary", scope="summaries")
         files = await call(client, "lcm_grep", pattern="row value", scope="files")
         regex = await call(client, "lcm_grep", pattern=r"port \d{4} for", mode="regex")
         nothing = await call(client, "lcm_grep", pattern="zebra xylophone")
     assert {h["conversation_id"] for h in everywhere["hits"]} == {alpha["conv"], beta["conv"]}
     assert {h["conversation_id"] for h in only_beta["hits"]} == {beta["conv"]}
-    assert by_id["hits"] == only_beta["hits"]
+    # The same hits either way. (Not the same scores: the store indexes a host's last few
+    # turns' surroundings when the writes pause, which may fall between the two calls.)
+    assert sorted(h["id"] for h in by_id["hits"]) == sorted(h["id"] for h in only_beta["hits"])
     assert summaries["hits"] and all(h["id"].startswith("sum_") for h in summaries["hits"])
     assert all(h["depth"] is not None for h in summaries["hits"])
     assert [h["id"] for h in files["hits"]] == alpha["files"]
