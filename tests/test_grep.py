@@ -642,3 +642,28 @@ def test_a_process_forked_after_a_search_searches_too(db: str) -> None:
         child.kill()
     assert not hung, "the forked child's search never finished"
     assert child.exitcode == 0 and out.get(timeout=5) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: a search made while a host's last turns wait for their surroundings and"
+    " substring entries misses one of them (msg#21 here); found at the end of a session,"
+    " present since before it (274acf9)",
+)
+def test_a_search_before_the_deferred_entries_finds_what_it_finds_after(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import test_mcp
+    from lossless.summarize import ScriptedSummarizer
+
+    with Engine.open(
+        tmp_path / "d.db", config=test_mcp.SMALL, summarizer=ScriptedSummarizer()
+    ) as engine:
+        test_mcp._fill(engine, "alpha", test_mcp.PORT_FACT, with_file=True)
+        test_mcp._fill(engine, "beta", test_mcp.VAULT_FACT)
+        assert engine.store.pending_index_rows() > 0  # the case: entries still deferred
+        before = {h.id for h in engine.grep("status update", conversation="beta", limit=200).hits}
+        engine.finish_indexes()
+        after = {h.id for h in engine.grep("status update", conversation="beta", limit=200).hits}
+    assert before == after
