@@ -26,7 +26,12 @@ def interrupt_after(proc: subprocess.Popen[Any], ready: str, stream: Any) -> flo
         if ready in line:
             break
     time.sleep(0.3)
-    assert proc.poll() is None, "the command ended before it was interrupted"
+    return interrupt(proc, "the command ended before it was interrupted")
+
+
+def interrupt(proc: subprocess.Popen[Any], ended_early: str) -> float:
+    """SIGINT to the running *proc*; how long it took to end (killed past 30 s)."""
+    assert proc.poll() is None, ended_early
     began = time.monotonic()
     proc.send_signal(signal.SIGINT)
     try:
@@ -101,15 +106,7 @@ def test_sync_watch_stops_in_the_middle_of_a_long_import(tmp_path: Path) -> None
             break
     staged.rename(folder / "big.jsonl")  # lands whole: its import starts once it is quiet
     time.sleep(2.5)
-    assert proc.poll() is None, "the import ended before it was interrupted"
-    began = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    took = time.monotonic() - began
+    took = interrupt(proc, "the import ended before it was interrupted")
     assert took < PROMPT_SECONDS, f"Ctrl-C took {took:.2f} s to stop the watch"
     assert proc.returncode == 0, proc.stderr.read()
     with Engine.open(db, config=Config()) as engine:
