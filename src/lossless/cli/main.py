@@ -15,53 +15,191 @@ from .. import __version__
 from ..errors import LosslessError
 from .output import State, stderr
 
-#: Every command, by name: the module (in this package) and the attribute holding it. A command
-#: is imported when it runs (or when --help lists it), so that one command starts without
-#: loading every other's dependencies: ``lossless mcp`` answers its client's handshake before
-#: the engine is loaded.
-COMMANDS = {
-    "import": "transcripts:import_command",
-    "import-store": "transcripts:import_store_command",
-    "sync": "sync:sync_command",
-    "conversations": "conversations:conversations_command",
-    "show": "conversations:show_command",
-    "export": "export:export_command",
-    "rename": "conversations:rename_command",
-    "archive": "conversations:archive_command",
-    "unarchive": "conversations:unarchive_command",
-    "sessions": "sessions:sessions_command",
-    "summarize": "sessions:summarize_command",
-    "stats": "store:stats_command",
-    "doctor": "store:doctor_command",
-    "config": "store:config_command",
-    "info": "info:info_command",
-    "backup": "store:backup_command",
-    "restore": "store:restore_command",
-    "migrate-store": "migrate:migrate_store_command",
-    "reveal": "store:reveal_command",
-    "demo": "demo:demo_command",
-    "compact": "compaction:compact_command",
-    "finish": "compaction:finish_command",
-    "status": "compaction:status_command",
-    "replay": "compaction:replay_command",
-    "context": "context:context_command",
-    "resume": "context:resume_command",
-    "grep": "retrieval:grep_command",
-    "describe": "retrieval:describe_command",
-    "expand": "retrieval:expand_command",
-    "ask": "retrieval:ask_command",
-    "query": "retrieval:query_command",
-    "mcp": "mcp:mcp_command",
-    "grant": "mcp:grant_command",
-    "serve": "serve:serve_command",
-    "transplant": "maintenance:transplant_command",
-    "rewrite": "maintenance:rewrite_command",
-    "dissolve": "maintenance:dissolve_command",
-    "backfill": "maintenance:backfill_command",
-    "forget": "maintenance:forget_command",
-    "tui": "tui:tui_command",
-    "hook": "hooks:hook_group",
-    "hooks": "hooks:hooks_group",
+#: Every command, by name: the module (in this package) and the attribute holding it, and the
+#: first paragraph of its help (what ``lossless --help`` lists; tests/test_cli.py holds it
+#: to the command's own). A command is imported only when it runs or its own --help is asked
+#: for, so that one command starts without loading every other's dependencies (``lossless mcp``
+#: answers its client's handshake before the engine is loaded) and ``lossless --help`` loads
+#: none of them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "import": (
+        "transcripts:import_command",
+        "Import transcripts (files, or directories of .jsonl/.json files).",
+    ),
+    "import-store": (
+        "transcripts:import_store_command",
+        "Move in from lossless-claw or hermes-lcm: every conversation of its database, with "
+        "its messages, summary DAG and active context (one transaction per conversation).",
+    ),
+    "sync": (
+        "sync:sync_command",
+        "Import the transcripts of the agent hosts installed here: Claude Code "
+        "(~/.claude/projects), Codex CLI (~/.codex/sessions) and OpenClaw "
+        "(~/.openclaw/agents/*/sessions), each where its own settings put it.",
+    ),
+    "conversations": (
+        "conversations:conversations_command",
+        "List conversations: id, session, title, where they came from, their first and last "
+        "message's dates, message and summary counts.",
+    ),
+    "show": (
+        "conversations:show_command",
+        "Show the messages of CONVERSATION (its id or its session id).",
+    ),
+    "export": (
+        "export:export_command",
+        "Write out CONVERSATION (its id or session id), its family, or --all of them.",
+    ),
+    "rename": (
+        "conversations:rename_command",
+        "Give CONVERSATION (its id or session id) the title TITLE.",
+    ),
+    "archive": (
+        "conversations:archive_command",
+        "Archive conversations (each an id or session id): nothing is deleted.",
+    ),
+    "unarchive": (
+        "conversations:unarchive_command",
+        "Bring archived conversations (each an id or session id) back into the listings and "
+        "the store's searches.",
+    ),
+    "sessions": (
+        "sessions:sessions_command",
+        "List conversations with their session summary versions.",
+    ),
+    "summarize": (
+        "sessions:summarize_command",
+        "Update the session summary of CONVERSATION (its id or its session id).",
+    ),
+    "stats": (
+        "store:stats_command",
+        "Totals for the whole store: conversations, messages, summaries, tokens, size.",
+    ),
+    "doctor": (
+        "store:doctor_command",
+        "Check the store's integrity (read-only unless a fix is asked for).",
+    ),
+    "config": (
+        "store:config_command",
+        "Print the effective configuration (defaults, config file and LOSSLESS_* overrides).",
+    ),
+    "info": (
+        "info:info_command",
+        "Where lossless keeps things for this invocation (the store, the config file read, "
+        "the large files, the hooks' logs), the summarizer in use and the ones installed, and"
+        " the versions.",
+    ),
+    "backup": (
+        "store:backup_command",
+        "Copy the store to DEST while it is in use, and check the copy.",
+    ),
+    "restore": (
+        "store:restore_command",
+        "Replace the store with the backup SOURCE, after checking it with doctor.",
+    ),
+    "migrate-store": (
+        "migrate:migrate_store_command",
+        "Copy the whole store at SOURCE_URL into TARGET_URL, keeping every id.",
+    ),
+    "reveal": (
+        "store:reveal_command",
+        "Print a message as it came (msg#N or N), its masked secrets shown.",
+    ),
+    "demo": (
+        "demo:demo_command",
+        "Replay a long generated agent session with compaction, offline, and report.",
+    ),
+    "compact": (
+        "compaction:compact_command",
+        "Compact CONVERSATION's active context into summaries.",
+    ),
+    "finish": (
+        "compaction:finish_command",
+        "Put the model's summaries in place of the provisional ones (of CONVERSATION, or of "
+        "the whole store).",
+    ),
+    "status": (
+        "compaction:status_command",
+        "What waits for the model: provisional summaries (of CONVERSATION, or of the store), "
+        "the oldest one's age, and the runs whose model kept failing, with the reason.",
+    ),
+    "replay": (
+        "compaction:replay_command",
+        "Feed TRANSCRIPT turn by turn as an agent host would, with a token budget.",
+    ),
+    "context": (
+        "context:context_command",
+        "Print the context CONVERSATION's model would get next, within TOKENS (never more).",
+    ),
+    "resume": (
+        "context:resume_command",
+        "Print CONVERSATION's resume summary: goal, current task, files, key tool executions.",
+    ),
+    "grep": (
+        "retrieval:grep_command",
+        "Search stored messages, summaries and large files (lcm_grep).",
+    ),
+    "describe": (
+        "retrieval:describe_command",
+        "Describe a summary (sum_…), large file (file_…) or message (msg#N) (lcm_describe).",
+    ),
+    "expand": (
+        "retrieval:expand_command",
+        "Expand summaries down the DAG (lcm_expand), within a token cap.",
+    ),
+    "ask": (
+        "retrieval:ask_command",
+        "Answer QUESTION from CONVERSATION's stored history (lcm_expand_query).",
+    ),
+    "query": (
+        "retrieval:query_command",
+        "Query the chat frames and the tool-execution log (chat_context_query).",
+    ),
+    "mcp": (
+        "mcp:mcp_command",
+        "Serve the recall tools to MCP clients (Claude Code, Claude Desktop, Cursor, ...).",
+    ),
+    "grant": (
+        "mcp:grant_command",
+        "Make a delegation grant over CONVERSATION for a sub-agent, or --revoke one.",
+    ),
+    "serve": (
+        "serve:serve_command",
+        "Serve the engine over JSON-RPC 2.0 (docs/serve.md).",
+    ),
+    "transplant": (
+        "maintenance:transplant_command",
+        "Copy SOURCE's context summaries, with the DAG and messages beneath them, into TARGET.",
+    ),
+    "rewrite": (
+        "maintenance:rewrite_command",
+        "Re-summarize summaries with the configured summarizer, in place of the old ones.",
+    ),
+    "dissolve": (
+        "maintenance:dissolve_command",
+        "Undo a condensation: put SUMMARY_ID's sources back into the context in its place.",
+    ),
+    "backfill": (
+        "maintenance:backfill_command",
+        "Import an old TRANSCRIPT as its own conversation, compact it, optionally transplant it.",
+    ),
+    "forget": (
+        "maintenance:forget_command",
+        "Forget for good: a CONVERSATION, its --family, its --messages A..B, or the messages "
+        "--matching a text (in CONVERSATION, or anywhere without it).",
+    ),
+    "tui": (
+        "tui:tui_command",
+        "Browse conversations, context windows and summary DAGs; search; transplant.",
+    ),
+    "hook": (
+        "hooks:hook_group",
+        "Run as an agent host's hook, reading the hook input on stdin (Claude Code, Codex).",
+    ),
+    "hooks": (
+        "hooks:hooks_group",
+        "Set up an agent host's hooks for this store: print them, or --install them.",
+    ),
 }
 
 
@@ -73,14 +211,28 @@ class Commands(click.Group):
         return [*COMMANDS, *(name for name in self.commands if name not in COMMANDS)]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        home = COMMANDS.get(cmd_name)
-        if home is None:
+        if cmd_name not in COMMANDS:
             return super().get_command(ctx, cmd_name)
-        module, _, attr = home.partition(":")
+        module, _, attr = COMMANDS[cmd_name][0].partition(":")
         command: click.Command = getattr(importlib.import_module(f".{module}", __package__), attr)
         if not any(p.name in ("db", "db_after") for p in command.params):
             command.params.append(_DB_AFTER)  # `lossless import --db x.db ...` too
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands of ``lossless --help``, from :data:`COMMANDS` (none imported), as click
+        would list them."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            if name in COMMANDS:
+                listed = click.Command(name, help=COMMANDS[name][1])  # (click's shortening)
+                rows.append((name, listed.get_short_help_str(limit)))
+            elif (command := self.get_command(ctx, name)) is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 def _db_after(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
