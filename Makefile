@@ -20,7 +20,7 @@ imports:
 	.venv/bin/lint-imports
 
 test:
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadgroup
 
 fmt:
 	$(PY) -m ruff format .

@@ -146,10 +146,25 @@ def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch)
     return run
 
 
+#: The test files that drive real hosts (their own packages, installed once per run).
+HOST_FILES = {
+    "test_agents_sdk_suite.py",
+    "test_host_claude_code.py",
+    "test_host_codex.py",
+    "test_host_hermes.py",
+    "test_host_openclaw.py",
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The ``postgres`` marker on every test that runs on the PostgreSQL back end (the
     ``postgres`` case of ``backend``, a test of test_postgres.py, or one asking for a
-    server URL), so ``-m postgres`` selects them and ``-m "not postgres"`` leaves them out."""
+    server URL), so ``-m postgres`` selects them and ``-m "not postgres"`` leaves them out.
+
+    The real-host tests first, in one group (``-n auto --dist loadgroup``, the README's
+    command, runs them one after another on one worker while the others take the rest):
+    they are the longest, and each host keeps a core busy, so two at once on a small
+    machine would make each other's turns wait."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         fixtures = getattr(item, "fixturenames", ())
@@ -159,3 +174,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             or "pg_url" in fixtures
         ):
             item.add_marker(pytest.mark.postgres)
+        if item.path.name in HOST_FILES:
+            item.add_marker(pytest.mark.xdist_group("hosts"))
+    items.sort(key=lambda item: item.path.name not in HOST_FILES)  # (a stable sort)
