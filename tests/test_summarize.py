@@ -3,6 +3,7 @@ summarizer, and the registry that makes providers selectable by name."""
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -335,6 +336,51 @@ def test_extractive_summaries_are_deterministic() -> None:
     assert ExtractiveSummarizer().summarize(request).text == first
     assert ExtractiveSummarizer().summarize(request).text == first
     assert ExtractiveSummarizer().summarize(request).model == "extractive"
+
+
+def _repeated_failures() -> tuple[SourceItem, ...]:
+    """Forty turns of the same failing test but for its number: lines that tie."""
+    items: list[SourceItem] = []
+    for i in range(40):
+        at = f"2026-03-02T09:{i:02d}:00Z"
+        for role, text in (
+            ("user", f"Run the suite again after fix {i}, please."),
+            (
+                "tool",
+                f"FAILED tests/test_api.py::test_turn_{i} - AssertionError: expected 20 items,"
+                f" got 19\n1 failed, {200 + i} passed in 3.{i}s",
+            ),
+        ):
+            ref = f"msg#{len(items) + 1}"
+            tokens = estimate_tokens(text)
+            items.append(SourceItem(ref, role, text, at, at, tokens))
+    return tuple(items)
+
+
+def test_extractive_summaries_are_the_same_in_every_process() -> None:
+    """Lines that tie are chosen the same way whatever the process's string hashing: the
+    words' weights were summed in a set's order, which the hash seed changes, and the float
+    sums came out a hair apart (4 different summaries of these sources in 12 processes)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from test_summarize import ExtractiveSummarizer, _repeated_failures, _request\n"
+        "for target in (30, 60, 90, 150):\n"
+        "    print(ExtractiveSummarizer().summarize(_request(_repeated_failures(), target)).text)\n"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", probe, str(Path(__file__).parent)],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(12)
+    }
+    assert len(seen) == 1
 
 
 @pytest.mark.parametrize("target", [40, 60, 120, 300, 1000])

@@ -273,7 +273,7 @@ def _add_informativeness(units: list[_Unit]) -> None:
     for u, ts in zip(units, terms, strict=True):
         if u.score < 0 or not ts:
             continue
-        idf = sum(math.log(n / df[t]) for t in ts)
+        idf = sum(math.log(n / df[t]) for t in sorted(ts))  # (a set's order varies by hash seed)
         u.score += INFORMATIVENESS_WEIGHT * idf / math.sqrt(len(ts) + 4)
 
 
