@@ -344,6 +344,7 @@ def _logging(debug: bool) -> None:
         root.setLevel(logging.DEBUG)
     else:
         handler.setFormatter(_OneLine("warning: %(message)s"))
+        handler.setLevel(logging.WARNING)  # (a hook logs its calls to its file at INFO)
         _REPEATS.seen.clear()
         _REPEATS.dropped = 0
         handler.addFilter(_REPEATS)
