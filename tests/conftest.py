@@ -156,6 +156,7 @@ HOST_FILES = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # (before xdist reads the groups)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The ``postgres`` marker on every test that runs on the PostgreSQL back end (the
     ``postgres`` case of ``backend``, a test of test_postgres.py, or one asking for a
