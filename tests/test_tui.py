@@ -641,3 +641,26 @@ async def test_the_content_column_shows_what_the_terminals_width_leaves(
         longest = max(len(p) for p in previews)
         assert longest >= at_least, previews
         assert all(line.rstrip() == line.rstrip()[:width] for line in screen_text(app).splitlines())
+
+
+@pytest.mark.parametrize("width", [80, 160])
+async def test_the_first_screen_shows_every_value_whole(tmp_path: Path, width: int) -> None:
+    """The conversations as the TUI opens on them, no key pressed: the counts of a long
+    session whole (they were once cut to their headers' width, `2,72` for 2,720 messages,
+    until `r` was pressed) and every line within the terminal."""
+    from lossless.sample import write_session
+
+    transcript = write_session(tmp_path / "long.jsonl", 150, session_id="long-session")
+    with Engine.open(tmp_path / "t.db", config=Config()) as engine:
+        engine.import_path(transcript)
+        (stats,) = engine.conversations()
+        app = LosslessApp(engine)
+        async with app.run_test(size=(width, 30)) as pilot:
+            await settle(pilot)
+            shown = screen_text(app)
+    assert stats.message_count >= 1_000 and stats.message_tokens >= 10_000
+    line = next(line for line in shown.splitlines() if "long-ses" in line)
+    assert f" {stats.message_count:,} " in line, line
+    assert f" {stats.message_tokens:,} " in line, line
+    assert " active" in line, line
+    assert all(len(line.rstrip()) <= width for line in shown.splitlines())
