@@ -59,6 +59,22 @@ def test_the_command_list_is_each_commands_own_help_and_loads_none_of_them() -> 
     listed = {line.split()[0] for line in shown if line.startswith("  ") and line.split()}
     assert set(COMMANDS) <= listed
     assert all(len(line) <= 80 for line in shown)
+    # A shell completing the command's name loads none either.
+    completing = {
+        **env,
+        "_LOSSLESS_COMPLETE": "bash_complete",
+        "COMP_WORDS": "lossless ",
+        "COMP_CWORD": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", probe.replace("'--help'", "")],
+        capture_output=True,
+        text=True,
+        env=completing,
+    )
+    *offered, loaded = done.stdout.splitlines()
+    assert {line.removeprefix("plain,") for line in offered} >= set(COMMANDS), offered
+    assert "lossless.engine" not in set(loaded.split()), loaded
 
 
 def test_import_then_list_show_and_stats(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

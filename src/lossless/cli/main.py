@@ -6,7 +6,7 @@ import importlib
 import logging
 import re
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 from rich.markup import escape
@@ -14,6 +14,9 @@ from rich.markup import escape
 from .. import __version__
 from ..errors import LosslessError
 from .output import State, stderr
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 #: Every command, by name: the module (in this package) and the attribute holding it, and the
 #: first paragraph of its help (what ``lossless --help`` lists; tests/test_cli.py holds it
@@ -233,6 +236,18 @@ class Commands(click.Group):
                 rows.append((name, command.get_short_help_str(limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """The command names a shell completes, from :data:`COMMANDS` (none imported), then
+        the group's options."""
+        from click.shell_completion import CompletionItem
+
+        found = [
+            CompletionItem(name, help=click.Command(name, help=about).get_short_help_str())
+            for name, (_, about) in COMMANDS.items()
+            if name.startswith(incomplete)
+        ]
+        return [*found, *click.Command.shell_complete(self, ctx, incomplete)]
 
 
 def _db_after(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
