@@ -121,14 +121,14 @@ def test_openclaw_at_a_tight_window_never_fails_a_turn_and_keeps_summaries_in_vi
     request after the first compaction carries a summary and the turn's request whole, at most
     one compaction a turn, a shallow DAG, and every turn stored once.
 
-    The session that reaches lossless through a shared ``lossless serve --http`` has a slow
-    model as lossless's summarizer (a local OpenAI-compatible server taking 2 s to its first
-    token and then 300 tokens a second: some 10 s a summary): no turn waits for it (the turns
-    that compact take no longer than the others but for a few seconds: OpenClaw's compactions
-    get provisional summaries at once), and the server puts the model's in place off the
-    turns."""
+    The session that reaches lossless through a shared ``lossless serve --http`` has a model as
+    lossless's summarizer (a local OpenAI-compatible server) that answers nothing until the
+    turns are over: no turn waits for it (OpenClaw's compactions get provisional summaries at
+    once), and the model's summaries are put in place afterwards."""
     cells = [(release, transport) for release, w, transport in CELLS if w == window]
-    with SummaryServer(2.0, 300) as model, ThreadPoolExecutor(len(cells)) as pool:
+    # The model answers nothing while the turns run (held: lossless's call to it gives up after
+    # its 60 s limit), so a turn that waited for it would take a minute, whatever the load.
+    with SummaryServer(2.0, 300, hold=True) as model, ThreadPoolExecutor(len(cells)) as pool:
         slow = (
             'summarizer = "slow"\n[profiles.slow]\nprovider = "openai"\n'
             f'model = "summary-model"\nbase_url = "{model.url}/v1"\n'
@@ -140,6 +140,7 @@ def test_openclaw_at_a_tight_window_never_fails_a_turn_and_keeps_summaries_in_vi
             return one_cell(plugin, release, transport, window, place, lossless_settings=settings)
 
         runs = list(pool.map(lambda cell: session(*cell), cells))
+        model.release()
         for (_, transport), (store, _) in zip(cells, runs, strict=True):
             if transport == "http":
                 config = load_config(store.parent / "lossless.toml")
@@ -155,8 +156,8 @@ def test_openclaw_at_a_tight_window_never_fails_a_turn_and_keeps_summaries_in_vi
             # leaf over a turn or two is about as long as the turns: the assembly then shows
             # the turns themselves (fill_budget), the first one too, in every other request.
             check(store, run, window, first_turn_folded=False)
-            # A compacting turn that waited for the model would take 10 s more than others.
-            assert max(run.seconds) < min(run.seconds) + 8.0, run.seconds
+            # No turn waited for the model (one that did would have taken its 60 s limit).
+            assert max(run.seconds) < 45, run.seconds
         else:
             check(store, run, window)
         imports_its_own_transcript(
