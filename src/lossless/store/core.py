@@ -310,8 +310,11 @@ class StoreCore(ABC):
         """Messages not yet in every search index."""
         return 0
 
-    def catch_up_indexes(self, batch: int = 50_000) -> int:
-        """Index what large batches left out; returns rows indexed."""
+    def catch_up_indexes(
+        self, batch: int = 50_000, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Index what large batches left out; returns rows indexed. *progress* is called
+        with (rows done, rows behind) after each transaction."""
         return 0
 
     def merge_indexes(

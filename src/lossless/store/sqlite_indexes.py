@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import StoreError
 from .connection import Connection
@@ -238,7 +238,9 @@ class SQLiteIndexes(StoreCore):
             )[0][0]
         )
 
-    def catch_up_indexes(self, batch: int = 50_000) -> int:
+    def catch_up_indexes(
+        self, batch: int = 50_000, progress: Callable[[int, int], None] | None = None
+    ) -> int:
         """Index what large batches (and the last small ones) left out of the trigram and
         surroundings indexes; returns rows indexed.
 
@@ -248,11 +250,13 @@ class SQLiteIndexes(StoreCore):
         reads: it never takes the write lock for nothing.
         """
         behind = self.fetchall(
-            "SELECT 1 FROM index_state WHERE name = 'messages_trigram'"
+            "SELECT upto, (SELECT coalesce(max(message_id), 0) FROM messages) - upto"
+            " FROM index_state WHERE name = 'messages_trigram'"
             " AND upto < (SELECT coalesce(max(message_id), 0) FROM messages)"
         )
         if not behind:
             return 0
+        ((first, rows),) = behind
         done = 0
         while True:
             with self.transaction() as conn:
@@ -267,6 +271,8 @@ class SQLiteIndexes(StoreCore):
                 if top is None:
                     return done
                 done += self._catch_up_to(conn, upto, top)
+            if progress is not None:
+                progress(min(max(top - first, 0), rows), rows)
 
     def _index_summaries(self, conn: Connection, summary_ids: Sequence[str]) -> None:
         ids = list(summary_ids)
