@@ -4,26 +4,65 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
+from rich.text import Text
 
 from ..backup import restore as restore_store
 from ..engine import database_target, files_dir_for
 from ..errors import StoreError
 from ..redact import new_key as make_key
 from ..store import is_postgres_url
-from .output import EXIT_ERROR, State, confirmed, emit_json, json_option, pass_state, stderr, stdout
+from .output import (
+    EXIT_ERROR,
+    Column,
+    State,
+    confirmed,
+    emit_json,
+    json_option,
+    pass_state,
+    print_listing,
+    stderr,
+    stdout,
+)
+
+if TYPE_CHECKING:
+    from ..store.space import Space
 
 
 @click.command("stats")
+@click.option(
+    "--space",
+    is_flag=True,
+    help="Also where the bytes are: each table and index, the conversations holding the most"
+    " text, the text of each of the last days (reads the whole store).",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    metavar="N",
+    help="With --space: how many conversations.",
+)
+@click.option(
+    "--days",
+    type=click.IntRange(min=1),
+    default=14,
+    show_default=True,
+    metavar="N",
+    help="With --space: how many of the last days with messages.",
+)
 @json_option
 @pass_state
-def stats_command(state: State, as_json: bool) -> None:
+def stats_command(state: State, space: bool, top: int, days: int, as_json: bool) -> None:
     """Totals for the whole store: conversations, messages, summaries, tokens, size."""
     stats = state.engine().stats()
+    found = state.engine().space(top=top, days=days) if space else None
     if as_json:
-        emit_json(stats)
+        emit_json({**stats, "space": found.to_dict()} if found is not None else stats)
         return
     depth = ", ".join(f"d{d}: {n}" for d, n in stats["summaries_by_depth"].items()) or "none"
     sizes = stats["bytes"]
@@ -70,6 +109,57 @@ def stats_command(state: State, as_json: bool) -> None:
                 else ""
             ),
             highlight=False,
+        )
+    if found is not None:
+        _print_space(found)
+
+
+def _print_space(space: Space) -> None:
+    """``stats --space``: the objects, the conversations and the days, as listings."""
+    total = space.total() or 1
+    stdout.print(f"\nspace          {space.total() / 1e6:.1f} MB in tables and indexes")
+    # The largest 15 of those over 1%; the rest in one line (--json lists them all).
+    objects = [o for o in space.objects[:15] if o.bytes * 100 > total]
+    rest = space.objects[len(objects) :]
+    print_listing(
+        [
+            Column("bytes", [Text(f"{o.bytes:,}") for o in objects], "right"),
+            Column("share", [Text(f"{100 * o.bytes / total:.1f}%") for o in objects], "right"),
+            Column("kind", [Text(o.kind) for o in objects]),
+            Column(
+                "object",
+                [
+                    Text(o.name if o.name == o.table else f"{o.name} (on {o.table})")
+                    for o in objects
+                ],
+            ),
+        ]
+    )
+    if rest:
+        smaller = sum(o.bytes for o in rest)
+        stdout.print(f"and {len(rest)} smaller tables and indexes: {smaller:,} bytes")
+    if space.conversations:
+        stdout.print("\nconversations holding the most")
+        convs = space.conversations
+        print_listing(
+            [
+                Column("id", [Text(str(c[0])) for c in convs], "right"),
+                Column("messages", [Text(f"{c[2]:,}") for c in convs], "right"),
+                Column("message bytes", [Text(f"{c[3]:,}") for c in convs], "right"),
+                Column("part bytes", [Text(f"{c[4]:,}") for c in convs], "right"),
+                Column("summary bytes", [Text(f"{c[5]:,}") for c in convs], "right"),
+                Column("session", [Text(c[1]) for c in convs]),
+            ]
+        )
+    if space.days:
+        stdout.print("\nmessages by day (their own time)")
+        days = space.days
+        print_listing(
+            [
+                Column("day", [Text(d[0]) for d in days]),
+                Column("messages", [Text(f"{d[1]:,}") for d in days], "right"),
+                Column("message bytes", [Text(f"{d[2]:,}") for d in days], "right"),
+            ]
         )
 
 

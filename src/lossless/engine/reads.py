@@ -20,6 +20,7 @@ from ..model import (
 from ..resume import ResumeSummary
 from ..resume import resume as resume_summary
 from ..room import recorded
+from ..store.space import Space, space_of
 from ..summarize.guards import guard_state
 from .base import ConversationRef, Facade
 
@@ -158,6 +159,12 @@ class Reads(Facade):
         has what a hook put back)."""
         conv = self.conversation(conversation).conversation_id
         return self.store.host_record_mentions(conv, "hook_output", seq, mark)
+
+    def space(self, *, top: int = 10, days: int = 14) -> Space:
+        """Where the store's bytes are: each table and index, the *top* conversations by
+        the text they hold, and the text of each of the last *days* days with messages
+        (``lossless stats --space``)."""
+        return space_of(self.store, top=top, days=days)
 
     def stats(self) -> dict[str, Any]:
         """Totals over the whole store (what ``lossless stats`` shows)."""
