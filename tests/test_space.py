@@ -10,6 +10,8 @@ from typing import Any
 
 from lossless import Config, Engine
 
+ROOT = Path(__file__).resolve().parents[1]
+
 BIG = "the nightly import retried on deadlock 40P01 and wrote its batch again. " * 30
 
 
@@ -59,3 +61,45 @@ def test_stats_space_from_the_cli_as_text_and_json(run_cli: Any, tmp_path: Path)
     assert data["space"]["bytes"] == sum(o["bytes"] for o in data["space"]["objects"])
     assert [c["session_id"] for c in data["space"]["conversations"]][:1] == ["big-session"]
     assert "space" not in json.loads(run_cli("--db", str(db), "stats", "--json").out)
+
+
+def test_a_store_near_its_cap_is_said_by_stats_doctor_and_the_hooks_log(tmp_path: Path) -> None:
+    """`max_store_bytes`: from 80% of it `stats` and `doctor` say so (doctor as a note: the
+    store is not damaged), and so does the hooks' log on each call; well under it, nothing."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    session = next((ROOT / "examples" / "claude-code").glob("*.jsonl"))
+    transcript = tmp_path / session.name
+    shutil.copy(session, transcript)
+    db, log = tmp_path / "c.db", tmp_path / "hooks.log"
+    lossless = [sys.executable, "-m", "lossless", "--db", str(db)]
+    hook = json.dumps(
+        {
+            "session_id": session.stem,
+            "transcript_path": str(transcript),
+            "hook_event_name": "Stop",
+        }
+    )
+
+    def run(*args: str, cap: int, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "HOME": str(tmp_path), "LOSSLESS_MAX_STORE_BYTES": str(cap)}
+        return subprocess.run(
+            [*lossless, *args], input=stdin, capture_output=True, text=True, env=env, timeout=120
+        )
+
+    assert run("hook", "claude-code", "--log-file", str(log), cap=10**9, stdin=hook).returncode == 0
+    assert "cap" not in log.read_text()
+    size = json.loads(run("stats", "--json", cap=10**12).stdout)["cap"]["bytes"]
+    near = int(size / 0.9)  # the store is at 90% of it
+    assert "near its cap" not in run("doctor", cap=10**9).stdout
+    doctor = run("doctor", cap=near)
+    assert doctor.returncode == 0 and "note: the store is near its cap" in doctor.stdout, doctor
+    stats = run("stats", cap=near)
+    assert "(90%): warning, near or over the cap" in stats.stdout, stats.stdout
+    assert run("hook", "claude-code", "--log-file", str(log), cap=near, stdin=hook).returncode == 0
+    assert "WARNING" in log.read_text() and "near its cap" in log.read_text()
+    over = run("stats", "--json", cap=size // 2)
+    assert json.loads(over.stdout)["cap"]["near"] is True

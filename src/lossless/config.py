@@ -457,6 +457,14 @@ class Config:
             help="largest transcript file an import or sync reads: a larger one is refused",
         ),
     )
+    max_store_bytes: int = field(
+        default=0,
+        metadata=_opt(
+            minimum=0,
+            help="the size the store should stay under (its database, write-ahead log and large"
+            " files; 0: no cap): from 80% of it doctor, stats and the hooks' log warn",
+        ),
+    )
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     resume: ResumeConfig = field(default_factory=ResumeConfig)
     room: RoomConfig = field(default_factory=RoomConfig)

@@ -12,7 +12,7 @@ from .forget import being_finished
 from .store.base import Store
 from .summarize.escalation import TRUNCATION_MARKER
 
-__all__ = ["Problem", "check", "notes", "stray_files"]
+__all__ = ["CAP_WARN_SHARE", "Problem", "StoreCap", "check", "notes", "store_cap", "stray_files"]
 
 _LIMIT = 1000  # rows reported per check; a damaged store can have millions
 _FROM_BACKUP = "restore the latest backup (`lossless restore BACKUP`)"
@@ -30,6 +30,55 @@ class Problem:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"check": self.check, "ids": self.ids, "detail": self.detail, "fix": self.fix}
+
+
+#: The share of ``max_store_bytes`` from which doctor, stats and the hooks' log warn.
+CAP_WARN_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class StoreCap:
+    """A store's size (database, write-ahead log, large files) against its cap."""
+
+    size: int
+    limit: int
+
+    @property
+    def share(self) -> float:
+        return self.size / self.limit
+
+    @property
+    def near(self) -> bool:
+        """At :data:`CAP_WARN_SHARE` of the cap or over it."""
+        return self.share >= CAP_WARN_SHARE
+
+    def warning(self) -> str:
+        over = "over" if self.size > self.limit else "near"
+        return (
+            f"the store is {over} its cap: {self.size / 1e6:,.1f} MB of max_store_bytes"
+            f" {self.limit / 1e6:,.1f} MB ({100 * self.share:.0f}%); raise the cap, or make"
+            " room: `lossless forget` what is not needed, `lossless stats --space` shows"
+            " where the bytes are"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bytes": self.size,
+            "max_store_bytes": self.limit,
+            "share": round(self.share, 4),
+            "near": self.near,
+        }
+
+
+def store_cap(store: Store, files_dir: Path, limit: int) -> StoreCap | None:
+    """*store*'s size (its database, write-ahead log and the large files in *files_dir*)
+    against *limit* bytes; ``None`` when *limit* is 0 (no cap)."""
+    if not limit:
+        return None
+    files = 0
+    if files_dir.is_dir():
+        files = sum(p.stat().st_size for p in files_dir.rglob("*") if p.is_file())
+    return StoreCap(sum(store.database_size().values()) + files, limit)
 
 
 def check(store: Store, *, degraded: bool = False, full: bool = False) -> list[Problem]:

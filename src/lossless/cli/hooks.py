@@ -144,6 +144,7 @@ def _handle(state: State, host: Host, event: str | None, max_chars: str | None, 
         outcome = run_hook(opened, hook, host, max_chars=_limit(max_chars))
         if pending:
             _finish_detached(state, log)
+        cap = state.engine().cap() if state.config.max_store_bytes else None
     except LosslessError as exc:  # said in its own words: no traceback needed
         logger.error("lossless hook %s %s failed: %s", host.name, event or "", exc)
         print(f"lossless: the hook failed: {exc} (logged in {log})", file=sys.stderr)
@@ -155,6 +156,8 @@ def _handle(state: State, host: Host, event: str | None, max_chars: str | None, 
     logger.info("%s", outcome.describe())
     for problem in outcome.problems:
         logger.warning("%s: %s", outcome.event, problem)
+    if cap is not None and cap.near:
+        logger.warning("%s", cap.warning())
     return outcome.stdout
 
 

@@ -89,6 +89,13 @@ def stats_command(state: State, space: bool, top: int, days: int, as_json: bool)
         f"on disk        {sizes['database'] / 1e6:.1f} MB"
         + (f" + {sizes['wal'] / 1e6:.1f} MB WAL" if "wal" in sizes else " (tables and indexes)")
     )
+    if (cap := stats["cap"]) is not None:
+        stdout.print(
+            f"cap            {cap['bytes'] / 1e6:,.1f} MB of {cap['max_store_bytes'] / 1e6:,.1f} MB"
+            f" ({100 * cap['share']:.0f}%)"
+            + (": warning, near or over the cap" if cap["near"] else ""),
+            highlight=False,
+        )
     summ = stats["summarizer"]
     where = "offline" if summ["offline"] else "model provider"
     stdout.print(

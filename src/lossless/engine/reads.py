@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..doctor import store_cap
 from ..export import as_stored, revealing
 from ..export import export as export_conversations
 from ..ingest.files import read_file
@@ -197,6 +198,9 @@ class Reads(Facade):
             "context_items": sum(c.context_items for c in convs),
             "context_tokens": sum(c.context_tokens for c in convs),
             "bytes": self.store.database_size(),
+            "cap": cap.to_dict()
+            if (cap := store_cap(self.store, self.files_dir, self.config.max_store_bytes))
+            else None,
             "migrations": self.store.applied_migrations(),
             "summarizer": {
                 "name": self.summarizer.name,

@@ -12,7 +12,7 @@ from ..backup import BackupReport
 from ..backup import backup as backup_store
 from ..compaction import CompactionPlan
 from ..compaction import plan as plan_compaction
-from ..doctor import Problem
+from ..doctor import Problem, StoreCap
 from ..errors import ArgumentError, StoreError
 from ..forget import ForgetReport, ScrubReport, finish_scrubs
 from ..forget import forget as forget_messages
@@ -163,8 +163,16 @@ class Upkeep(Facade):
 
     def check_notes(self) -> list[str]:
         """The checks :meth:`check` could not run here (a read-only database file), each
-        with why and what to do instead; empty when every check ran."""
-        return doctor.notes(self.store)
+        with why and what to do instead, and a store near its cap (:meth:`cap`); empty when
+        every check ran and the store is well under its cap."""
+        cap = self.cap()
+        near = [cap.warning()] if cap is not None and cap.near else []
+        return doctor.notes(self.store) + near
+
+    def cap(self) -> StoreCap | None:
+        """The store's size against ``max_store_bytes`` (``None`` without a cap): its
+        database, write-ahead log and large files."""
+        return doctor.store_cap(self.store, self.files_dir, self.config.max_store_bytes)
 
     def finish_indexes(self) -> int:
         """Bring the search indexes a large import left behind up to date, and merge the
