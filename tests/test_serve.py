@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 from lossless import Config, Engine
@@ -544,3 +545,69 @@ def test_listening_problems_are_one_line_and_the_made_token_is_never_logged(
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_a_session_id_no_conversation_should_have_is_refused_saying_why(
+    client: StdioClient,
+) -> None:
+    """Empty, blank, a megabyte long, or holding a NUL or a line break: an error that says
+    which, no conversation made, and the server lives on."""
+    message = {"role": "user", "content": "hello"}
+    for session_id, said in (
+        ("", "may not be empty"),
+        ("   ", "may not be empty"),
+        ("x" * 1_000_000, "at most 1,024 characters; this one has 1,000,000"),
+        ("a\x00b", "control characters; this one has U+0000 at position 1"),
+        ("line\nbreak", "U+000A"),
+    ):
+        with pytest.raises(ServeError) as raised:
+            client.call("ingest", session_id=session_id, message=message)
+        assert raised.value.code == -32602 and said in raised.value.message, raised.value
+    assert client.call("ingest", session_id="fine", message=message)
+    assert client.call("status")["conversations"] == 1
+
+
+def test_the_token_file_is_made_new_and_owner_only_and_never_written_through_a_link(
+    db: str, tmp_path: Path
+) -> None:
+    """An earlier start's token file (a regular file of this user, even one made 0644) is
+    replaced by a new owner-only file; a symbolic link (to a file an attacker wants
+    overwritten) or another user's file is refused unless --force, which replaces the link
+    itself; the file it pointed to is never touched."""
+    from lossless.cli.serve import write_token_file
+
+    earlier = tmp_path / "serve.token"
+    earlier.write_text("old token\n")
+    earlier.chmod(0o644)
+    write_token_file(earlier, "new-token")
+    assert earlier.read_text() == "new-token\n" and earlier.stat().st_mode & 0o777 == 0o600
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    victim.chmod(0o644)
+    link = tmp_path / "link.token"
+    link.symlink_to(victim)
+    refused = subprocess.run(
+        [
+            *(sys.executable, "-m", "lossless", "--db", db, "serve", "--http", "127.0.0.1:0"),
+            *("--token-file", str(link)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
+    assert f"the token file {link} is a symbolic link" in refused.stderr
+    assert victim.read_text() == "precious\n" and link.is_symlink()
+    write_token_file(link, "forced-token", force=True)
+    assert not link.is_symlink() and link.read_text() == "forced-token\n"
+    assert link.stat().st_mode & 0o777 == 0o600
+    assert victim.read_text() == "precious\n" and victim.stat().st_mode & 0o777 == 0o644
+    if os.getuid() == 0:  # (only root can give a file away)
+        theirs = tmp_path / "theirs.token"
+        theirs.write_text("someone else's\n")
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(click.UsageError, match="belongs to another user"):
+            write_token_file(theirs, "t")
+        assert theirs.read_text() == "someone else's\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

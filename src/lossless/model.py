@@ -17,11 +17,12 @@ from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 from .codec import CONTENT, LIST, SCALAR, WHOLE
-from .errors import NotFoundError
+from .errors import ArgumentError, NotFoundError
 
 __all__ = [
     "FILE_ID",
     "HOST_META",
+    "MAX_SESSION_ID_CHARS",
     "PROVISIONAL",
     "ROLES",
     "Checkpoint",
@@ -41,6 +42,7 @@ __all__ = [
     "StoredPart",
     "Summary",
     "check_file_id",
+    "check_session_id",
 ]
 
 #: What a large file's id looks like (``file_`` and 16 hex digits).
@@ -556,3 +558,26 @@ class Checkpoint:
     #: The lines up to ``line_no`` that could not be imported, as ``(line, kind, reason)``:
     #: an import that does not read them again still reports them.
     problems: tuple[tuple[int, str, str], ...] = ()
+
+
+#: The longest session id a new conversation takes (the hosts' are UUIDs or short names).
+MAX_SESSION_ID_CHARS = 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def check_session_id(session_id: str) -> None:
+    """Refuse, saying why, a session id no conversation should be made under: empty or only
+    spaces, longer than :data:`MAX_SESSION_ID_CHARS`, or holding a control character (NUL,
+    a line break: ids are printed, logged and put in file names)."""
+    if not isinstance(session_id, str) or not session_id.strip():
+        raise ArgumentError("a session id may not be empty; give the host's id of the session")
+    if len(session_id) > MAX_SESSION_ID_CHARS:
+        raise ArgumentError(
+            f"a session id is at most {MAX_SESSION_ID_CHARS:,} characters; this one has"
+            f" {len(session_id):,}"
+        )
+    if (bad := _CONTROL.search(session_id)) is not None:
+        raise ArgumentError(
+            f"a session id may not hold control characters; this one has U+{ord(bad.group()):04X}"
+            f" at position {bad.start()}"
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
+import stat
 import sys
 from pathlib import Path
 
@@ -39,6 +40,12 @@ def _address(value: str) -> tuple[str, int]:
     help="With --http: write the token to this file (mode 600) for clients to read.",
 )
 @click.option(
+    "--force",
+    is_flag=True,
+    help="With --token-file: replace what is there even when it is a symbolic link or not"
+    " the user's own file.",
+)
+@click.option(
     "--allow-remote",
     is_flag=True,
     help="With --http: allow an address other than loopback (the token still guards it).",
@@ -59,6 +66,7 @@ def serve_command(
     http: str | None,
     token: str | None,
     token_file: Path | None,
+    force: bool,
     allow_remote: bool,
     workers: int,
     foreground_compaction: bool,
@@ -105,11 +113,7 @@ def serve_command(
         # Not printed where logs keep it: written (owner-only) where the user's files are.
         token_file = default_token_file()
     if token_file is not None:
-        token_file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        os.fchmod(fd, 0o600)  # a file that was there keeps no wider mode
-        with os.fdopen(fd, "w") as f:
-            f.write(token + "\n")
+        write_token_file(token_file, token, force=force)
     engine = state.engine(create=True)
 
     def ready(bound: int) -> None:
@@ -131,6 +135,42 @@ def serve_command(
         serve_http(engine, host=host, port=port, token=token, workers=workers, ready=ready)
     finally:
         _finish_after(state, engine)
+
+
+def write_token_file(path: Path, token: str, *, force: bool = False) -> None:
+    """Put *token* in *path* as a new file only its owner can read: written to a file made
+    new beside it (``O_EXCL``, ``O_NOFOLLOW``, mode 600) and renamed over *path*, so neither
+    an old file's mode nor a symbolic link's target is ever written through. What is at
+    *path* already is replaced when it is a regular file of this user (the token of an
+    earlier start); anything else (a link, another user's file, not a file) only with
+    *force*."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        found = path.lstat()
+    except FileNotFoundError:
+        found = None
+    if found is not None and not force:
+        what = None
+        if stat.S_ISLNK(found.st_mode):
+            what = "is a symbolic link"
+        elif not stat.S_ISREG(found.st_mode):
+            what = "is not a regular file"
+        elif found.st_uid != os.getuid():
+            what = "belongs to another user"
+        if what is not None:
+            raise click.UsageError(
+                f"the token file {path} {what}; remove it, name another, or add --force to"
+                " replace it (the link or file itself, never what it points to)"
+            )
+    fresh = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        os.replace(fresh, path)
+    except BaseException:
+        fresh.unlink(missing_ok=True)
+        raise
 
 
 def default_token_file() -> Path:

@@ -16,6 +16,7 @@ from ..model import (
     NormalizedMessage,
     StoredMessage,
     StoredPart,
+    check_session_id,
     speaker_of,
 )
 from ..timestamps import format_ts, now
@@ -74,6 +75,7 @@ class MessageStore(StoreCore):
             ).fetchone()
             if row is not None:
                 return self._conversation(row)
+            check_session_id(session_id)  # (one made before the check is still found)
             stamp = format_ts(now())
             # Another process may create it at the same moment: then its row is the one.
             created = conn.execute(
