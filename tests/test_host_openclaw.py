@@ -87,6 +87,8 @@ def shared_server(store: Path, settings: Path, tmp: Path) -> Iterator[dict[str, 
         [
             *(str(LOSSLESS), "--db", str(store), "--config", str(settings), "serve"),
             *("--http", "127.0.0.1:0", "--token-file", str(token_file)),
+            # (the server runs with the test's HOME; OpenClaw's sessions are under its own)
+            *("--transcript-root", str(tmp / "home" / ".openclaw")),
         ],
         stderr=subprocess.PIPE,
         text=True,

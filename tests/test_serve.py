@@ -611,3 +611,57 @@ def test_the_token_file_is_made_new_and_owner_only_and_never_written_through_a_l
             write_token_file(theirs, "t")
         assert theirs.read_text() == "someone else's\n"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_bootstrap_over_http_reads_only_under_the_transcript_roots(
+    db: str, config: Path, tmp_path: Path
+) -> None:
+    """A token holder cannot have the server import any file it can read: a transcript
+    under the installed hosts' folders (here Claude Code's, under HOME) is read; a file
+    elsewhere, or a link inside a root that points out of it, is refused saying so, and
+    nothing of it is stored; --transcript-root allows a folder."""
+    from lossless.sample import write_session
+
+    home = tmp_path / "home"
+    projects = home / ".claude" / "projects" / "-work"
+    for folder in (projects, tmp_path / "elsewhere", tmp_path / "extra"):
+        folder.mkdir(parents=True)
+    inside = write_session(projects / "in.jsonl", 4, session_id="in")
+    secret = write_session(tmp_path / "elsewhere" / "secret.jsonl", 4, session_id="secret")
+    (projects / "out.jsonl").symlink_to(secret)
+    extra = write_session(tmp_path / "extra" / "x.jsonl", 4, session_id="x")
+    base = [sys.executable, "-m", "lossless", "--db", db, "--config", str(config), "serve"]
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("CLAUDE_CONFIG_DIR", None)
+    for roots in ([], ["--transcript-root", str(extra.parent)]):
+        process = subprocess.Popen(
+            [*base, "--http", "127.0.0.1:0", "--token", "t" * 32, *roots],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            assert process.stderr is not None
+            found = re.search(r"http://127\.0\.0\.1:(\d+)/", process.stderr.readline())
+            assert found
+            server = ServeClient.http(f"http://127.0.0.1:{found.group(1)}/", "t" * 32)
+            if not roots:
+                made = server.call("bootstrap", session_id="in", transcript=str(inside))
+                assert made["messages"] > 0
+                for path in (secret, projects / "out.jsonl", extra):
+                    with pytest.raises(ServeError) as refused:
+                        server.call("bootstrap", session_id="s2", transcript=str(path))
+                    assert refused.value.code == -32602
+                    assert "reads transcripts only under the server's transcript roots" in (
+                        refused.value.message
+                    )
+                    assert "--transcript-root" in refused.value.message
+            else:
+                made = server.call("bootstrap", session_id="x", transcript=str(extra))
+                assert made["messages"] > 0
+        finally:
+            process.terminate()
+            process.wait(30)
+    with Engine.open(db, config=Config()) as engine:
+        sessions = {c.conversation.session_id for c in engine.conversations()}
+    assert sessions == {"in", "x"}

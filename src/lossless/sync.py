@@ -73,9 +73,15 @@ def _codex() -> list[Path]:
     return [Path(base).expanduser() / "sessions" if base else _home() / ".codex" / "sessions"]
 
 
+def openclaw_agents() -> Path:
+    """The folder of OpenClaw's agents (each keeps its sessions below it)."""
+    return (
+        Path(os.environ.get("OPENCLAW_STATE_DIR") or _home() / ".openclaw").expanduser() / "agents"
+    )
+
+
 def _openclaw() -> list[Path]:
-    base = Path(os.environ.get("OPENCLAW_STATE_DIR") or _home() / ".openclaw").expanduser()
-    agents = base / "agents"
+    agents = openclaw_agents()
     if not agents.is_dir():
         return [agents]
     found = []

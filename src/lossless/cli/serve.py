@@ -46,6 +46,15 @@ def _address(value: str) -> tuple[str, int]:
     " the user's own file.",
 )
 @click.option(
+    "--transcript-root",
+    "transcript_roots",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="FOLDER",
+    help="With --http: a folder bootstrap may read transcripts under (repeatable; default:"
+    " the installed hosts' transcript folders).",
+)
+@click.option(
     "--allow-remote",
     is_flag=True,
     help="With --http: allow an address other than loopback (the token still guards it).",
@@ -67,6 +76,7 @@ def serve_command(
     token: str | None,
     token_file: Path | None,
     force: bool,
+    transcript_roots: tuple[Path, ...],
     allow_remote: bool,
     workers: int,
     foreground_compaction: bool,
@@ -132,7 +142,15 @@ def serve_command(
         )
 
     try:
-        serve_http(engine, host=host, port=port, token=token, workers=workers, ready=ready)
+        serve_http(
+            engine,
+            host=host,
+            port=port,
+            token=token,
+            workers=workers,
+            ready=ready,
+            transcript_roots=list(transcript_roots) or default_transcript_roots(),
+        )
     finally:
         _finish_after(state, engine)
 
@@ -171,6 +189,14 @@ def write_token_file(path: Path, token: str, *, force: bool = False) -> None:
     except BaseException:
         fresh.unlink(missing_ok=True)
         raise
+
+
+def default_transcript_roots() -> list[Path]:
+    """The folders the installed hosts write their transcripts in (Claude Code's projects,
+    Codex's sessions, OpenClaw's agents), as their own settings place them."""
+    from ..sync import HOSTS, openclaw_agents
+
+    return [*HOSTS["claude-code"](), *HOSTS["codex"](), openclaw_agents()]
 
 
 def default_token_file() -> Path:

@@ -30,9 +30,10 @@ import socket
 import stat
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -84,8 +85,13 @@ LOSSLESS_ERROR = -32000
 class Dispatcher:
     """Answers JSON-RPC requests over one engine (see the module docstring)."""
 
-    def __init__(self, engine: Engine, *, workers: int = 8) -> None:
+    def __init__(
+        self, engine: Engine, *, workers: int = 8, transcript_roots: Sequence[Path] | None = None
+    ) -> None:
         self.engine = engine
+        #: Where ``bootstrap`` may read a transcript (``None``: anywhere; stdio's client is the
+        #: process that started the server, with the same rights).
+        self.transcript_roots = transcript_roots
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="lossless-serve")
         # One FIFO lock per session with requests waiting or running (asyncio.Lock wakes
         # waiters in arrival order), dropped when none is left.
@@ -140,6 +146,8 @@ class Dispatcher:
             )
         try:
             arguments = method.check(params)
+            if name == "bootstrap" and self.transcript_roots is not None:
+                readable(arguments.get("transcript"), self.transcript_roots)
         except ArgumentError as exc:
             return _error(rid, INVALID_PARAMS, str(exc))
         key = arguments.get(method.ordered_by) if method.ordered_by else None
@@ -343,10 +351,34 @@ def serve_http(
     token: str,
     workers: int = 8,
     ready: Callable[[int], None] | None = None,
+    transcript_roots: Sequence[Path] = (),
 ) -> None:
     """Answer JSON-RPC over HTTP (``POST /``) until SIGINT or SIGTERM. *ready* gets the
-    port once the socket listens (useful with port 0)."""
-    asyncio.run(_http(engine, host, port, token, workers, ready))
+    port once the socket listens (useful with port 0). ``bootstrap`` reads transcripts only
+    under *transcript_roots* (none by default; ``lossless serve`` gives the installed hosts'
+    transcript folders)."""
+    asyncio.run(_http(engine, host, port, token, workers, ready, list(transcript_roots)))
+
+
+def readable(transcript: Any, roots: Sequence[Path]) -> None:
+    """Refuse, saying why, a transcript *bootstrap* was asked to read that is not under
+    *roots* once every link in its path is followed (a link inside a root that points out
+    of it is refused too)."""
+    if transcript is None:
+        return
+    path = Path(str(transcript)).expanduser()
+    try:
+        real = path.resolve(strict=False)
+        inside = any(real.is_relative_to(root.expanduser().resolve()) for root in roots)
+    except (OSError, RuntimeError):  # a link loop
+        inside = False
+    if not inside:
+        where = ", ".join(str(r) for r in roots) or "none"
+        raise ArgumentError(
+            f"bootstrap reads transcripts only under the server's transcript roots ({where});"
+            f" {path} is not under them once its links are followed. Start the server with"
+            " --transcript-root FOLDER to allow a folder"
+        )
 
 
 class _HttpServer(ThreadingHTTPServer):
@@ -390,9 +422,10 @@ async def _http(
     token: str,
     workers: int,
     ready: Callable[[int], None] | None,
+    roots: Sequence[Path],
 ) -> None:
     loop = asyncio.get_running_loop()
-    dispatcher = Dispatcher(engine, workers=workers)
+    dispatcher = Dispatcher(engine, workers=workers, transcript_roots=roots)
     expected = f"Bearer {token}".encode()
     limit = engine.services.config.max_line_bytes
 
