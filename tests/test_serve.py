@@ -665,3 +665,40 @@ def test_bootstrap_over_http_reads_only_under_the_transcript_roots(
     with Engine.open(db, config=Config()) as engine:
         sessions = {c.conversation.session_id for c in engine.conversations()}
     assert sessions == {"in", "x"}
+
+
+def test_closing_stdin_right_after_a_turn_finishes_its_compaction(tmp_path: Path) -> None:
+    """The host closes the server's stdin as soon as `after_turn` is answered: the compaction
+    it started in the background still runs to its end, the follow-up work it asks for as
+    it ends too (it was refused by the closing queue: 'background work failed', and one
+    summary of a needed dozen), and nothing is said on stderr."""
+    db = tmp_path / "s.db"
+    messages = [
+        {"role": ("user", "assistant")[i % 2], "content": f"turn {i} " + "the deploy plan " * 40}
+        for i in range(60)
+    ]
+    requests = [
+        {"method": "ingest_batch", "params": {"session_id": "s", "messages": messages}},
+        {"method": "after_turn", "params": {"session_id": "s", "token_budget": 2000}},
+    ]
+    lines = "".join(
+        json.dumps({"jsonrpc": "2.0", "id": i, **r}) + "\n" for i, r in enumerate(requests)
+    )
+    env = {
+        **os.environ,
+        "LOSSLESS_LEAF_CHUNK_TOKENS": "200",
+        "LOSSLESS_CONTEXT_THRESHOLD": "0.1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "lossless", "--db", str(db), "serve", "--stdio"],
+        input=lines,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    with Engine.open(db, config=Config()) as engine:
+        context = engine.context("s")
+        assert sum(item.tokens for item in context) <= 2000
+        assert sum(engine.summary_counts("s").values()) >= 12

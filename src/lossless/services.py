@@ -82,6 +82,10 @@ class BoundedCache(Generic[K, V]):
                 self._items.popitem(last=False)
 
 
+#: How many rounds of follow-up work a closing queue runs (each round's runs may ask for more).
+LATE_ROUNDS = 16
+
+
 class BackgroundQueue:
     """The one worker pool for work done off a host's turn (compaction, session summaries).
 
@@ -97,10 +101,17 @@ class BackgroundQueue:
         self._guard = threading.Lock()
         self._pending: dict[Hashable, Future[Any]] = {}
         self._again: set[Hashable] = set()
+        #: While :meth:`shutdown` drains the queue: what its last runs asked for (a
+        #: compaction's follow-up work), run by it after them rather than dropped.
+        self._closing = False
+        self._late: dict[Hashable, Callable[[], Any]] = {}
 
     def submit(self, key: Hashable, work: Callable[[], Any], *, again: bool = False) -> bool:
         """Queue *work* under *key*; whether it was queued (not already running)."""
         with self._guard:
+            if self._closing:
+                self._late.setdefault(key, work)
+                return True
             running = self._pending.get(key)
             if running is not None and not running.done():
                 if again:
@@ -117,8 +128,8 @@ class BackgroundQueue:
         while True:
             try:
                 result = work()
-            except Exception:  # a worker's top level: log; the next submission tries again
-                logger.exception("background work %s failed", key)
+            except Exception as exc:  # a worker's top level: log; the next submission retries
+                logger.exception("background work %s failed: %s", key, exc)
                 raise
             with self._guard:
                 if key not in self._again:
@@ -148,10 +159,26 @@ class BackgroundQueue:
         return results
 
     def shutdown(self) -> None:
-        """Finish the queued work and stop the workers."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        """Finish the queued work, and what it asks for as it ends, then stop the workers."""
+        with self._guard:
+            self._closing = True
+            executor, self._executor = self._executor, None
+        try:
+            if executor is not None:
+                executor.shutdown(wait=True)
+            for _ in range(LATE_ROUNDS):
+                with self._guard:
+                    late, self._late = self._late, {}
+                if not late:
+                    break
+                for key, work in late.items():
+                    try:
+                        work()
+                    except Exception as exc:  # the engine is closing: say what was not done
+                        logger.exception("background work %s failed as it closed: %s", key, exc)
+        finally:
+            with self._guard:
+                self._closing = False
 
 
 @dataclass
