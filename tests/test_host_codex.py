@@ -102,7 +102,8 @@ def test_codex_with_lossless_hooks_keeps_every_turn_and_gets_summaries_back(
             check=False,
         )
         assert install.returncode == 0, install.stderr
-        assert "[mcp_servers.lossless]" in (codex.home / "config.toml").read_text()
+        installed = (codex.home / "config.toml").read_text()
+        assert "[mcp_servers.lossless]" in installed and "startup_timeout_sec = 30" in installed
         for prompt in PROMPTS:
             codex.exec(prompt)
         compact_from = len(server.requests)

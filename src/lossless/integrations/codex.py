@@ -147,11 +147,23 @@ class TrustChange:
         os.replace(temp, self.path)
 
 
+#: How long Codex waits for lossless's MCP server to start and list its tools (it answers
+#: in ~0.8 s on an idle machine; Codex gave up at its default 10 s on two loaded cores).
+MCP_STARTUP_SECONDS = 30
+
+
 def mcp_server_table(
     executable: str, *, db: str | None = None, config: str | None = None
 ) -> dict[str, Any]:
-    """The ``[mcp_servers.lossless]`` table that starts ``lossless mcp`` over stdio."""
-    return {"command": executable, "args": [*cli_globals(db, config), "mcp"]}
+    """The ``[mcp_servers.lossless]`` table that starts ``lossless mcp`` over stdio, with
+    :data:`MCP_STARTUP_SECONDS` to list its tools (Codex's default, 10 s, is passed on a
+    busy machine: the server loads the MCP SDK first, and Codex then runs without the
+    recall tools)."""
+    return {
+        "command": executable,
+        "args": [*cli_globals(db, config), "mcp"],
+        "startup_timeout_sec": MCP_STARTUP_SECONDS,
+    }
 
 
 def plan_trust(
