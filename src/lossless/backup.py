@@ -234,6 +234,8 @@ def _settle(database: Path) -> None:
     try:
         with closing(sqlite3.connect(database, timeout=2)) as conn:
             busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except UnicodeDecodeError:
+        return  # SQLite's error text quotes damaged bytes that are not text: damaged too
     except sqlite3.DatabaseError as exc:
         if getattr(exc, "sqlite_errorcode", None) in _DAMAGED:
             return  # a damaged database is kept aside as it is, log and all
