@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,18 @@ from ..model import Checkpoint, Conversation, NormalizedMessage
 from .branches import Skeleton, active_path
 from .entries import Entry, FileIdentity, Line, TranscriptFormat
 from .pipeline import externalize, files_taken_back, prepare
+from .progress import (
+    Progress,
+)
+from .progress import (
+    forward as _forward,
+)
+from .progress import (
+    indexing as _indexing,
+)
+from .progress import (
+    read_so_far as _read_so_far,
+)
 from .transcripts import (
     FORMATS,
     check_encoding,
@@ -59,17 +71,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Progress", "ReconcileReport", "reconcile_file"]
 
-#: The shares of an import's time its three steps over a file take: a first pass reading what
-#: it holds, a second storing it, then the search indexes that large batches leave for the
-#: end (their trigram and surroundings entries). Measured 12% / 74% / 14% for a 38 MB
-#: transcript (12,000 turns). Progress counts a file's bytes through the three on one
-#: scale, so it only goes forward and its remaining time is an estimate of the whole.
-SCAN_PERCENT = 12
-INDEX_PERCENT = 14
-
-#: ``progress(bytes_done, bytes_total)`` — called while a file is read, stored and indexed
-#: (see :data:`SCAN_PERCENT`); it never goes back.
-Progress = Callable[[int, int], None]
 
 BATCH_MESSAGES = 1000
 BATCH_BYTES = 8 << 20
@@ -750,45 +751,6 @@ def _import(
                 progress(_read_so_far(skel.end, todo[0].start, size, storing=True), size)
     flush()
     return imported
-
-
-def _read_so_far(position: int, start: int, size: int, *, storing: bool) -> int:
-    """Where a pass at byte *position* of a file read from *start* is, on the one scale both
-    passes share (:data:`SCAN_PERCENT`): a byte position between *start* and *size*."""
-    span = size - start
-    done = position - start
-    if storing:
-        stored = 100 - SCAN_PERCENT - INDEX_PERCENT
-        return start + (span * SCAN_PERCENT + done * stored) // 100
-    return start + done * SCAN_PERCENT // 100
-
-
-def _forward(progress: Progress | None) -> Progress | None:
-    """*progress* that is never told less than it was told already (a file's second lane is
-    read again from its start)."""
-    if progress is None:
-        return None
-    most = 0
-
-    def forward(done: int, total: int) -> None:
-        nonlocal most
-        most = max(most, done)
-        progress(most, total)
-
-    return forward
-
-
-def _indexing(progress: Progress | None, start: int, size: int) -> Progress | None:
-    """Progress for the indexes' catch-up after a file's batches (rows done of rows behind),
-    on the file's scale: its last :data:`INDEX_PERCENT`."""
-    if progress is None:
-        return None
-    base = size - (size - start) * INDEX_PERCENT // 100
-
-    def indexed(rows: int, behind: int) -> None:
-        progress(base + (size - base) * rows // max(behind, 1), size)
-
-    return indexed
 
 
 def _unstored(file: Path, skel: Skeleton, exc: Exception) -> ImportProblem:
