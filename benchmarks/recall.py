@@ -157,9 +157,12 @@ def recall_at(rows: list[dict[str, Any]], name: str, k: int) -> float:
     return round(found / len(rows), 3) if rows else 0.0
 
 
-def assembled_text(engine: Engine, conversation: str, budget: int) -> tuple[str, int]:
-    """The text of the context ``Engine.assemble`` gives at *budget*, and its tokens."""
-    assembled = engine.assemble(conversation, budget, format="openai")
+def assembled_text(
+    engine: Engine, conversation: str, budget: int, prompt: str | None = None
+) -> tuple[str, int]:
+    """The text of the context ``Engine.assemble`` gives at *budget* (for the next request
+    *prompt*, when given), and its tokens."""
+    assembled = engine.assemble(conversation, budget, format="openai", prompt=prompt)
     parts: list[str] = []
     for message in assembled.messages:
         content = message.get("content")
@@ -170,33 +173,53 @@ def assembled_text(engine: Engine, conversation: str, budget: int) -> tuple[str,
     return "\n".join(parts), assembled.tokens
 
 
-def context_sample(work: Path, sample: dict[str, Any], budget: int) -> dict[str, Any]:
+def context_sample(
+    work: Path, sample: dict[str, Any], budget: int, config: Config | None = None
+) -> dict[str, Any]:
     """Evidence present in the assembled context vs a sliding window, one conversation."""
     turns = locomo.messages(sample)
     by_id = {dia: msg["content"] for dia, msg, _ in turns}
     sid = sample["sample_id"]
-    with Engine.open(work / f"context-{sid}-{budget}.db", config=Config()) as engine:
+    config = config or Config()
+    with Engine.open(work / f"context-{sid}-{budget}.db", config=config) as engine:
         engine.conversation(sid, create=True)
         locomo.turns_by_pair(engine, sid, turns, budget)
         text, tokens = assembled_text(engine, sid, budget)
         summaries = engine.assemble(sid, budget).summaries
+        asked = list(locomo.questions(sample, turns))
+        prompted: list[str] = []
+        prompted_tokens: list[int] = []
+        prompt_ms: list[float] = []
+        for qa, _ in asked:
+            started = time.perf_counter()
+            said_text, said_tokens = assembled_text(engine, sid, budget, qa["question"])
+            prompt_ms.append((time.perf_counter() - started) * 1000)
+            prompted.append(locomo.norm(said_text))
+            prompted_tokens.append(said_tokens)
     context = locomo.norm(text)
     window, window_tokens = locomo.window_text(turns, budget)
     window_norm = locomo.norm(window)
     rows = []
-    for qa, evidence in locomo.questions(sample, turns):
+    for (qa, evidence), with_prompt in zip(asked, prompted, strict=True):
         said = [by_id[e] for e in evidence]
+
+        def present(text: str, said: list[str] = said) -> int | None:
+            return 1 if any(locomo.verbatim_present(t, text) for t in said) else None
+
         rows.append(
             {
                 "category": int(qa["category"]),
-                "lossless": 1 if any(locomo.verbatim_present(t, context) for t in said) else None,
-                "window": 1 if any(locomo.verbatim_present(t, window_norm) for t in said) else None,
+                "lossless": present(context),
+                "prompted": present(with_prompt),
+                "window": present(window_norm),
             }
         )
     return {
         "sample": sid,
         "budget": budget,
         "context_tokens": tokens,
+        "prompted_tokens_max": max(prompted_tokens, default=0),
+        "prompted_ms_mean": round(sum(prompt_ms) / max(1, len(prompt_ms)), 2),
         "context_summaries": summaries,
         "window_tokens": window_tokens,
         "raw_tokens": sum(estimate_tokens(m["content"]) for _, m, _ in turns),
@@ -228,6 +251,12 @@ def main() -> None:
     parser.add_argument("--samples", default="", help="comma-separated sample ids (default all)")
     parser.add_argument("--budgets", default="4000,8000,16000", help="context budgets, tokens")
     parser.add_argument("--skip-context", action="store_true", help="the search part only")
+    parser.add_argument(
+        "--prompt-share",
+        type=float,
+        default=Config().prompt_share,
+        help="the prompt_share setting of the context part's prompted assemblies",
+    )
     parser.add_argument("--skip-search", action="store_true", help="the context part only")
     parser.add_argument(
         "--backend",
@@ -274,7 +303,8 @@ def main() -> None:
             results["context"] = {}
             for budget in (int(b) for b in args.budgets.split(",") if b):
                 started = time.perf_counter()
-                runs = [context_sample(work, sample, budget) for sample in data]
+                config = Config(prompt_share=args.prompt_share)
+                runs = [context_sample(work, sample, budget, config) for sample in data]
                 rows = [r for run_ in runs for r in run_["rows"]]
                 mean = sum(r["context_tokens"] for r in runs) / len(runs)
                 summaries = sum(r["context_summaries"] for r in runs) / len(runs)
@@ -282,7 +312,7 @@ def main() -> None:
                     f"\nContext at {budget:,} tokens: evidence present (lossless uses"
                     f" {mean:,.0f} tokens, {summaries:.1f} summaries on average)",
                     rows,
-                    ["lossless", "window"],
+                    ["lossless", "prompted", "window"],
                     1,
                 )
                 results["context"][str(budget)] = {

@@ -390,6 +390,16 @@ class Config:
             " comes before it with its date ([Tuesday 9 May 2023])"
         ),
     )
+    prompt_share: float = field(
+        default=0.5,
+        metadata=_opt(
+            minimum=0.0,
+            maximum=1.0,
+            help="when an assembly is given the next request (a prompt), the share of the room"
+            " left after the essentials that goes to the stored messages a search for it"
+            " finds, shown where they were said (0: none)",
+        ),
+    )
     leaf_chunk_tokens: int = field(
         default=20_000, metadata=_opt(minimum=100, help="max source tokens per leaf summary")
     )

@@ -40,6 +40,7 @@ from ..model import HOST_RECORD, ContextItem, StoredMessage, Summary
 from ..resume import boundary, resume_text
 from .fit import FILL_STEP, _clip, _date_marks, _fill, _fit
 from .formats import _RENDER, FORMATS, _Block, _blocks, _referenced, _sanitize, blocks, render
+from .relevant import Recalled, pick, place
 from .summaries import UNTRUSTED_NOTE, _Shown, render_summary, summary_text
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ class AssembledContext:
 
     #: Summaries and messages shown from below the context's summaries, to fill the budget.
     unfolded: int = 0
+    #: The stored messages shown because a search for the next request found them (with the
+    #: calls, results and replies that go with them), in the order they were taken.
+    recalled: list[str] = field(default_factory=list)
 
     @property
     def over_budget(self) -> bool:
@@ -143,6 +147,7 @@ def assemble(
     fill: bool | None = None,
     dates: bool | None = None,
     prompt: str | None = None,
+    relevant: Sequence[int] = (),
 ) -> AssembledContext:
     """The model-facing messages of a conversation within *token_budget* (see module doc).
 
@@ -151,7 +156,10 @@ def assemble(
     (default: ``fill_budget``) spends the room left on detail; *dates* (default:
     ``date_marks``) marks each user message said on another day than what comes before it.
     *prompt*: the request the host sends after these messages itself (OpenClaw's ``prompt``):
-    the budget goes to the summaries and the turns before it first."""
+    the budget goes to the summaries and the turns before it first. *relevant*: the stored
+    messages (ids, the best first) a search for the next request found: the room left after
+    the essentials goes to them first, up to the ``prompt_share`` of it (see
+    :mod:`.relevant`), then to detail."""
     if format not in FORMATS:
         raise ValueError(f"unknown context format {format!r}; use one of: {', '.join(FORMATS)}")
     items = services.store.context(conversation_id)
@@ -175,12 +183,20 @@ def assemble(
     request_clipped: StoredMessage | None = None
     clips = {id(items[i]): room for i, room in fit.clipped.items()}
     used = sum(item.tokens for item in chosen if id(item) not in clips) + resume_tokens
+    recalled: list[Recalled] = []
+    if relevant and cfg.prompt_share > 0 and not clips and used < token_budget:
+        recalled = pick(services, chosen, relevant, int((token_budget - used) * cfg.prompt_share))
+        used += sum(r.item.tokens for r in recalled)
     if (cfg.fill_budget if fill is None else fill) and not clips and used < token_budget:
         before = any(i.summary_id for i in chosen)
-        chosen = _fill(services, shown, chosen, token_budget - used)
+        taken = frozenset(int(r.item.message_id or 0) for r in recalled)
+        chosen = _fill(services, shown, chosen, token_budget - used, taken)
         if before and not any(i.summary_id for i in chosen):
             resume, resume_tokens = None, 0  # the whole history is shown as it was
         used = sum(item.tokens for item in chosen) + resume_tokens
+        used += sum(r.item.tokens for r in recalled)
+    chosen = place(services, conversation_id, chosen, recalled)
+    taken_ids = [r.item.message_id for r in recalled]
     message_ids = [i.message_id for i in chosen if i.message_id is not None]
     messages = {m.message_id: m for m in services.store.get_messages_by_id(message_ids)}
     records = {mid for mid, m in messages.items() if m.host_meta == HOST_RECORD}
@@ -228,5 +244,6 @@ def assemble(
         clipped_all=[f"msg#{m}" for m in stubs],
         clipped_request=None if request_clipped is None else f"msg#{request_clipped.message_id}",
         request_tokens=None if request_clipped is None else request_clipped.token_count,
-        unfolded=sum(1 for i in chosen if i.ordinal < 0),
+        unfolded=sum(1 for i in chosen if i.ordinal < 0 and i.message_id not in taken_ids),
+        recalled=[f"msg#{m}" for m in taken_ids if m in messages],
     )

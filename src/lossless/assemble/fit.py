@@ -206,15 +206,20 @@ def _unfold(
 
 
 def _fill(
-    services: Services, shown: _Shown, chosen: list[ContextItem], room: int
+    services: Services,
+    shown: _Shown,
+    chosen: list[ContextItem],
+    room: int,
+    taken: frozenset[int] = frozenset(),
 ) -> list[ContextItem]:
     """*chosen* with the *room* left under the budget used for detail, as it was stored:
     first its summaries are unfolded into what they were made from while that fits
     (:func:`_unfold`); then the messages below the newest summaries are shown, newest first,
     from a seq that is a multiple of :data:`FILL_STEP` and never from a tool result — a
-    summary all of whose messages are shown gives its place (and tokens) to them."""
+    summary all of whose messages are shown gives its place (and tokens) to them. The
+    messages *taken* for the request are shown elsewhere (they are passed over here)."""
     chosen, room = _unfold(services, shown, chosen, room)
-    present = {i.message_id for i in chosen if i.message_id is not None}
+    present = {i.message_id for i in chosen if i.message_id is not None} | taken
     # The messages below the summaries, newest first (with the summary each is below), while
     # they fit: a summary all of whose messages are taken would give its tokens back.
     run: list[tuple[int, int, ContextItem]] = []  # (seq, summary position, item)

@@ -44,6 +44,20 @@ from .output import State, emit_json, json_option, json_text, pass_state, stderr
     help="Spend the room left under TOKENS on detail (summaries shown as what they were made"
     " from, then the messages before the fresh tail) or not. Default: the fill_budget setting.",
 )
+@click.option(
+    "--prompt",
+    default=None,
+    metavar="TEXT",
+    help="The next request, sent after these messages: the room left after the essentials"
+    " goes first to the stored messages a search for it finds (up to prompt_share of it).",
+)
+@click.option(
+    "--focus",
+    default=None,
+    metavar="TEXT",
+    help="As --prompt, for a request already stored (its newest user message stays shown) or"
+    " a topic.",
+)
 @json_option
 @pass_state
 def context_command(
@@ -53,6 +67,8 @@ def context_command(
     window: int | None,
     fmt: str,
     fill: bool | None,
+    prompt: str | None,
+    focus: str | None,
     as_json: bool,
 ) -> None:
     """Print the context CONVERSATION's model would get next, within TOKENS (never more).
@@ -61,7 +77,9 @@ def context_command(
     is spent on detail from below the summaries (--no-fill shows the summaries as they are);
     tool calls and results never without each other. --json prints exactly the messages to
     send. Without --budget, within the room the host's window leaves the messages (--window,
-    else the window the host last reported): its own prompt and the reply set aside.
+    else the window the host last reported): its own prompt and the reply set aside. With
+    --prompt (or --focus), the stored messages it is about are shown first, where they were
+    said, with their replies.
     """
     engine = state.engine()
     conv = resolve(engine, conversation)
@@ -75,7 +93,9 @@ def context_command(
             )
         room = engine.room(conv.conversation_id, window or (kept.window if kept else 1))
         budget = room.budget
-    assembled = engine.assemble(conv.conversation_id, budget, format=fmt, fill=fill)
+    assembled = engine.assemble(
+        conv.conversation_id, budget, format=fmt, fill=fill, prompt=prompt, focus=focus
+    )
     if as_json:
         emit_json(
             {
@@ -87,6 +107,7 @@ def context_command(
                 "summaries": assembled.summaries,
                 "raw_messages": assembled.raw_messages,
                 "unfolded": assembled.unfolded,
+                "recalled": assembled.recalled,
                 "dropped_items": assembled.dropped_items,
                 "dropped_orphans": assembled.dropped_orphans,
                 "clipped": assembled.clipped,
@@ -100,6 +121,7 @@ def context_command(
         f"conversation {conv.conversation_id}: {assembled.tokens:,} of {budget:,} tokens "
         f"({assembled.summaries} summaries, {assembled.raw_messages} messages"
         + (f", {assembled.unfolded} of them from below the summaries" if assembled.unfolded else "")
+        + (f", {len(assembled.recalled)} found for the prompt" if assembled.recalled else "")
         + f"; {assembled.dropped_items} older items left out)"
         + (
             f" — {assembled.clipped} alone is over the budget: shown clipped"

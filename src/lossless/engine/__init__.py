@@ -444,6 +444,7 @@ class Engine(Reads, Recall, Upkeep, Hosting, Pending):
         fill: bool | None = None,
         dates: bool | None = None,
         prompt: str | None = None,
+        focus: str | None = None,
     ) -> AssembledContext:
         """The messages to send the model before its next turn, within *token_budget* (a
         cap: never more).
@@ -461,8 +462,18 @@ class Engine(Reads, Recall, Upkeep, Hosting, Pending):
         newest summary, the turn under way, the other summaries, the rest of the fresh tail.
         *prompt* is the request when the host sends it itself after these messages (it is not
         stored yet): then the summaries come first.
+
+        The next request makes the assembly prompt-aware: the room left after the essentials
+        goes first (up to the ``prompt_share`` of it) to the stored messages a search for it
+        finds (:meth:`relevant_to`), each shown where it was said with its call, results and
+        reply, then to detail as above. The request is *prompt*, or *focus* when it is stored
+        already (the newest user message) or is a topic rather than a request.
         """
         conv = self.conversation(conversation)
+        request = focus if focus is not None else prompt
+        relevant: list[int] = []
+        if request and self.config.prompt_share > 0:
+            relevant = self.relevant_to(conv.conversation_id, request)
         with self.store.read():  # one snapshot: the context and its rows agree
             made = assemble_context(
                 self.services,
@@ -473,6 +484,7 @@ class Engine(Reads, Recall, Upkeep, Hosting, Pending):
                 fill=fill,
                 dates=dates,
                 prompt=prompt,
+                relevant=relevant,
             )
         self._assembled.put(conv.conversation_id, made.tokens)
         said = made.request_warning(conv.conversation_id)

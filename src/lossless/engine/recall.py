@@ -4,6 +4,7 @@ lcm_expand_query and chat_context_query (the tools' declaration is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ..retrieval import grants
@@ -18,11 +19,16 @@ from ..retrieval.expand import expand as expand_dag
 from ..retrieval.expand_query import ExpandQueryResult
 from ..retrieval.expand_query import expand_query as expand_query_answer
 from ..retrieval.grants import Grant
-from ..retrieval.grep import GrepResult, Mode, Scope, Sort
+from ..retrieval.grep import GrepError, GrepResult, Mode, Scope, Sort
 from ..retrieval.grep import grep as grep_store
 from .base import ConversationRef, Facade
 
-__all__ = ["Recall"]
+__all__ = ["REQUEST_HITS", "REQUEST_WORDS", "Recall"]
+
+#: The most words of a request its search for relevant messages uses (the first ones).
+REQUEST_WORDS = 48
+#: How many messages that search ranks for an assembly to choose from.
+REQUEST_HITS = 24
 
 
 class Recall(Facade):
@@ -205,6 +211,33 @@ class Recall(Facade):
             offset=offset,
             order=order,
         )
+
+    def relevant_to(
+        self,
+        conversation: ConversationRef,
+        request: str,
+        *,
+        within: Sequence[int] | None = None,
+    ) -> list[int]:
+        """The stored messages a search for *request* (the next request, free text) ranks
+        first within *conversation*'s family, as message ids, the best first: what a
+        prompt-aware assembly shows. The request is searched as its words (the first
+        :data:`REQUEST_WORDS` of them), so no text is refused as search syntax."""
+        words = list(dict.fromkeys(w.lower() for w in re.findall(r"\w+", request)))
+        if not words:
+            return []
+        try:
+            found = grep_store(
+                self.store,
+                " ".join(words[:REQUEST_WORDS]),
+                conversation_ids=self._scope(conversation, True, within),
+                scope="messages",
+                sort="relevance",
+                limit=REQUEST_HITS,
+            )
+        except GrepError:  # e.g. words the index cannot search: nothing is found
+            return []
+        return [int(h.id[4:]) for h in found.hits if h.id.startswith("msg#")]
 
     def _scope(
         self,

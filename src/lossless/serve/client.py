@@ -162,11 +162,25 @@ class ServeClient:
         )
 
     def assemble(
-        self, session_id: str, *, token_budget: int, format: str | None = None
+        self,
+        session_id: str,
+        *,
+        token_budget: int,
+        format: str | None = None,
+        prompt: str | None = None,
+        focus: str | None = None,
     ) -> dict[str, Any]:
-        """The messages for the model's next call, within *token_budget*."""
+        """The messages for the model's next call, within *token_budget* (for the next
+        request *prompt*, sent after them, or *focus*, stored already)."""
         return dict(
-            self.call("assemble", session_id=session_id, token_budget=token_budget, format=format)
+            self.call(
+                "assemble",
+                session_id=session_id,
+                token_budget=token_budget,
+                format=format,
+                prompt=prompt,
+                focus=focus,
+            )
         )
 
     def compact(

@@ -226,6 +226,7 @@ def _assemble(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         pending_calls=a["pending_calls"],
         fill=a["fill"],
         prompt=a["prompt"],
+        focus=a["focus"],
     )
     return {
         "room": None if room is None else room.to_dict(),
@@ -237,6 +238,7 @@ def _assemble(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         "summaries": made.summaries,
         "raw_messages": made.raw_messages,
         "unfolded": made.unfolded,
+        "recalled": made.recalled,
         "dropped_items": made.dropped_items,
         "over_budget": made.over_budget,
         "clipped": made.clipped,
@@ -472,7 +474,15 @@ _METHODS = (
                 "prompt",
                 "string",
                 "The request the host sends after these messages itself (not stored yet):"
-                " the summaries come first.",
+                " the summaries come first, and the room left goes first to the stored"
+                " messages a search for it finds (up to prompt_share of it).",
+                None,
+            ),
+            Param(
+                "focus",
+                "string",
+                "As prompt, for a request already stored or a topic (the newest user"
+                " message stays shown).",
                 None,
             ),
         ),

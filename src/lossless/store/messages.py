@@ -591,6 +591,18 @@ class MessageStore(StoreCore):
                     out[int(mid)] = (int(seq), int(tokens or 0), str(role))
         return out
 
+    def messages_near(self, message_id: int, reach: int) -> list[tuple[int, int, int, str, int]]:
+        """The messages within *reach* seqs of *message_id* in its conversation (itself too),
+        in seq order, each as (message id, seq, token count, role, conversation id); empty
+        when it is not stored."""
+        rows = self.fetchall(
+            "SELECT n.message_id, n.seq, n.token_count, n.role, n.conversation_id"
+            " FROM messages m JOIN messages n ON n.conversation_id = m.conversation_id"
+            " AND n.seq BETWEEN m.seq - ? AND m.seq + ? WHERE m.message_id = ? ORDER BY n.seq",
+            (reach, reach, _row_id(message_id)),
+        )
+        return [(int(a), int(b), int(c or 0), str(d), int(e)) for a, b, c, d, e in rows]
+
     def get_messages_by_id(self, message_ids: Sequence[int]) -> list[StoredMessage]:
         """Messages by id, in the order given."""
         ids = list(message_ids)

@@ -114,6 +114,45 @@ class SummaryStore(ContextStore):
                     out[sid].append(parent)
         return out
 
+    def summary_starts(self, summary_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Where each of *summary_ids* starts: the conversation and seq of the first message
+        below it (down its first sources), in one query per level of the DAG; a summary with
+        no message below it is left out."""
+        first: dict[str, str] = {sid: sid for sid in summary_ids}  # summary → where it is now
+        out: dict[str, tuple[int, int]] = {}
+        with self.read() as conn:
+            for _ in range(64):  # deeper than any DAG: a damaged store's cycle ends here
+                if not first:
+                    break
+                level = sorted(set(first.values()))
+                down: dict[str, tuple[int, str]] = {}
+                starts: dict[str, tuple[int, int]] = {}
+                for chunk, marks in in_chunks(level):
+                    for sid, parent, ordinal in conn.execute(
+                        "SELECT summary_id, parent_summary_id, ordinal FROM summary_parents"
+                        f" WHERE summary_id IN ({marks})",
+                        chunk,
+                    ):
+                        if sid not in down or ordinal < down[sid][0]:
+                            down[sid] = (ordinal, parent)
+                    for sid, conv, seq in conn.execute(
+                        "SELECT sm.summary_id, min(m.conversation_id), min(m.seq)"
+                        " FROM summary_messages sm JOIN messages m"
+                        " ON m.message_id = sm.message_id"
+                        f" WHERE sm.summary_id IN ({marks}) GROUP BY sm.summary_id",
+                        chunk,
+                    ):
+                        starts[sid] = (int(conv), int(seq))
+                for root, at in list(first.items()):
+                    if at in starts:
+                        out[root] = starts[at]
+                        del first[root]
+                    elif at in down:
+                        first[root] = down[at][1]
+                    else:
+                        del first[root]
+        return out
+
     def covering(self, ref: str | int) -> list[str]:
         """The summaries made from *ref*: leaves covering a message id, or the condensed
         summaries made from a summary id."""

@@ -1,0 +1,116 @@
+"""What the next request needs: prompt-aware assembly.
+
+The engine searches the store for the request (``lcm_grep``'s ranking, within the
+conversation's family) and hands the ranked message ids to :func:`~lossless.assemble.assemble`.
+Here each hit becomes a *unit* — the hit with the tool results of its call (or, for a tool
+result, the call it answers) and the message that replies to it — and the units are taken in
+rank order while they fit the room given to them (:func:`pick`). Once the rest of the context
+is chosen, each message taken is placed where it was said (:func:`place`): after the last item
+of the context that starts before it (a summary starts where its first message does), so a
+summary's detail follows the summary, in order. Messages of an earlier conversation of the
+family come first, as they came before."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..model import ContextItem
+
+if TYPE_CHECKING:
+    from ..services import Services
+
+#: How many seqs either side of a hit its unit may reach (a call with many results).
+REACH = 16
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A message taken for the request: where it was said, and its context item."""
+
+    conversation_id: int
+    seq: int
+    item: ContextItem
+
+
+def _unit(rows: Sequence[tuple[int, int, int, str, int]], at: int) -> list[int]:
+    """The positions in *rows* (messages in seq order) of the unit of ``rows[at]``: back to
+    the call a tool result answers, on over the results of its calls, then the reply that
+    follows (with the results of its own calls)."""
+    start = at
+    while start > 0 and rows[start][3] == "tool":
+        start -= 1
+    end = at + 1
+    while end < len(rows) and rows[end][3] == "tool":
+        end += 1
+    if end < len(rows) and rows[end][3] != rows[start][3]:  # the reply
+        end += 1
+        while end < len(rows) and rows[end][3] == "tool":
+            end += 1
+    return list(range(start, end))
+
+
+def pick(
+    services: Services, chosen: Sequence[ContextItem], relevant: Sequence[int], room: int
+) -> list[Recalled]:
+    """The messages of the units of *relevant* (message ids, the best first) that are not in
+    *chosen*, unit by unit while they fit *room* (a unit too large for what is left is passed
+    over for the next)."""
+    present = {i.message_id for i in chosen if i.message_id is not None}
+    taken: dict[int, Recalled] = {}
+    for hit in relevant:
+        if hit in present or hit in taken:
+            continue
+        rows = services.store.messages_near(hit, REACH)
+        at = next((n for n, row in enumerate(rows) if row[0] == hit), None)
+        if at is None:
+            continue
+        unit = [rows[n] for n in _unit(rows, at)]
+        unit = [r for r in unit if r[0] not in present and r[0] not in taken]
+        cost = sum(r[2] for r in unit)
+        if cost > room:
+            continue
+        room -= cost
+        for mid, seq, tokens, role, conv in unit:
+            item = ContextItem(-1, "message", mid, None, tokens, role, None, "", "")
+            taken[mid] = Recalled(conv, seq, item)
+    return list(taken.values())
+
+
+def place(
+    services: Services,
+    conversation_id: int,
+    chosen: list[ContextItem],
+    recalled: Sequence[Recalled],
+) -> list[ContextItem]:
+    """*chosen* with the *recalled* messages where they were said (see the module doc)."""
+    if not recalled:
+        return chosen
+    sizes = services.store.message_sizes([i.message_id for i in chosen if i.message_id])
+    seqs = {mid: seq for mid, (seq, _, _) in sizes.items()}
+    starts = services.store.summary_starts([i.summary_id for i in chosen if i.summary_id])
+    # Where each item of the context starts, when it is of this conversation.
+    keys: list[int | None] = []
+    for item in chosen:
+        if item.summary_id is not None:
+            conv, seq = starts.get(item.summary_id, (None, 0))
+            keys.append(seq if conv == conversation_id else None)
+        else:
+            keys.append(seqs.get(int(item.message_id or 0)))
+    earlier = sorted(
+        (r for r in recalled if r.conversation_id != conversation_id),
+        key=lambda r: (r.conversation_id, r.seq),
+    )
+    after: dict[int, list[Recalled]] = {}  # position in chosen (-1: the start) → recalled
+    for r in recalled:
+        if r.conversation_id != conversation_id:
+            continue
+        pos = max((n for n, key in enumerate(keys) if key is not None and key <= r.seq), default=-1)
+        after.setdefault(pos, []).append(r)
+    out = [r.item for r in earlier]
+    out += [r.item for r in sorted(after.get(-1, []), key=lambda r: r.seq)]
+    for n, item in enumerate(chosen):
+        out.append(item)
+        out += [r.item for r in sorted(after.get(n, []), key=lambda r: r.seq)]
+    return out

@@ -1,0 +1,187 @@
+"""Prompt-aware assembly: the next request brings what it is about into the context."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from lossless import Config, Engine
+from lossless.summarize import ScriptedSummarizer
+
+SMALL = Config().replace(
+    fresh_tail_count=4,
+    leaf_chunk_tokens=200,
+    leaf_target_tokens=40,
+    condensed_target_tokens=40,
+    leaf_min_fanout=2,
+    condensed_min_fanout=2,
+)
+
+FACT = "the launch code for the rocket is pelican seven"
+REPLY = "understood, I will remember it for the countdown"
+
+
+def words(n: int, tag: str) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+@pytest.fixture
+def engine(new_db: Callable[[], str]) -> Iterator[Engine]:
+    with Engine.open(new_db(), config=SMALL, summarizer=ScriptedSummarizer()) as eng:
+        yield eng
+
+
+def talk(engine: Engine, session: str, turns: int, *, fact_at: int | None = None) -> None:
+    for t in range(turns):
+        said = FACT if t == fact_at else words(20, f"q{t}-")
+        answer = REPLY if t == fact_at else words(20, f"a{t}-")
+        engine.ingest(session, {"role": "user", "content": said})
+        engine.ingest(session, {"role": "assistant", "content": answer})
+
+
+def text_of(messages: list[dict[str, object]]) -> str:
+    return json.dumps(messages)
+
+
+def seqs(engine: Engine, refs: list[str]) -> list[int]:
+    return [engine.get_message(int(r[4:])).seq for r in refs if r.startswith("msg#")]
+
+
+def test_a_prompt_brings_what_it_asks_about_into_a_tight_context(engine: Engine) -> None:
+    talk(engine, "s", 40, fact_at=3)
+    engine.compact("s")
+    budget = engine.assemble("s", 100_000, fill=False).tokens + 400
+    plain = engine.assemble("s", budget, format="openai")
+    assert "pelican" not in text_of(plain.messages)  # compacted away, too old for the room
+
+    asked = engine.assemble(
+        "s", budget, format="openai", prompt="What was the launch code for the rocket?"
+    )
+
+    shown = text_of(asked.messages)
+    assert FACT in shown and REPLY in shown  # the message, and the reply that followed it
+    assert asked.tokens <= budget
+    fact = next(m for m in engine.messages("s") if m.content == FACT)
+    assert f"msg#{fact.message_id}" in asked.recalled
+    # Where it was said: after the summary that covers it, and every message in seq order.
+    refs = asked.items
+    assert refs[0].startswith("sum_")
+    assert refs.index(f"msg#{fact.message_id}") > 0
+    assert seqs(engine, refs) == sorted(seqs(engine, refs))
+    # The newest turns are still there.
+    assert asked.items[-1] == plain.items[-1]
+
+
+def test_a_request_that_finds_nothing_or_is_not_search_syntax_changes_nothing(
+    engine: Engine,
+) -> None:
+    talk(engine, "s", 30, fact_at=2)
+    engine.compact("s")
+    budget = engine.assemble("s", 100_000, fill=False).tokens + 300
+    plain = engine.assemble("s", budget, format="openai")
+    for request in (
+        "zzz nothing like this was ever said",
+        "",
+        "   ",
+        '"unbalanced quote',
+        "a(b|c)* [x] NEAR( AND OR NOT ^$",
+        "\x00\ud800",
+        "pelican " * 20_000,
+    ):
+        made = engine.assemble("s", budget, format="openai", focus=request)
+        assert made.tokens <= budget
+        if "pelican" in request:
+            assert FACT in text_of(made.messages)
+        else:
+            assert made.messages == plain.messages and not made.recalled
+
+
+def test_prompt_share_zero_turns_it_off(new_db: Callable[[], str]) -> None:
+    with Engine.open(
+        new_db(), config=SMALL.replace(prompt_share=0.0), summarizer=ScriptedSummarizer()
+    ) as engine:
+        talk(engine, "s", 40, fact_at=3)
+        engine.compact("s")
+        budget = engine.assemble("s", 100_000, fill=False).tokens + 400
+        made = engine.assemble("s", budget, prompt="the launch code")
+        assert not made.recalled and "pelican" not in text_of(made.messages)
+
+
+def test_a_tool_result_found_comes_with_the_call_it_answers(engine: Engine) -> None:
+    engine.ingest("s", {"role": "user", "content": "look up the mascot"})
+    engine.ingest(
+        "s",
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "checking"},
+                {"type": "tool_use", "id": "call_1", "name": "lookup", "input": {"q": "m"}},
+            ],
+        },
+    )
+    engine.ingest(
+        "s",
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "call_1", "content": "zebrafish mascot"}
+            ],
+        },
+    )
+    talk(engine, "s", 40)
+    engine.compact("s")
+    budget = engine.assemble("s", 100_000, fill=False).tokens + 400
+
+    made = engine.assemble("s", budget, format="openai", prompt="which zebrafish?")
+
+    assert not made.dropped_orphans
+    calls = [m for m in made.messages if m.get("tool_calls")]
+    results = [m for m in made.messages if m["role"] == "tool"]
+    assert [c["id"] for m in calls for c in m["tool_calls"]] == ["call_1"]  # type: ignore[union-attr]
+    assert [r["tool_call_id"] for r in results] == ["call_1"]
+    assert "zebrafish mascot" in text_of(results)
+    assert made.tokens <= budget
+
+
+def test_an_earlier_conversation_of_the_family_comes_first(engine: Engine) -> None:
+    engine.conversation("day1", create=True, session_key="project")
+    talk(engine, "day1", 6, fact_at=1)
+    engine.conversation("day2", create=True, session_key="project")
+    talk(engine, "day2", 30)
+    engine.compact("day2")
+    budget = engine.assemble("day2", 100_000, fill=False).tokens + 200
+
+    made = engine.assemble("day2", budget, format="openai", prompt="the rocket launch code")
+
+    day1 = {f"msg#{m.message_id}": m for m in engine.messages("day1")}
+    fact = next(ref for ref, m in day1.items() if m.content == FACT)
+    assert fact in made.recalled and made.tokens <= budget
+    # Day 1's messages come first, in the order they were said, then day 2's context.
+    earlier = [ref for ref in made.items if ref in day1]
+    assert made.items[: len(earlier)] == earlier and fact in earlier
+    assert [day1[ref].seq for ref in earlier] == sorted(day1[ref].seq for ref in earlier)
+    # Another conversation, outside the family, is never shown.
+    engine.conversation("other", create=True, session_key="elsewhere")
+    talk(engine, "other", 4)
+    alone = engine.assemble("other", 100_000, prompt="the rocket launch code")
+    assert "pelican" not in text_of(alone.messages) and not alone.recalled
+
+
+def test_the_cli_takes_the_prompt(db: str, run_cli) -> None:  # type: ignore[no-untyped-def]
+    with Engine.open(db, config=SMALL, summarizer=ScriptedSummarizer()) as engine:
+        talk(engine, "s", 40, fact_at=3)
+        engine.compact("s")
+
+    def context(*args: str) -> str:
+        out = run_cli("--db", db, "context", "s", *args)
+        assert out.code == 0, out.err
+        return str(out.out)
+
+    budget = str(json.loads(context("--budget", "100000", "--no-fill", "--json"))["tokens"] + 400)
+    assert "pelican" not in context("--budget", budget, "--json")
+    data = json.loads(context("--budget", budget, "--prompt", "launch code?", "--json"))
+    assert FACT in json.dumps(data["messages"]) and data["tokens"] <= int(budget)
+    assert data["recalled"]
+    assert "found for the prompt" in context("--budget", budget, "--prompt", "launch")
