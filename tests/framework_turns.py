@@ -29,3 +29,10 @@ def question(i: int, *, steps: int = 8) -> str:
 def answer(i: int) -> str:
     """The scripted model's answer to turn *i*."""
     return f"Service {i} ships blue-green behind the balancer with a {i % 7 + 1} percent canary."
+
+
+def unrelated(i: int) -> str:
+    """Turn *i* of a session whose turns share no word with each other or with a question
+    about :data:`DETAIL` (turn 0 carries it): only that turn is about it."""
+    said = " ".join(f"w{i}x{k}" for k in range(60))
+    return f"{said} {DETAIL}" if i == 0 else said

@@ -185,6 +185,11 @@ def test_claude_code_with_the_plugin_keeps_every_turn_and_gets_summaries_back(
         first = json.dumps(requests[start]["body"], ensure_ascii=False)
         assert "[lossless] Claude Code compacted this conversation" in first
         assert "<summary id=" in first and "lcm_grep" in first
+    # A request about what the compactions took out of Claude Code's window gets lossless's
+    # stored originals back (the UserPromptSubmit hook): the first request of the plan.
+    about = json.dumps(requests[after_second]["body"], ensure_ascii=False)
+    assert "Said before Claude Code compacted this session" in about
+    assert "(user, " in about and TURNS_BEFORE[0] in about
 
     # The transcript Claude Code wrote imports whole, once, into a fresh store; a copy of it
     # under another name is the same conversation.

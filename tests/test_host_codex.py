@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 PROMPTS = ["Port the config parser to Rust", "same text", "same text"]
-AFTER = ["Continue with the lexer"]
+AFTER = ["Continue porting the config parser: the lexer"]
 FAILING = 'CALL exec_command {"cmd": "ls /no-such-dir-for-lossless"}'
 RECALL = 'CALL lcm_grep {"pattern": "config parser"}'
 
@@ -111,6 +111,7 @@ def test_codex_with_lossless_hooks_keeps_every_turn_and_gets_summaries_back(
         requests = list(server.requests)
         for prompt in AFTER:
             codex.exec(prompt)
+        after_requests = list(server.requests)[len(requests) :]
         # A command that fails, a recall tool through the MCP server install registered, and
         # a second compaction.
         codex.exec(FAILING)
@@ -152,6 +153,10 @@ def test_codex_with_lossless_hooks_keeps_every_turn_and_gets_summaries_back(
     after = requests[compact_from + kinds.index(True) + 1]
     text = json.dumps(after["body"], ensure_ascii=False)
     assert "[lossless] Codex compacted this conversation" in text
+    # The next request is about what the compaction took out of Codex's window: lossless's
+    # stored originals came with it (the UserPromptSubmit hook).
+    about = json.dumps(after_requests[0]["body"], ensure_ascii=False)
+    assert "Said before Codex compacted this session" in about and PROMPTS[0] in about
 
     # The rollout imports whole, once, into a fresh store.
     [rollout] = (codex.home / "sessions").rglob(f"rollout-*{session}.jsonl")

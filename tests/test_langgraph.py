@@ -16,7 +16,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import create_react_agent
 
-from framework_turns import SMALL, answer, question
+from framework_turns import SMALL, answer, question, unrelated
 from lossless import Engine
 from lossless.integrations.langgraph import LosslessContext
 
@@ -140,3 +140,29 @@ def test_langgraph_a_state_remembered_again_stores_nothing_twice(engine: Engine)
     assert ctx.remember({"messages": said + again}, config) == 0
     stored = messages_from_dict([m.to_source() for m in engine.messages("r1")])
     assert stored == said + again
+
+
+def test_langgraph_a_question_about_a_compacted_turn_brings_that_turn_back(
+    engine: Engine,
+) -> None:
+    ctx = LosslessContext(engine, token_budget=2000)
+    replies = iter([AIMessage(content=answer(i)) for i in range(21)])
+    agent = create_react_agent(
+        ToolCapableFake(messages=replies),
+        tools=ctx.tools(),
+        pre_model_hook=ctx.pre_model_hook,
+        post_model_hook=ctx.post_model_hook,
+        checkpointer=InMemorySaver(),
+    )
+    seen = Seen()
+    config: Any = {"configurable": {"thread_id": "t-prompt"}, "callbacks": [seen]}
+    for i in range(20):
+        agent.invoke({"messages": [HumanMessage(content=unrelated(i))]}, config)
+    ask = "When does the staging database password rotate?"
+    agent.invoke({"messages": [HumanMessage(content=ask)]}, config)
+
+    before = [m.content for m in seen.calls[-2]]
+    after = [m.content for m in seen.calls[-1]]
+    assert unrelated(0) not in before
+    assert unrelated(0) in after and after[-1] == ask
+    assert tokens(engine, seen.calls[-1]) <= 2000

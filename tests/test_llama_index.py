@@ -16,7 +16,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.llms.mock import MockLLMWithChatMemoryOfLastCall
 
-from framework_turns import DETAIL, SMALL, question
+from framework_turns import DETAIL, SMALL, question, unrelated
 from lossless import Config, Engine
 from lossless.integrations.llama_index import LosslessMemory, recall_tools
 from lossless.retrieval.tools import TOOLS
@@ -223,3 +223,30 @@ def test_llama_index_show_source_exports_the_same_messages(
     assert shown.code == 0, shown
     exported = [m["source"] for m in json.loads(shown.out)["messages"]]
     assert [ChatMessage.model_validate(m) for m in exported] == said
+
+
+def test_llama_index_a_question_about_a_compacted_turn_brings_that_turn_back(
+    engine: Engine,
+) -> None:
+    """As an agent uses its memory: each turn put, the context read with the next input."""
+    memory = LosslessMemory.from_defaults(
+        session_id="li-prompt", store_or_engine=engine, token_budget=2000
+    )
+    for i in range(20):
+        memory.put_messages(
+            [
+                ChatMessage(role="user", content=unrelated(i)),
+                ChatMessage(role="assistant", content=f"noted {i}"),
+            ]
+        )
+    ask = "When does the staging database password rotate?"
+    before = [m.content for m in memory.get(input="w19x3")]
+    after = [m.content for m in memory.get(input=ask)]
+
+    assert unrelated(0) not in before
+    assert unrelated(0) in after and after[-1] == "noted 19"
+    assert after.index(unrelated(0)) < after.index(unrelated(19))
+    # A chat engine puts the request first and reads without an input: the newest request
+    # stored is what the context is for.
+    memory.put(ChatMessage(role="user", content=ask))
+    assert unrelated(0) in [m.content for m in memory.get()]

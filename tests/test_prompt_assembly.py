@@ -185,3 +185,20 @@ def test_the_cli_takes_the_prompt(db: str, run_cli) -> None:  # type: ignore[no-
     assert FACT in json.dumps(data["messages"]) and data["tokens"] <= int(budget)
     assert data["recalled"]
     assert "found for the prompt" in context("--budget", budget, "--prompt", "launch")
+
+
+def test_an_answer_is_never_shown_without_its_question(engine: Engine) -> None:
+    # The question is too large for the room; the answer alone is what the search finds.
+    engine.ingest("s", {"role": "user", "content": words(400, "huge")})
+    engine.ingest("s", {"role": "assistant", "content": FACT})
+    talk(engine, "s", 40)
+    engine.compact("s")
+    budget = engine.assemble("s", 100_000, fill=False).tokens + 300
+
+    made = engine.assemble("s", budget, format="openai", prompt="the launch code for the rocket")
+
+    answer = next(m for m in engine.messages("s") if m.content == FACT)
+    assert f"msg#{answer.message_id}" not in made.items  # (its summary may quote it)
+    # What is shown for the request starts with a request, each time.
+    shown = [r for r in made.items if r in made.recalled]
+    assert shown and engine.get_message(int(shown[0][4:])).role == "user"

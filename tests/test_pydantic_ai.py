@@ -28,7 +28,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from framework_turns import DETAIL, SMALL, answer, question
+from framework_turns import DETAIL, SMALL, answer, question, unrelated
 from lossless import Config, Engine
 from lossless.integrations.pydantic_ai import LosslessHistory
 
@@ -200,3 +200,30 @@ def test_pydantic_ai_show_source_exports_the_same_messages(
     assert shown.code == 0, shown
     exported = [m["source"] for m in json.loads(shown.out)["messages"]]
     assert ModelMessagesTypeAdapter.validate_python(exported) == said
+
+
+def test_pydantic_ai_a_question_about_a_compacted_turn_brings_that_turn_back(
+    engine: Engine,
+) -> None:
+    seen: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return ModelResponse(parts=[TextPart(content="noted")])
+
+    history = LosslessHistory("pa-prompt", engine, token_budget=2000)
+    agent = Agent(FunctionModel(model), capabilities=[history.capability()])
+    previous: list[ModelMessage] = []
+    for i in range(20):
+        previous = agent.run_sync(unrelated(i), message_history=previous).all_messages()
+    agent.run_sync("When does the staging database password rotate?", message_history=previous)
+
+    def asked(messages: list[ModelMessage]) -> list[str]:
+        return [str(p.content) for m in messages for p in m.parts if isinstance(p, UserPromptPart)]
+
+    # Turn 0 was compacted away long before; the question about it brings it back whole,
+    # before the newest turns, within the budget.
+    assert unrelated(0) not in asked(seen[-2])
+    last = asked(seen[-1])
+    assert unrelated(0) in last and last[-1].startswith("When does the staging")
+    assert engine.token_counter.count(texts(seen[-1])) <= 2000

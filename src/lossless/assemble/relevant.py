@@ -2,13 +2,16 @@
 
 The engine searches the store for the request (``lcm_grep``'s ranking, within the
 conversation's family) and hands the ranked message ids to :func:`~lossless.assemble.assemble`.
-Here each hit becomes a *unit* — the hit with the tool results of its call (or, for a tool
-result, the call it answers) and the message that replies to it — and the units are taken in
-rank order while they fit the room given to them (:func:`pick`). Once the rest of the context
-is chosen, each message taken is placed where it was said (:func:`place`): after the last item
-of the context that starts before it (a summary starts where its first message does), so a
-summary's detail follows the summary, in order. Messages of an earlier conversation of the
-family come first, as they came before."""
+Here each hit becomes a *unit* — its turn, from the user request it belongs to up to the
+next, or when that does not fit, the request with the hit, the tool results of its call (or,
+for a tool result, the call it answers) and, for a request, the reply — and the units are
+taken in rank order while they fit the room given to them (:func:`pick`). A unit always
+starts with its request: no answer is shown without its question, and the roles take turns
+as they did (a host that keeps the list it is given never finds two of its messages run
+together). Once the rest of the context is chosen, each message taken is placed where it was
+said (:func:`place`): after the last item of the context that starts before it (a summary
+starts where its first message does), so a summary's detail follows the summary, in order.
+Messages of an earlier conversation of the family come first, as they came before."""
 
 from __future__ import annotations
 
@@ -21,8 +24,8 @@ from ..model import ContextItem
 if TYPE_CHECKING:
     from ..services import Services
 
-#: How many seqs either side of a hit its unit may reach (a call with many results).
-REACH = 16
+#: How many seqs either side of a hit its unit may reach (a turn of many calls).
+REACH = 48
 
 
 @dataclass(frozen=True)
@@ -34,21 +37,33 @@ class Recalled:
     item: ContextItem
 
 
-def _unit(rows: Sequence[tuple[int, int, int, str, int]], at: int) -> list[int]:
-    """The positions in *rows* (messages in seq order) of the unit of ``rows[at]``: back to
-    the call a tool result answers, on over the results of its calls, then the reply that
-    follows (with the results of its own calls)."""
+def _units(rows: Sequence[tuple[int, int, int, str, int]], at: int) -> list[list[int]]:
+    """The units of ``rows[at]`` (positions in *rows*, messages in seq order), the one to
+    show first first: its turn — from the user request it belongs to up to the next one —
+    then the request with the least that keeps the hit whole: back to the call a tool result
+    answers, on over the results of its calls, and for a request, the reply. Every unit
+    starts with its request, so the roles take turns as they did (no answer without its
+    question; a host that keeps the list it is given never finds two of its messages run
+    together). None when the request is not within reach."""
+    request = next((n for n in range(at, -1, -1) if rows[n][3] == "user"), None)
+    if request is None:
+        return []
     start = at
-    while start > 0 and rows[start][3] == "tool":
+    while start > request and rows[start][3] == "tool":
         start -= 1
     end = at + 1
     while end < len(rows) and rows[end][3] == "tool":
         end += 1
-    if end < len(rows) and rows[end][3] != rows[start][3]:  # the reply
+    if start == request and end < len(rows) and rows[end][3] != "user":  # the reply
         end += 1
         while end < len(rows) and rows[end][3] == "tool":
             end += 1
-    return list(range(start, end))
+    least = sorted({request, *range(start, end)})
+    after = next((n for n in range(at + 1, len(rows)) if rows[n][3] == "user"), None)
+    if after is None:
+        return [least]
+    turn = list(range(request, after))
+    return [turn, least] if turn != least else [least]
 
 
 def pick(
@@ -66,15 +81,17 @@ def pick(
         at = next((n for n, row in enumerate(rows) if row[0] == hit), None)
         if at is None:
             continue
-        unit = [rows[n] for n in _unit(rows, at)]
-        unit = [r for r in unit if r[0] not in present and r[0] not in taken]
-        cost = sum(r[2] for r in unit)
-        if cost > room:
-            continue
-        room -= cost
-        for mid, seq, tokens, role, conv in unit:
-            item = ContextItem(-1, "message", mid, None, tokens, role, None, "", "")
-            taken[mid] = Recalled(conv, seq, item)
+        for positions in _units(rows, at):
+            unit = [rows[n] for n in positions]
+            unit = [r for r in unit if r[0] not in present and r[0] not in taken]
+            cost = sum(r[2] for r in unit)
+            if cost > room:
+                continue
+            room -= cost
+            for mid, seq, tokens, role, conv in unit:
+                item = ContextItem(-1, "message", mid, None, tokens, role, None, "", "")
+                taken[mid] = Recalled(conv, seq, item)
+            break
     return list(taken.values())
 
 

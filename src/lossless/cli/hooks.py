@@ -41,6 +41,7 @@ from ..integrations.codex import MCP_SERVER_NAME as CODEX_MCP_NAME
 from ..integrations.finisher import start_finisher
 from ..integrations.hooks import (
     DEFAULT_MAX_CHARS,
+    DEFAULT_RECALL_CHARS,
     EVENTS,
     MIN_MAX_CHARS,
     HookInput,
@@ -79,7 +80,9 @@ def _hook_command(host: Host) -> click.Command:
         last call; PreCompact stores it and compacts with a full sweep; SessionEnd stores it
         and compacts incrementally; SessionStart after a compaction (or on resuming a session
         the host compacted, once per compaction) prints lossless's newest summaries and the
-        resume summary as additionalContext JSON. Errors are logged; the exit code is 0.
+        resume summary as additionalContext JSON; UserPromptSubmit in a session the host
+        compacted prints the stored messages the prompt is about that its window no longer
+        holds (a few, cut short). Errors are logged; the exit code is 0.
         """,
     )
     @click.argument("event", required=False)
@@ -92,6 +95,13 @@ def _hook_command(host: Host) -> click.Command:
         " LOSSLESS_HOOK_MAX_CONTEXT_CHARS.",
     )
     @click.option(
+        "--recall-chars",
+        metavar="N",
+        envvar="LOSSLESS_HOOK_RECALL_CHARS",
+        help=f"UserPromptSubmit: print at most N characters of the messages the prompt is"
+        f" about (default {DEFAULT_RECALL_CHARS:,}; 0: none). Env: LOSSLESS_HOOK_RECALL_CHARS.",
+    )
+    @click.option(
         "--log-file",
         metavar="PATH",
         envvar="LOSSLESS_HOOK_LOG",
@@ -100,7 +110,11 @@ def _hook_command(host: Host) -> click.Command:
     )
     @pass_state
     def command(
-        state: State, event: str | None, max_chars: str | None, log_file: str | None
+        state: State,
+        event: str | None,
+        max_chars: str | None,
+        recall_chars: str | None,
+        log_file: str | None,
     ) -> None:
         package = logging.getLogger("lossless")
         log = Path(log_file).expanduser() if log_file else default_log_path(host)
@@ -110,7 +124,7 @@ def _hook_command(host: Host) -> click.Command:
             package.addHandler(handler)
         package.setLevel(logging.INFO)
         try:
-            out = _handle(state, host, event, max_chars, log)
+            out = _handle(state, host, event, (max_chars, recall_chars), log)
         finally:
             package.setLevel(level)
             if handler is not None:
@@ -127,8 +141,11 @@ for _host in (CLAUDE_CODE, CODEX):
     hook_group.add_command(_hook_command(_host))
 
 
-def _handle(state: State, host: Host, event: str | None, max_chars: str | None, log: Path) -> str:
-    """Run the hook; what to print. Every error is logged and becomes empty output."""
+def _handle(
+    state: State, host: Host, event: str | None, limits: tuple[str | None, str | None], log: Path
+) -> str:
+    """Run the hook; what to print (*limits*: the --max-chars and --recall-chars given).
+    Every error is logged and becomes empty output."""
     try:
         if sys.stdin is None or sys.stdin.isatty():
             raise HookInputError(f"no hook input: stdin is a terminal ({host.title} pipes it in)")
@@ -141,7 +158,13 @@ def _handle(state: State, host: Host, event: str | None, max_chars: str | None, 
             engine.finish_elsewhere(pending.add)
             return engine
 
-        outcome = run_hook(opened, hook, host, max_chars=_limit(max_chars))
+        outcome = run_hook(
+            opened,
+            hook,
+            host,
+            max_chars=_limit(limits[0]),
+            recall_chars=_recall_limit(limits[1]),
+        )
         if pending:
             _finish_detached(state, log)
         cap = state.engine().cap() if state.config.max_store_bytes else None
@@ -201,6 +224,24 @@ def _limit(text: str | None) -> int:
             "--max-chars %r is not a number >= %d; using %d", text, MIN_MAX_CHARS, DEFAULT_MAX_CHARS
         )
         return DEFAULT_MAX_CHARS
+    return value
+
+
+def _recall_limit(text: str | None) -> int:
+    if text is None:
+        return DEFAULT_RECALL_CHARS
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value != 0 and value < MIN_MAX_CHARS:
+        logger.warning(
+            "--recall-chars %r is not 0 or a number >= %d; using %d",
+            text,
+            MIN_MAX_CHARS,
+            DEFAULT_RECALL_CHARS,
+        )
+        return DEFAULT_RECALL_CHARS
     return value
 
 

@@ -66,6 +66,16 @@ class Reads(Facade):
         view = revealing(self.services) if reveal else as_stored
         return export_conversations(self.services, conv, format, family=family, view=view)
 
+    def last_request(self, conversation: ConversationRef, *, within: int = 64) -> str | None:
+        """The text of the newest user request among the conversation's newest *within*
+        messages (a tool loop's results come after it), or ``None``: what a framework adapter
+        whose request is stored already hands a prompt-aware assembly as its focus."""
+        conv = self.conversation(conversation)
+        for message in reversed(self.store.last_messages(conv.conversation_id, within)):
+            if message.role == "user" and message.host_meta is None and message.content.strip():
+                return message.content
+        return None
+
     def get_message(self, message_id: int) -> StoredMessage:
         """One stored message by id (``msg#<id>``)."""
         return self.store.get_message(message_id)

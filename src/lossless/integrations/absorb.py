@@ -9,7 +9,8 @@ conversation lacks, once, in order:
   stored and a fingerprint of the last (for the list handed over and for the list lossless
   handed back); when the next list still agrees with one of them, the rest is new;
 * otherwise (the host changed the list) the longest run of it that the stored messages end with
-  is taken as stored, and what follows is new.
+  is taken as stored, and what follows is new (what comes before it — older messages
+  lossless showed because the request was about them — is stored already).
 
 Messages lossless itself put into the list (its summaries) are never stored back.
 """
@@ -81,7 +82,10 @@ class Absorber:
         tail = engine.messages(conversation_id, after_seq=max(0, total - len(body)))
         stored = [self.fingerprint(m.to_source()) for m in tail]
         wanted = [self.fingerprint(m) for m in body]
+        # The longest run of the list that the stored messages end with; older messages
+        # lossless showed for the request (a prompt-aware assembly) may come before it.
         for k in range(min(len(stored), len(wanted)), 0, -1):
-            if wanted[:k] == stored[-k:]:
-                return body[k:]
+            for start in range(len(wanted) - k + 1):
+                if wanted[start : start + k] == stored[-k:]:
+                    return body[start + k :]
         return body

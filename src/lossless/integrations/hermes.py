@@ -297,10 +297,18 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
                 format="openai",
             )
             # Under the threshold (so Hermes does not compress again at once), and not filled
-            # back up with unfolded detail: that would bring the list straight back to it.
+            # back up with unfolded detail: that would bring the list straight back to it. The
+            # stored messages the topic (or else the newest request) is about do come back,
+            # within prompt_share of the room left.
             under = int(engine.config.context_threshold * room.budget) - 1
             budget = max(room.minimum, min(room.budget, under))
-            made = engine.assemble(session_id, budget, format="openai", fill=False)
+            made = engine.assemble(
+                session_id,
+                budget,
+                format="openai",
+                fill=False,
+                focus=focus_topic or newest_request(messages),
+            )
         except Exception:  # the host's turn goes on: Hermes keeps its list, nothing is lost
             logger.exception("lossless could not compress session %s", session_id)
             return messages
@@ -382,6 +390,22 @@ def to_hermes(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         out.append(m)
     return out
+
+
+def newest_request(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The text of the newest user message of an OpenAI-shaped list (``None``: none)."""
+    for message in reversed(messages):
+        if message.get("role") != "user" or _made_by_lossless(message):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return " ".join(
+                str(part.get("text", "")) for part in content if isinstance(part, Mapping)
+            )
+        return None
+    return None
 
 
 def _made_by_lossless(message: Mapping[str, Any]) -> bool:

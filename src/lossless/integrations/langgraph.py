@@ -110,8 +110,13 @@ class LosslessContext:
     def context(self, state: Mapping[str, Any], config: RunnableConfig) -> list[BaseMessage]:
         """What the model should see now: the state remembered, then the assembled context."""
         self.remember(state, config)
+        session = self.session(config)
         made = self.engine.assemble(  # its messages exactly as stored: no date marks
-            self.session(config), self.token_budget, format="langchain", dates=False
+            session,
+            self.token_budget,
+            format="langchain",
+            dates=False,
+            focus=self.engine.last_request(session),
         )
         return list(messages_from_dict(made.messages))
 

@@ -79,9 +79,17 @@ class LosslessMemory(BaseMemory):
         return GENERATIONS.current(self._engine, self.session_id).conversation_id
 
     def get(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
-        """The assembled context: summaries first, then the newest turns, within the budget."""
+        """The assembled context: summaries first, then the newest turns, within the budget;
+        the stored messages the request is about first (a prompt-aware assembly): *input*
+        (what an agent is asked next) or else the newest stored user message."""
+        conversation = self.conversation_id()
+        asked = input if isinstance(input, str) and input.strip() else None
         made = self._engine.assemble(  # its messages exactly as stored: no date marks
-            self.conversation_id(), self.token_budget, format="llama_index", dates=False
+            conversation,
+            self.token_budget,
+            format="llama_index",
+            dates=False,
+            focus=asked or self._engine.last_request(conversation),
         )
         return [ChatMessage.model_validate(m) for m in made.messages]
 

@@ -126,7 +126,11 @@ class LosslessHistory:
         ABSORBER.absorb(self.engine, self.session_id, handed)
         self.engine.after_turn(self.session_id, token_budget=self.token_budget)
         made = self.engine.assemble(  # its messages exactly as stored: no date marks
-            self.session_id, self.token_budget, format="pydantic_ai", dates=False
+            self.session_id,
+            self.token_budget,
+            format="pydantic_ai",
+            dates=False,
+            focus=self.engine.last_request(self.session_id),
         )
         out = ModelMessagesTypeAdapter.validate_python(made.messages)
         # Pydantic AI goes on from this list (or, a caller of its own, from the one it handed).
