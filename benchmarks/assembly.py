@@ -18,6 +18,11 @@ engine's caches (the resume summary's text is built then), so it shows what a fr
 The targets (issue 4): p95 <= 5 ms at every size, and the 1M / 1k p95 ratio <= 1.5 (the cost
 follows the active context, not the history).
 
+``--prompts`` also times prompt-aware assemblies (``Engine.assemble(..., prompt=...)``, the
+first format, :data:`PROMPTS` in turn): the search for the request over the whole history and
+the turns it finds placed in the context. The target (issue 49): p95 within 2x of the same
+assembly without a prompt, at 1M messages.
+
 ``--backend postgres`` times the same calls on PostgreSQL copies of those stores
 (``common.postgres_store``: each copied once with ``migrate_store`` into the schema
 ``lossless_bench_<size>_<summarizer>`` of ``LOSSLESS_BENCH_PG``, by default
@@ -47,6 +52,16 @@ from common import (
 
 P95_TARGET_MS = 5.0
 RATIO_TARGET = 1.5
+PROMPT_RATIO_TARGET = 2.0
+#: Requests a prompt-aware assembly is timed with: questions of common words, a ticket id, a
+#: rare word (the corpus's, see common.corpus_messages).
+PROMPTS = [
+    "how did we fix the timeout error in the deploy worker?",
+    "what did we decide about the cache retry config",
+    "where is ticket OPS-01234 now?",
+    "why was the quixotic plan shelved?",
+    "remind me what the migration of the queue looked like",
+]
 
 
 def measure(
@@ -68,6 +83,28 @@ def measure(
     return {c: (samples[c], last[c]) for c in combos}
 
 
+def measure_prompted(
+    engines: dict[int, Engine], fmt: str, budget: int, warmup: int, repeat: int
+) -> dict[int, tuple[list[float], list[float], Any]]:
+    """Per size: assemblies without and with a prompt (the prompts in turn), interleaved."""
+    out: dict[int, tuple[list[float], list[float], Any]] = {}
+    for size, engine in engines.items():
+        for prompt in PROMPTS[: max(1, warmup // 10)]:
+            engine.assemble(SESSION, budget, format=fmt, prompt=prompt)
+        plain: list[float] = []
+        prompted: list[float] = []
+        last = None
+        for n in range(repeat):
+            started = time.perf_counter()
+            engine.assemble(SESSION, budget, format=fmt)
+            plain.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            last = engine.assemble(SESSION, budget, format=fmt, prompt=PROMPTS[n % len(PROMPTS)])
+            prompted.append((time.perf_counter() - started) * 1000)
+        out[size] = (plain, prompted, last)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,100000,1000000", help="messages of history")
@@ -82,6 +119,11 @@ def main() -> None:
         help="how the cached stores are compacted (scripted: instant summaries of the same size)",
     )
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached stores")
+    parser.add_argument(
+        "--prompts",
+        action="store_true",
+        help="also time prompt-aware assemblies against the same without a prompt",
+    )
     parser.add_argument(
         "--backend",
         choices=("sqlite", "postgres"),
@@ -111,6 +153,11 @@ def main() -> None:
             engine.assemble(SESSION, args.budget, format=formats[0])
             first_calls[infos[size]["messages"]] = round((time.perf_counter() - started) * 1000, 2)
         measured = measure(engines, formats, args.budget, args.warmup, args.repeat)
+        prompted = (
+            measure_prompted(engines, formats[0], args.budget, args.warmup, args.repeat)
+            if args.prompts
+            else {}
+        )
     finally:
         for engine in engines.values():
             engine.close()
@@ -173,6 +220,27 @@ def main() -> None:
             f"p95 ratio {largest:,} / {smallest:,} messages ({fmt}): {ratio} — "
             f"{'met' if ratio <= RATIO_TARGET else 'NOT met'} (target <= {RATIO_TARGET})"
         )
+    prompt_rows = []
+    for size, (plain, with_prompt, made) in prompted.items():
+        a, b = percentiles(plain), percentiles(with_prompt)
+        ratio = round(b["p95_ms"] / a["p95_ms"], 2)
+        prompt_rows.append(
+            {
+                "history_messages": infos[size]["messages"],
+                "format": formats[0],
+                "without": a,
+                "with": b,
+                "p95_ratio": ratio,
+                "recalled_last": len(made.recalled) if made is not None else 0,
+            }
+        )
+        print(
+            f"{infos[size]['messages']:>9,} messages, prompt-aware ({formats[0]}): p50"
+            f" {b['p50_ms']:.3f} ms p95 {b['p95_ms']:.3f} ms, without a prompt p50"
+            f" {a['p50_ms']:.3f} ms p95 {a['p95_ms']:.3f} ms: p95 ratio {ratio} — "
+            f"{'met' if ratio <= PROMPT_RATIO_TARGET else 'NOT met'}"
+            f" (target <= {PROMPT_RATIO_TARGET})"
+        )
     load_after = load_average()
     print(f"1-minute load average: {load_before} before, {load_after} after (2 cores)")
     results = {
@@ -184,6 +252,7 @@ def main() -> None:
         "summarizer": args.summarizer,
         "rows": rows,
         "first_call_ms": first_calls,
+        "prompted": prompt_rows,
         **targets,
     }
     name = "assembly" if args.backend == "sqlite" else f"assembly-{args.backend}"

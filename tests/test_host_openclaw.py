@@ -360,7 +360,12 @@ def check(store: Path, run: Run, window: int, *, first_turn_folded: bool = True)
         clipped = any("more than this context can hold; its start follows" in t for t in texts)
         assert whole or (warned and clipped), "a request lost the turn's request"
     if first_turn_folded:
-        assert not any(prompts[0] in t for t in run.requests[-1]), "the first turn sent whole"
+        # (before the recall turn: a request about the first turn brings it back, below)
+        assert not any(prompts[0] in t for t in run.requests[-3]), "the first turn sent whole"
+    if not warned:
+        # The recall turn asks about what the first turn said: OpenClaw hands lossless the
+        # prompt, and the first turn comes back whole (a prompt-aware assembly).
+        assert any(prompts[0] in t for t in run.requests[-2]), "the turn asked about is missing"
     # The recall tool ran through OpenClaw's tool loop and found the first turn's detail.
     assert run.answers[-1].startswith("Found:") and "Thursday" in run.answers[-1]
 

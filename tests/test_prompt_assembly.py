@@ -202,3 +202,19 @@ def test_an_answer_is_never_shown_without_its_question(engine: Engine) -> None:
     # What is shown for the request starts with a request, each time.
     shown = [r for r in made.items if r in made.recalled]
     assert shown and engine.get_message(int(shown[0][4:])).role == "user"
+
+
+def test_a_request_of_words_every_turn_holds_shows_nothing_for_it(engine: Engine) -> None:
+    # Every turn says "0" … "19" (q5-0 … q5-19): a new turn made of the same numbers is about
+    # none of them in particular, and takes no room from the newest detail.
+    talk(engine, "s", 40, fact_at=3)
+    engine.compact("s")
+    budget = engine.assemble("s", 100_000, fill=False).tokens + 400
+    plain = engine.assemble("s", budget, format="openai")
+
+    made = engine.assemble("s", budget, format="openai", focus=words(20, "q99-"))
+
+    assert not made.recalled and made.messages == plain.messages
+    # With a telling word among them, that word's turn comes back.
+    told = engine.assemble("s", budget, format="openai", focus=words(20, "q99-") + " pelican")
+    assert FACT in text_of(told.messages)

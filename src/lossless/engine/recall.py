@@ -23,12 +23,16 @@ from ..retrieval.grep import GrepError, GrepResult, Mode, Scope, Sort
 from ..retrieval.grep import grep as grep_store
 from .base import ConversationRef, Facade
 
-__all__ = ["REQUEST_HITS", "REQUEST_WORDS", "Recall"]
+__all__ = ["COMMON_ROWS", "COMMON_SHARE", "REQUEST_HITS", "REQUEST_WORDS", "Recall"]
 
 #: The most words of a request its search for relevant messages uses (the first ones).
 REQUEST_WORDS = 48
 #: How many messages that search ranks for an assembly to choose from.
 REQUEST_HITS = 24
+#: A word held by more than this share of the stored messages (and more than COMMON_ROWS of
+#: them) is left out of that search.
+COMMON_SHARE = 0.2
+COMMON_ROWS = 20
 
 
 class Recall(Facade):
@@ -222,14 +226,17 @@ class Recall(Facade):
         """The stored messages a search for *request* (the next request, free text) ranks
         first within *conversation*'s family, as message ids, the best first: what a
         prompt-aware assembly shows. The request is searched as its words (the first
-        :data:`REQUEST_WORDS` of them), so no text is refused as search syntax."""
+        :data:`REQUEST_WORDS` of them), so no text is refused as search syntax, and without
+        the words most messages hold (:data:`COMMON_SHARE`): they tell nothing of which to
+        show, and a request made only of them finds nothing."""
         words = list(dict.fromkeys(w.lower() for w in re.findall(r"\w+", request)))
+        words = self._telling(words[:REQUEST_WORDS])
         if not words:
             return []
         try:
             found = grep_store(
                 self.store,
-                " ".join(words[:REQUEST_WORDS]),
+                " ".join(words),
                 conversation_ids=self._scope(conversation, True, within),
                 scope="messages",
                 sort="relevance",
@@ -238,6 +245,16 @@ class Recall(Facade):
         except GrepError:  # e.g. words the index cannot search: nothing is found
             return []
         return [int(h.id[4:]) for h in found.hits if h.id.startswith("msg#")]
+
+    def _telling(self, words: list[str]) -> list[str]:
+        """*words* without those the messages' index holds in more than :data:`COMMON_SHARE`
+        of its rows (and more than :data:`COMMON_ROWS`)."""
+        stems = {word: self.store.index_terms(word) for word in words}
+        counts, rows = self.store.term_documents(
+            "messages", sorted({t for terms in stems.values() for t in terms})
+        )
+        common = max(COMMON_ROWS, rows * COMMON_SHARE)
+        return [w for w in words if all(counts.get(t, 0) <= common for t in stems[w])]
 
     def _scope(
         self,
