@@ -20,7 +20,9 @@ with the budget as the model's window, compaction as configured by default and t
 extractive summarizer), and then ``Engine.assemble`` is asked for the context at that budget.
 An evidence turn is present when a sentence of four or more of its words (or the whole turn)
 appears in the assembled text verbatim. The baseline is a sliding window: the newest turns
-that fit the same budget. Reported for 4k, 8k and 16k tokens.
+that fit the same budget. Reported for 4k, 8k and 16k tokens; ``prompted`` is the same
+context assembled for each question as the next request (``Engine.assemble(...,
+prompt=QUESTION)``: prompt-aware assembly), with the mean time of those assemblies.
 
 Per LoCoMo category: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial.
 """
@@ -174,14 +176,19 @@ def assembled_text(
 
 
 def context_sample(
-    work: Path, sample: dict[str, Any], budget: int, config: Config | None = None
+    work: Path,
+    sample: dict[str, Any],
+    budget: int,
+    config: Config | None = None,
+    backend: str = "sqlite",
 ) -> dict[str, Any]:
     """Evidence present in the assembled context vs a sliding window, one conversation."""
     turns = locomo.messages(sample)
     by_id = {dia: msg["content"] for dia, msg, _ in turns}
     sid = sample["sample_id"]
     config = config or Config()
-    with Engine.open(work / f"context-{sid}-{budget}.db", config=config) as engine:
+    store = store_for(work, f"context-{sid}-{budget}", backend)
+    with Engine.open(store, config=config) as engine:
         engine.conversation(sid, create=True)
         locomo.turns_by_pair(engine, sid, turns, budget)
         text, tokens = assembled_text(engine, sid, budget)
@@ -262,7 +269,7 @@ def main() -> None:
         "--backend",
         choices=("sqlite", "postgres"),
         default="sqlite",
-        help="where the search part's stores live (postgres: LOSSLESS_BENCH_PG's database)",
+        help="where the stores live (postgres: LOSSLESS_BENCH_PG's database)",
     )
     args = parser.parse_args()
     data = locomo.load(args.locomo, args.samples)
@@ -304,7 +311,9 @@ def main() -> None:
             for budget in (int(b) for b in args.budgets.split(",") if b):
                 started = time.perf_counter()
                 config = Config(prompt_share=args.prompt_share)
-                runs = [context_sample(work, sample, budget, config) for sample in data]
+                runs = [
+                    context_sample(work, sample, budget, config, args.backend) for sample in data
+                ]
                 rows = [r for run_ in runs for r in run_["rows"]]
                 mean = sum(r["context_tokens"] for r in runs) / len(runs)
                 summaries = sum(r["context_summaries"] for r in runs) / len(runs)

@@ -536,3 +536,37 @@ def test_a_request_over_the_budget_is_clipped_beside_the_newest_summary(
     assert "paste0" in json.dumps(made.messages)  # its head, with where to read it whole
     warned = [r.getMessage() for r in caplog.records]
     assert any("the newest request" in w and made.clipped in w for w in warned), warned
+
+
+def test_a_leaf_folded_under_pressure_unfolds_into_the_leaves_it_took_the_place_of(
+    new_db: Callable[[], str],
+) -> None:
+    # A host's turns at a tight budget (offline summaries of real size): compaction under
+    # pressure folds leaves into one leaf, as the DAG grows a level only when a level has
+    # condensed_min_fanout summaries. With room, assembly shows the finer leaves again.
+    said = itertools.count()
+
+    def line() -> str:
+        return " ".join(f"w{next(said) * 7919 % 3001}" for _ in range(25)) + "."
+
+    with Engine.open(new_db(), config=Config()) as engine:
+        for _ in range(150):
+            turn = [{"role": "user", "content": line()}, {"role": "assistant", "content": line()}]
+            engine.after_turn("s", turn, token_budget=4000)
+        folded = [i.summary_id for i in engine.context("s") if i.summary_id]
+        replaced = engine.store.replaced_by(str(folded[0]))
+        assert len(replaced) >= 2 and engine.summary(str(folded[0])).depth == 0
+
+        made = engine.assemble("s", 8000)
+
+        below: set[str] = set()  # what the fold replaced, fold by fold
+        todo = list(replaced)
+        while todo:
+            summary_id = todo.pop()
+            below.add(summary_id)
+            todo += engine.store.replaced_by(summary_id)
+        shown = [ref for ref in made.items if ref.startswith("sum_")]
+        assert folded[0] not in shown and shown and set(shown) <= below
+        assert made.tokens <= 8000
+        starts = [engine.summary(s).earliest_at or "" for s in replaced]
+        assert starts == sorted(starts)  # in the order of what they cover

@@ -175,9 +175,9 @@ def _below(services: Services, summary_id: str) -> Iterator[list[int]]:
 def _unfold(
     services: Services, shown: _Shown, chosen: list[ContextItem], room: int
 ) -> tuple[list[ContextItem], int]:
-    """*chosen* with its summaries replaced by the summaries they were made from while those
-    fit in *room* (the newest first, again and again: the deepest detail the room holds),
-    and the room left."""
+    """*chosen* with its summaries replaced by the summaries they were made from (a leaf
+    folded under pressure: the leaves it took the place of) while those fit in *room* (the
+    newest first, again and again: the deepest detail the room holds), and the room left."""
     done: set[str] = set()  # leaves, and summaries whose sources did not fit
     while True:
         pos = next(
@@ -194,7 +194,11 @@ def _unfold(
         done.add(summary_id)
         parents, _ = services.store.summary_sources(summary_id)
         if not parents:
-            continue
+            # A leaf folded under pressure took the place of several leaves: it unfolds into
+            # them (a summary rewritten took the place of one, over the same messages: no).
+            parents = services.store.replaced_by(summary_id)
+            if len(parents) < 2:
+                continue
         sources = services.store.get_summaries(parents)
         shown.load(sources)
         cost = sum(shown.costs[s.summary_id] for s in sources) - chosen[pos].tokens

@@ -604,6 +604,16 @@ def m022_scrubs_due(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m023_superseded(conn: sqlite3.Connection) -> None:
+    # The summaries one took the place of (a fold under pressure, a rewrite), found without
+    # reading every summary: assembly unfolds a folded leaf into them.
+    conn.execute(
+        "CREATE INDEX summaries_superseded ON summaries(superseded_by)"
+        " WHERE superseded_by IS NOT NULL"
+    )
+
+
 @dataclass(frozen=True)
 class Step:
     """One migration in both dialects."""

@@ -485,4 +485,13 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "m023_superseded",
+        """
+        -- The summaries one took the place of (a fold under pressure, a rewrite), found
+        -- without reading every summary: assembly unfolds a folded leaf into them.
+        CREATE INDEX summaries_superseded ON summaries(superseded_by)
+          WHERE superseded_by IS NOT NULL;
+        """,
+    ),
 ]

@@ -153,6 +153,17 @@ class SummaryStore(ContextStore):
                         del first[root]
         return out
 
+    def replaced_by(self, summary_id: str) -> list[str]:
+        """The summaries *summary_id* took the place of (retired as rewritten, naming it), in
+        the order of what they cover: the leaves a fold under pressure made one, or the one
+        summary a rewrite replaced."""
+        rows = self.fetchall(
+            "SELECT summary_id FROM summaries WHERE superseded_by = ?"
+            " ORDER BY COALESCE(earliest_at, created_at), created_at, summary_id",
+            (summary_id,),
+        )
+        return [r[0] for r in rows]
+
     def covering(self, ref: str | int) -> list[str]:
         """The summaries made from *ref*: leaves covering a message id, or the condensed
         summaries made from a summary id."""
