@@ -570,3 +570,26 @@ def test_a_leaf_folded_under_pressure_unfolds_into_the_leaves_it_took_the_place_
         assert made.tokens <= 8000
         starts = [engine.summary(s).earliest_at or "" for s in replaced]
         assert starts == sorted(starts)  # in the order of what they cover
+
+
+def test_a_summary_whose_text_changes_in_place_is_costed_anew(new_db: Callable[[], str]) -> None:
+    # What a summary costs as shown is kept between assemblies; a summary rewritten in place
+    # (same id: a forget of what it summarized) costs what its new text does.
+    db = new_db()
+    with Engine.open(db, config=SMALL, summarizer=ScriptedSummarizer()) as engine:
+        fill(engine, 12)
+        engine.compact("s")
+        before = engine.assemble("s", 100_000, fill=False)
+        shown = sorted(ref for ref in before.items if ref.startswith("sum_"))
+        stored = engine.messages("s")
+        engine.forget("s", messages=(stored[0].message_id, stored[8].message_id))
+
+        after = engine.assemble("s", 100_000, fill=False)
+
+        changed = [s for s in engine.summaries(shown) if s.model == "forgotten"]
+        assert changed and after.tokens <= 100_000
+        text = json.dumps(after.messages)
+        assert all(s.content in text for s in changed)
+    # Its cost as shown is its new text's: a process that never saw the old text agrees.
+    with Engine.open(db, config=SMALL, summarizer=ScriptedSummarizer()) as fresh:
+        assert fresh.assemble("s", 100_000, fill=False).tokens == after.tokens

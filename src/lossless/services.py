@@ -200,6 +200,12 @@ class Services:
     resume_cache: BoundedCache[tuple[int, int], str] = field(
         default_factory=lambda: BoundedCache(256)
     )
+    #: What each summary costs as shown (note and XML), by what it is shown as: assembly
+    #: unfolds the same summaries turn after turn, and counting a long text's tokens again
+    #: was most of an assembly's time.
+    shown_costs: BoundedCache[tuple[object, ...], int] = field(
+        default_factory=lambda: BoundedCache(8192)
+    )
     #: With ``redact.enabled``: what replaces secrets, and what seals the originals.
     redactor: Redactor | None = None
     sealer: Sealer | None = None

@@ -192,7 +192,8 @@ def _unfold(
             return chosen, room
         summary_id = str(chosen[pos].summary_id)
         done.add(summary_id)
-        parents, _ = services.store.summary_sources(summary_id)
+        known = shown.found.get(summary_id)  # (its parents were read as it was loaded)
+        parents = known[1] if known else services.store.summary_sources(summary_id)[0]
         if not parents:
             # A leaf folded under pressure took the place of several leaves: it unfolds into
             # them (a summary rewritten took the place of one, over the same messages: no).

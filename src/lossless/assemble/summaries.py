@@ -62,11 +62,27 @@ class _Shown:
 
     def load(self, summaries: Sequence[Summary]) -> None:
         parents = self.services.store.parents_of([s.summary_id for s in summaries])
+        known = self.services.shown_costs
         for summary in summaries:
-            self.found[summary.summary_id] = (summary, parents[summary.summary_id])
-            self.costs[summary.summary_id] = self.services.tokens.count(
-                summary_text(summary, parents[summary.summary_id])
+            above = parents[summary.summary_id]
+            self.found[summary.summary_id] = (summary, above)
+            # (a summary's text may change in place: a provisional one finished, a forget)
+            key = (
+                summary.summary_id,
+                summary.model,
+                hash(summary.content),
+                len(summary.content),
+                summary.earliest_at,
+                summary.latest_at,
+                summary.created_at,
+                summary.descendant_count,
+                *above,
             )
+            cost = known.get(key)
+            if cost is None:
+                cost = self.services.tokens.count(summary_text(summary, above))
+                known.put(key, cost)
+            self.costs[summary.summary_id] = cost
 
     def item(self, item: ContextItem) -> ContextItem:
         """*item* with a summary's cost as shown."""
