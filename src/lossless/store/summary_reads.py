@@ -101,17 +101,16 @@ class SummaryReads(ContextStore):
 
     def summary_starts(self, summary_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
         """Where each of *summary_ids* starts: the conversation and seq of the first message
-        below it (down its first sources), in one query per level of the DAG; a summary with
-        no message below it is left out."""
+        below it (down its first sources; a leaf's first message is its lowest id), in a
+        few statements per level of the DAG; one with no message below it is left out."""
         first: dict[str, str] = {sid: sid for sid in summary_ids}  # summary → where it is now
-        out: dict[str, tuple[int, int]] = {}
+        leads: dict[str, int] = {}  # summary → its first message
         with self.read() as conn:
             for _ in range(64):  # deeper than any DAG: a damaged store's cycle ends here
                 if not first:
                     break
                 level = sorted(set(first.values()))
                 down: dict[str, tuple[int, str]] = {}
-                starts: dict[str, tuple[int, int]] = {}
                 for chunk, marks in in_chunks(level):
                     for sid, parent, ordinal in conn.execute(
                         "SELECT summary_id, parent_summary_id, ordinal FROM summary_parents"
@@ -120,22 +119,30 @@ class SummaryReads(ContextStore):
                     ):
                         if sid not in down or ordinal < down[sid][0]:
                             down[sid] = (ordinal, parent)
-                    for sid, conv, seq in conn.execute(
-                        "SELECT sm.summary_id, min(m.conversation_id), min(m.seq)"
-                        " FROM summary_messages sm JOIN messages m"
-                        " ON m.message_id = sm.message_id"
-                        f" WHERE sm.summary_id IN ({marks}) GROUP BY sm.summary_id",
-                        chunk,
-                    ):
-                        starts[sid] = (int(conv), int(seq))
                 for root, at in list(first.items()):
-                    if at in starts:
-                        out[root] = starts[at]
-                        del first[root]
-                    elif at in down:
+                    if at in down:
                         first[root] = down[at][1]
-                    else:
-                        del first[root]
+                        continue
+                    del first[root]
+                    # A leaf (a folded one may cover thousands of messages: one index seek).
+                    row = conn.execute(
+                        "SELECT min(message_id) FROM summary_messages WHERE summary_id = ?",
+                        (at,),
+                    ).fetchone()
+                    if row is not None and row[0] is not None:
+                        leads[root] = int(row[0])
+            out: dict[str, tuple[int, int]] = {}
+            at_message: dict[int, tuple[int, int]] = {}
+            for ids, marks in in_chunks(sorted(set(leads.values()))):
+                for mid, conv, seq in conn.execute(
+                    "SELECT message_id, conversation_id, seq FROM messages"
+                    f" WHERE message_id IN ({marks})",
+                    ids,
+                ):
+                    at_message[int(mid)] = (int(conv), int(seq))
+            for root, mid in leads.items():
+                if mid in at_message:
+                    out[root] = at_message[mid]
         return out
 
     def replaced_by(self, summary_id: str) -> list[str]:
