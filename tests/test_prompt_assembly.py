@@ -218,3 +218,18 @@ def test_a_request_of_words_every_turn_holds_shows_nothing_for_it(engine: Engine
     # With a telling word among them, that word's turn comes back.
     told = engine.assemble("s", budget, format="openai", focus=words(20, "q99-") + " pelican")
     assert FACT in text_of(told.messages)
+
+
+def test_an_archived_conversation_of_the_family_is_not_brought_back(engine: Engine) -> None:
+    # A history the user cleared (archived: LangChain's clear(), LlamaIndex's reset()) stays
+    # out of the context, though the recall tools still find it.
+    engine.conversation("day1", create=True, session_key="project")
+    talk(engine, "day1", 6, fact_at=1)
+    engine.archive("day1")
+    engine.conversation("day2", create=True, session_key="project")
+    talk(engine, "day2", 4)
+
+    made = engine.assemble("day2", 100_000, prompt="the rocket launch code")
+
+    assert not made.recalled and "pelican" not in text_of(made.messages)
+    assert engine.grep("pelican", conversation="day2").hits

@@ -224,7 +224,8 @@ class Recall(Facade):
         within: Sequence[int] | None = None,
     ) -> list[int]:
         """The stored messages a search for *request* (the next request, free text) ranks
-        first within *conversation*'s family, as message ids, the best first: what a
+        first within *conversation*'s family (not its archived conversations), as message
+        ids, the best first: what a
         prompt-aware assembly shows. The request is searched as its words (the first
         :data:`REQUEST_WORDS` of them), so no text is refused as search syntax, and without
         the words most messages hold (:data:`COMMON_SHARE`): they tell nothing of which to
@@ -233,11 +234,18 @@ class Recall(Facade):
         words = self._telling(words[:REQUEST_WORDS])
         if not words:
             return []
+        # The family, but for its archived conversations (a history the user cleared is not
+        # brought back into the context; the recall tools still reach it).
+        conv = self.conversation(conversation)
+        archived = set(self.store.archived_conversation_ids()) - {conv.conversation_id}
+        scope = [
+            i for i in self._scope(conv.conversation_id, True, within) or [] if i not in archived
+        ]
         try:
             found = grep_store(
                 self.store,
                 " ".join(words),
-                conversation_ids=self._scope(conversation, True, within),
+                conversation_ids=scope,
                 scope="messages",
                 sort="relevance",
                 limit=REQUEST_HITS,
