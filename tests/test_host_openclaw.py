@@ -53,9 +53,11 @@ LOSSLESS = Path(sys.executable).parent / "lossless"
 
 
 def prompt(i: int) -> str:
-    """Turn *i*'s request: 600 words (turn 0 carries the detail recalled at the end)."""
-    head = f"Turn {i}: {DETAIL}" if i == 0 else f"Turn {i}:"
-    return f"{head} " + " ".join(f"word{i}-{k}" for k in range(600))
+    """Turn *i*'s request: 600 words; turn 0, 40 words and the detail recalled at the end
+    (short enough for the recall turn's context to bring it back whole)."""
+    if i == 0:
+        return f"Turn 0: {DETAIL} " + " ".join(f"word0-{k}" for k in range(40))
+    return f"Turn {i}: " + " ".join(f"word{i}-{k}" for k in range(600))
 
 
 @pytest.fixture(scope="module")
@@ -331,11 +333,16 @@ def check(store: Path, run: Run, window: int, *, first_turn_folded: bool = True)
     """What the session must have left: see the test's docstring. *first_turn_folded*: the
     last request no longer carries the first turn whole."""
     prompts = PROMPTS
+
     # Every request fits the window (as the provider counts it), unless OpenClaw's own prompt
     # and its reply reserve (a quarter of these windows) leave no room: its first request, with
     # no history, is the host's part and one request; then lossless's part stays at
     # room.min_tokens, and it said so once.
-    host_alone = run.sizes[0]
+    # (the first request less its own words, plus the longest request: turn 0 is short)
+    def words(text: str) -> int:
+        return len(json.dumps(text, ensure_ascii=False)) // 4
+
+    host_alone = run.sizes[0] - words(prompts[0]) + max(words(p) for p in prompts)
     least = Config().room.min_tokens
     reserve = min(20_000, window // 4)
     warned = [e for e in run.stderr if "-token window for the conversation" in e]

@@ -702,3 +702,29 @@ def test_closing_stdin_right_after_a_turn_finishes_its_compaction(tmp_path: Path
         context = engine.context("s")
         assert sum(item.tokens for item in context) <= 2000
         assert sum(engine.summary_counts("s").values()) >= 12
+
+
+def test_assemble_is_prompt_aware_with_the_request_given_or_stored(client: StdioClient) -> None:
+    budget = 1600  # (compacted at 900: room is left after the essentials)
+    for i in range(40):
+        client.after_turn("p1", turn(i), token_budget=900)
+    client.wait_for_compaction(60)
+    detail = turn(3)[0]["content"]
+    said = next(
+        h["id"] for h in client.grep("staging database password")["hits"] if h["kind"] == "message"
+    )
+    plain = client.assemble("p1", token_budget=budget, format="openai", focus="qqq zzz")
+    assert plain["recalled"] == []
+
+    # The request the host sends itself (OpenClaw's prompt): the turn it is about comes back.
+    asked = client.assemble(
+        "p1", token_budget=budget, format="openai", prompt="when does the password rotate?"
+    )
+    assert said in asked["recalled"] and asked["tokens"] <= budget
+    assert {"role": "user", "content": detail} in asked["messages"]
+    # Neither given: the newest stored request is what the context is for.
+    client.after_turn(
+        "p1", [{"role": "user", "content": "when does the password rotate?"}], token_budget=900
+    )
+    stored = client.assemble("p1", token_budget=budget, format="openai")
+    assert said in stored["recalled"] and {"role": "user", "content": detail} in stored["messages"]

@@ -38,13 +38,13 @@ class Recalled:
 
 
 def _units(rows: Sequence[tuple[int, int, int, str, int]], at: int) -> list[list[int]]:
-    """The units of ``rows[at]`` (positions in *rows*, messages in seq order), the one to
-    show first first: its turn — from the user request it belongs to up to the next one —
+    """The units of ``rows[at]`` (positions in *rows*, messages in seq order), the first to
+    try first: its turn — from the user request it belongs to up to the next one —
     then the request with the least that keeps the hit whole: back to the call a tool result
     answers, on over the results of its calls, and for a request, the reply. Every unit
     starts with its request, so the roles take turns as they did (no answer without its
     question; a host that keeps the list it is given never finds two of its messages run
-    together). None when the request is not within reach."""
+    together). None when the request is not within reach (:data:`REACH`)."""
     request = next((n for n in range(at, -1, -1) if rows[n][3] == "user"), None)
     if request is None:
         return []

@@ -226,7 +226,8 @@ def _assemble(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         pending_calls=a["pending_calls"],
         fill=a["fill"],
         prompt=a["prompt"],
-        focus=a["focus"],
+        # Without a request to go by, the newest stored one: what the context is for.
+        focus=a["focus"] if a["focus"] or a["prompt"] else engine.last_request(a["session_id"]),
     )
     return {
         "room": None if room is None else room.to_dict(),
@@ -482,7 +483,8 @@ _METHODS = (
                 "focus",
                 "string",
                 "As prompt, for a request already stored or a topic (the newest user"
-                " message stays shown).",
+                " message stays shown). Default, when no prompt is given either: the newest"
+                " stored user message.",
                 None,
             ),
         ),
