@@ -31,7 +31,7 @@ REQUEST_WORDS = 48
 REQUEST_HITS = 24
 #: A word held by more than this share of the stored messages (and more than COMMON_ROWS of
 #: them) is left out of that search.
-COMMON_SHARE = 0.2
+COMMON_SHARE = 1 / 3
 COMMON_ROWS = 4
 
 
