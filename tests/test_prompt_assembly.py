@@ -7,24 +7,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from lossless import Config, Engine
+from lossless import Engine
 from lossless.summarize import ScriptedSummarizer
-
-SMALL = Config().replace(
-    fresh_tail_count=4,
-    leaf_chunk_tokens=200,
-    leaf_target_tokens=40,
-    condensed_target_tokens=40,
-    leaf_min_fanout=2,
-    condensed_min_fanout=2,
-)
+from test_assemble import SMALL, words
 
 FACT = "the launch code for the rocket is pelican seven"
 REPLY = "understood, I will remember it for the countdown"
-
-
-def words(n: int, tag: str) -> str:
-    return " ".join(f"{tag}{i}" for i in range(n))
 
 
 @pytest.fixture

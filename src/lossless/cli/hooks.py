@@ -162,8 +162,8 @@ def _handle(
             opened,
             hook,
             host,
-            max_chars=_limit(limits[0]),
-            recall_chars=_recall_limit(limits[1]),
+            max_chars=_chars(limits[0], "--max-chars", DEFAULT_MAX_CHARS),
+            recall_chars=_chars(limits[1], "--recall-chars", DEFAULT_RECALL_CHARS, off=True),
         )
         if pending:
             _finish_detached(state, log)
@@ -212,36 +212,21 @@ def _finish_detached(state: State, log: Path) -> None:
     logger.info("provisional summaries: `lossless finish` started to put the model's in place")
 
 
-def _limit(text: str | None) -> int:
+def _chars(text: str | None, option: str, default: int, *, off: bool = False) -> int:
+    """A character limit given on the command line: at least MIN_MAX_CHARS (or 0, when *off*
+    is allowed); anything else is logged and *default* used (a hook never fails the host)."""
     if text is None:
-        return DEFAULT_MAX_CHARS
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < MIN_MAX_CHARS:
-        logger.warning(
-            "--max-chars %r is not a number >= %d; using %d", text, MIN_MAX_CHARS, DEFAULT_MAX_CHARS
-        )
-        return DEFAULT_MAX_CHARS
-    return value
-
-
-def _recall_limit(text: str | None) -> int:
-    if text is None:
-        return DEFAULT_RECALL_CHARS
+        return default
     try:
         value = int(text)
     except ValueError:
         value = -1
-    if value != 0 and value < MIN_MAX_CHARS:
+    if value < MIN_MAX_CHARS and not (off and value == 0):
+        said = "0 or a number" if off else "a number"
         logger.warning(
-            "--recall-chars %r is not 0 or a number >= %d; using %d",
-            text,
-            MIN_MAX_CHARS,
-            DEFAULT_RECALL_CHARS,
+            "%s %r is not %s >= %d; using %d", option, text, said, MIN_MAX_CHARS, default
         )
-        return DEFAULT_RECALL_CHARS
+        return default
     return value
 
 

@@ -225,11 +225,10 @@ class Recall(Facade):
     ) -> list[int]:
         """The stored messages a search for *request* (the next request, free text) ranks
         first within *conversation*'s family (not its archived conversations), as message
-        ids, the best first: what a
-        prompt-aware assembly shows. The request is searched as its words (the first
-        :data:`REQUEST_WORDS` of them), so no text is refused as search syntax, and without
-        the words most messages hold (:data:`COMMON_SHARE`): they tell nothing of which to
-        show, and a request made only of them finds nothing."""
+        ids, the best first: what a prompt-aware assembly shows. The request is searched as
+        its words (the first :data:`REQUEST_WORDS` of them), so no text is refused as search
+        syntax, and without the words most messages hold (:data:`COMMON_SHARE`): they tell
+        nothing of which to show, and a request made only of them finds nothing."""
         words = list(dict.fromkeys(w.lower() for w in re.findall(r"\w+", request)))
         words = self._telling(words[:REQUEST_WORDS])
         if not words:

@@ -307,7 +307,7 @@ class LosslessContextEngine(ContextEngine):  # type: ignore[misc]  # Hermes is u
                 budget,
                 format="openai",
                 fill=False,
-                focus=focus_topic or newest_request(messages),
+                focus=focus_topic or engine.last_request(session_id),
             )
         except Exception:  # the host's turn goes on: Hermes keeps its list, nothing is lost
             logger.exception("lossless could not compress session %s", session_id)
@@ -390,22 +390,6 @@ def to_hermes(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         out.append(m)
     return out
-
-
-def newest_request(messages: Sequence[Mapping[str, Any]]) -> str | None:
-    """The text of the newest user message of an OpenAI-shaped list (``None``: none)."""
-    for message in reversed(messages):
-        if message.get("role") != "user" or _made_by_lossless(message):
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            return content
-        if isinstance(content, list):
-            return " ".join(
-                str(part.get("text", "")) for part in content if isinstance(part, Mapping)
-            )
-        return None
-    return None
 
 
 def _made_by_lossless(message: Mapping[str, Any]) -> bool:
