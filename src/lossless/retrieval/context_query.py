@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..codec import clean_text
 from ..store.search import CallFilter, ExecutionRow, FrameRow, SearchScope
-from .grep import _WORD, MAX_LIMIT, GrepError, _fts_query, _snippet, check_length, time_bound
+from .grep import MAX_LIMIT
+from .grep_text import _WORD, GrepError, _fts_query, _snippet, check_length, time_bound
 
 if TYPE_CHECKING:
     from ..store.base import Store
