@@ -112,6 +112,10 @@ NEEDLE = st.one_of(
 @example(needle="nul\x00byte", sort="recency")
 @example(needle="日本語テキスト", sort="relevance")
 @example(needle="İstanbul", sort="recency")
+@example(needle="0\u0b58\x00:", sort="recency")
+@example(
+    needle="\u3040\x000", sort="recency"
+)  # a NUL, kept in the substring  # an unassigned code point: a word character
 def test_text_stored_in_a_message_is_found_by_searching_for_it(
     engine: Engine, needle: str, sort: Any
 ) -> None:

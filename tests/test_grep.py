@@ -279,10 +279,10 @@ def test_an_answer_is_found_through_the_question_before_it(engine: Engine) -> No
     asked = engine.grep("which port for staging", conversation="s", sort="relevance").hits
     answered = engine.grep("clashed proxy", conversation="s", sort="relevance").hits
 
-    # The question, then its answer (the message before a message weighs more than the one
-    # after it or the one before that: msg#4 and msg#1 are found through those), and nothing
-    # else.
-    assert [h.id for h in asked][:2] == ["msg#2", "msg#3"]
+    # The answer first (a question found passes half its score to the reply after it, on top
+    # of the reply's own through the question before it), then the question; msg#4 and msg#1
+    # are found through those, and nothing else.
+    assert [h.id for h in asked][:2] == ["msg#3", "msg#2"]
     assert sorted(h.id for h in asked[2:]) == ["msg#1", "msg#4"]
     # The answer, then what follows it and the question before it (whose entry got its next
     # when the answer came).
@@ -313,6 +313,40 @@ def test_a_summary_hit_names_the_messages_it_covers(engine: Engine) -> None:
     assert "covers" in hit.to_dict()
     messages = engine.grep("nothing", conversation="s", scope="messages").hits
     assert messages and all("covers" not in h.to_dict() for h in messages)
+
+
+def test_a_search_naming_a_day_or_month_ranks_what_was_said_then_first(engine: Engine) -> None:
+    day = datetime(2022, 11, 9, 18, 30, tzinfo=UTC)
+    said = [
+        # Said often, on other days, in more of the search's words.
+        ("The release checklist and the deploy checklist for the release.", day - timedelta(60)),
+        ("Deploy the release after the release checklist passes.", day + timedelta(40)),
+        ("The release deploy went out.", day),  # the day named: fewer of its words
+        ("Deploy the release checklist, again, for the release.", day + timedelta(90)),
+    ]
+    for text, when in said:
+        engine.ingest("s", {"role": "user", "content": text}, created_at=when)
+
+    def top(pattern: str, **kw: Any) -> str:
+        return engine.grep(pattern, conversation="s", sort="relevance", **kw).hits[0].id
+
+    assert top("release deploy checklist") != "msg#3"  # no date named: its words decide
+    for named in ("9 November 2022", "November 9th, 2022", "2022-11-09", "the 9th of Nov 2022"):
+        assert top(f"release deploy checklist on {named}") == "msg#3", named
+    assert top("what release deploy checklist in November 2022") == "msg#3"
+    # A day a time zone away is still that day; one the calendar lacks names its month.
+    assert top("release deploy checklist on 10 November 2022") == "msg#3"
+    assert top("release deploy checklist on 31 November 2022") == "msg#3"
+    # A range given that leaves the named day out is kept; newest first ignores the date.
+    late = engine.grep(
+        "release deploy checklist on 9 November 2022",
+        conversation="s",
+        sort="relevance",
+        since="2022-12-01",
+    ).hits
+    assert {h.id for h in late} == {"msg#2", "msg#4"}
+    newest = engine.grep("deploy 9 November 2022", conversation="s", sort="recency").hits
+    assert newest == [] or newest[0].id != "msg#3"
 
 
 def test_a_message_is_found_by_its_conversations_title_and_month(engine: Engine) -> None:
@@ -403,7 +437,8 @@ def test_a_large_batch_is_found_with_its_surroundings_once_caught_up(engine: Eng
     """A batch of 64 or more leaves its context entries (and trigrams) to catch_up_indexes,
     which a ranked search runs first; a title given meanwhile reaches them too."""
     said = [{"role": "user", "content": f"filler turn {i}"} for i in range(100)]
-    said[40] = {"role": "user", "content": "Which port did we pick for staging?"}
+    # (A statement: a question would pass its score to the answer, found so without them.)
+    said[40] = {"role": "user", "content": "We still need a port for staging."}
     said[41] = {"role": "assistant", "content": "9043, because 8043 clashed."}
     engine.ingest_batch("big", said)
     engine.ingest("big", {"role": "user", "content": "and one more after it"})  # indexed now

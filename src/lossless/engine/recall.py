@@ -65,10 +65,6 @@ class Recall(Facade):
         ``more`` says so. *reveal* also searches the originals of messages whose secrets were
         masked (for the owner: a secret's value is found, and shown, only so).
         """
-        if mode == "full_text":
-            # A NUL ends a query string for the search engines (and text never holds one as
-            # a word): it separates words, as a space does.
-            pattern = pattern.replace("\x00", " ")
         return grep_store(
             self.store,
             pattern,

@@ -47,6 +47,7 @@ from .grep_text import (
     _terms,
     check_length,
     match_spans,
+    named_time,
     time_bound,
 )
 from .tools import MAX_REACH
@@ -199,6 +200,7 @@ def _search(
     if scope == "files":
         return GrepResult(_files(store, pattern, within, limit))
     cjk = bool(_CJK.search(pattern))
+    named = named_time(pattern) if sort == "relevance" else None
     needle = pattern.replace('"', " ").strip()
 
     def search(table: str) -> tuple[list[GrepHit], bool]:
@@ -208,7 +210,7 @@ def _search(
             if sort == "recency":
                 found = _newest(store, table, pattern, within, limit)
             else:
-                found = _fair(store, table, pattern, _ranked(store, table, pattern, within, limit))
+                found = _relevant(store, table, pattern, within, limit, named)
         # Substrings the word index cannot see (inside a word, CJK): one token, or nothing
         # found by its words. Not for a longer run of words with whole words inside it (a
         # question): text holding it as written holds those words, which the index was asked
@@ -399,6 +401,97 @@ def _ranked(
         if h.id not in seen
     ]
     return first + second
+
+
+#: How many hits a relevance search ranks before it keeps the best: the replies to the
+#: questions among them, and what was said at a time it names, move up from there.
+CANDIDATES = 50
+#: A message that asks a question passes this share of its score to the reply after it:
+#: what a search finds a question about is answered in the next message, in other words.
+ANSWER_SHARE = 0.5
+_ASKS = re.compile(r"\?(?:\s|$)")
+#: How far up a hit said at the time a search names moves: by this share of the best hit's
+#: score (a hit of the named day with half the best score ranks beside the best).
+DATE_BONUS = 0.5
+
+
+def _relevant(
+    store: Store,
+    table: str,
+    pattern: str,
+    within: SearchScope,
+    limit: int,
+    named: tuple[str, str] | None,
+) -> list[GrepHit]:
+    """The best *limit* hits of *table* for *pattern*, ranked by relevance (:func:`_ranked`)
+    among :data:`CANDIDATES`; a message's reply to a question found moved up
+    (:func:`_answered`), and what was said at a time the search names (:func:`_dated`)."""
+    pool = max(limit, CANDIDATES)
+    hits = _fair(store, table, pattern, _ranked(store, table, pattern, within, pool))
+    then = _then(within, named)
+    if then is not None:
+        seen = {h.id for h in hits}
+        more = _fair(store, table, pattern, _ranked(store, table, pattern, then, pool))
+        hits += [h for h in more if h.id not in seen]
+    if table == "messages":
+        hits = _answered(store, pattern, hits, within)
+    if then is not None:
+        hits = _dated(hits, then)
+    # Stable: ties keep the order the index gave them (newest first), page after page.
+    hits.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9))
+    return hits[:limit]
+
+
+def _answered(
+    store: Store, pattern: str, hits: list[GrepHit], within: SearchScope
+) -> list[GrepHit]:
+    """*hits* with the reply to each question among them (the next message of its
+    conversation, in *within*) given :data:`ANSWER_SHARE` of the question's score on top of
+    its own: found so even where it shares none of the search's words."""
+    asking = {
+        int(h.id[4:]): h
+        for h in hits
+        if h.kind == "message" and h.score is not None and h.text and _ASKS.search(h.text)
+    }
+    if not asking:
+        return hits
+    by_id = {h.id: h for h in hits}
+    for asked, row in store.replies(list(asking), within).items():
+        question = asking[asked]
+        reply = by_id.get(row.id)
+        if reply is None:
+            reply = dataclasses.replace(_hit(row, pattern), score=0.0, tier=question.tier)
+        by_id[row.id] = dataclasses.replace(
+            reply, score=(reply.score or 0.0) + ANSWER_SHARE * (question.score or 0.0)
+        )
+    return list(by_id.values())
+
+
+def _then(within: SearchScope, named: tuple[str, str] | None) -> SearchScope | None:
+    """*within* narrowed to the time a search names; ``None`` when it names none, or one
+    outside the range it was given."""
+    if named is None:
+        return None
+    since = max(filter(None, (within.since, named[0])))
+    before = min(filter(None, (within.before, named[1])))
+    return dataclasses.replace(within, since=since, before=before) if since < before else None
+
+
+def _dated(hits: list[GrepHit], then: SearchScope) -> list[GrepHit]:
+    """*hits* with those said at the time the search names (:func:`named_time`: "on 9
+    November 2022", "in May 2023") moved up by :data:`DATE_BONUS` of the best score: what
+    was said then, about those words, is what a search naming a date asks for."""
+    best = min((h.score for h in hits if h.score is not None), default=None)
+    if best is None:
+        return hits
+    bonus = DATE_BONUS * abs(best)
+    since, before = then.since or "", then.before or "\uffff"
+    return [
+        dataclasses.replace(h, score=h.score - bonus)
+        if h.score is not None and since <= h.created_at < before
+        else h
+        for h in hits
+    ]
 
 
 def _fts(

@@ -6,6 +6,7 @@ search gives (:class:`GrepError`). Shared by :mod:`.grep`, :mod:`.grep_regex` an
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 import itertools
 import re
@@ -27,7 +28,10 @@ SNIPPET_SCAN = 8_000
 #: The longest pattern a search takes, in characters: longer text is not something said to
 #: find a message by, and the regex engine's time limit does not bound long literals.
 MAX_PATTERN_CHARS = 2_000
-_WORD = re.compile(r"\w+", re.UNICODE)
+#: A word as the word indexes see one: letters, digits, and the code points no Unicode
+#: version the search engine knows has assigned (they are word characters to it, not
+#: separators), or private-use ones.
+_WORD = regex.compile(r"[\w\p{Cn}\p{Co}]+")
 _PHRASE = re.compile(r'"([^"]+)"')
 _JOINED = re.compile(r"\w[-./:@#+]\w")
 _EDGES = re.compile(r"^\W+|\W+$")
@@ -243,6 +247,9 @@ def _split(pattern: str) -> tuple[list[str], list[str], list[str]]:
     joined by ``-./:@#+`` (``OPS-01234``, ``cursor-based``, ``v2.3``) are a phrase as typed
     (each index then splits it as it split the text; the pieces alone would find every
     ``OPS``), and their pieces count as words only where any word will do."""
+    # A NUL ends a query string for the word indexes: in words it separates, as a space
+    # does (the substring search looks for the text as given, NUL and all).
+    pattern = pattern.replace("\x00", " ")
     phrases = [p for p in _PHRASE.findall(pattern) if p.strip()]
     words: list[str] = []
     pieces: list[str] = []
@@ -254,6 +261,67 @@ def _split(pattern: str) -> tuple[list[str], list[str], list[str]]:
         else:
             words += found
     return list(dict.fromkeys(phrases)), words, pieces
+
+
+_MONTHS = {
+    name: n
+    for n, names in enumerate(
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ),
+        1,
+    )
+    for name in names
+}
+_MONTH = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"((?:19|20)\d\d)"
+#: The dates a search may name: "9 November 2022", "November 9th, 2022", "2022-11-09",
+#: "November 2022", "2022-11" (a day or a month, always with its year).
+_DATES = (
+    ("day", re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.IGNORECASE), (3, 2, 1)),
+    ("day", re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.IGNORECASE), (3, 1, 2)),
+    ("day", re.compile(r"\b((?:19|20)\d\d)-(\d\d)-(\d\d)(?!\d)"), (1, 2, 3)),
+    ("month", re.compile(rf"\b{_MONTH},?\s+{_YEAR}\b", re.IGNORECASE), (2, 1, 0)),
+    ("month", re.compile(r"\b((?:19|20)\d\d)-(\d\d)\b(?!-)"), (1, 2, 0)),
+)
+#: How far either side of a day or month it names a search reaches: a day said in another
+#: time zone than the store's UTC.
+DATE_SLACK = dt.timedelta(days=1)
+
+
+def named_time(pattern: str) -> tuple[str, str] | None:
+    """The time a search names, as a (since, before) range in the store's UTC form: the day
+    or month of the first date it holds with its year, a day's slack either side; ``None``
+    when it names none (or names one that is not on the calendar)."""
+    for kind, found, (y, m, d) in _DATES:
+        match = found.search(pattern)
+        if match is None:
+            continue
+        month = match[m]
+        number = int(month) if month.isdigit() else _MONTHS[month.lower()]
+        try:
+            if kind == "day":
+                start = dt.datetime(int(match[y]), number, int(match[d]), tzinfo=dt.UTC)
+                end = start + dt.timedelta(days=1)
+            else:
+                start = dt.datetime(int(match[y]), number, 1, tzinfo=dt.UTC)
+                end = (start + dt.timedelta(days=32)).replace(day=1)
+        except ValueError:  # 31 February, month 13
+            continue
+        return format_ts(start - DATE_SLACK), format_ts(end + DATE_SLACK)
+    return None
 
 
 def _terms(pattern: str) -> tuple[list[str], list[str]]:

@@ -322,6 +322,21 @@ class SearchStore(StoreCore):
         ``ts_rank_cd`` negated on PostgreSQL."""
         return [TextRow(*r) for r in self._word_rows(table, query, scope, limit, order)]
 
+    def replies(self, message_ids: Sequence[int], scope: SearchScope) -> dict[int, TextRow]:
+        """The message right after each of *message_ids* in its conversation (the reply to
+        it), where that one is in *scope*: keyed by the earlier message's id."""
+        ids = list(dict.fromkeys(message_ids))
+        if not ids:
+            return {}
+        where, params = scope_sql("messages", scope)
+        rows = self.fetchall(
+            f"SELECT m.message_id, {hit_columns('messages')}, s.content FROM messages m"
+            " JOIN messages s ON s.conversation_id = m.conversation_id AND s.seq = m.seq + 1"
+            f" WHERE m.message_id IN ({','.join('?' * len(ids))}){where}",
+            [*ids, *params],
+        )
+        return {int(r[0]): TextRow(*r[1:]) for r in rows}
+
     def substring_search(
         self, table: str, needle: str, scope: SearchScope, limit: int
     ) -> tuple[list[TextRow], bool]:
