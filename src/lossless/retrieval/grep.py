@@ -406,10 +406,12 @@ def _ranked(
 #: How many hits a relevance search ranks before it keeps the best: the replies to the
 #: questions among them, and what was said at a time it names, move up from there.
 CANDIDATES = 50
-#: A message that asks a question passes this share of its score to the reply after it:
-#: what a search finds a question about is answered in the next message, in other words.
+#: A message that ends asking a question passes this share of its score to the reply after
+#: it: what a search finds a question about is answered in the next message, in other words.
 ANSWER_SHARE = 0.5
-_ASKS = re.compile(r"\?(?:\s|$)")
+#: A message that asks at its end (a "?" followed by nothing but spaces, quotes, emoji...):
+#: one that asks and then says something else is not waiting for a reply.
+_ASKS = re.compile(r"\?\W*$")
 #: How far up a hit said at the time a search names moves: by this share of the best hit's
 #: score (a hit of the named day with half the best score ranks beside the best).
 DATE_BONUS = 0.5
@@ -451,7 +453,7 @@ def _answered(
     asking = {
         int(h.id[4:]): h
         for h in hits
-        if h.kind == "message" and h.score is not None and h.text and _ASKS.search(h.text)
+        if h.kind == "message" and h.score is not None and h.text and _ASKS.search(h.text[-200:])
     }
     if not asking:
         return hits
