@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -105,6 +106,8 @@ class BackgroundQueue:
         #: compaction's follow-up work), run by it after them rather than dropped.
         self._closing = False
         self._late: dict[Hashable, Callable[[], Any]] = {}
+        #: Per kind of work (a key's first element): runs ended, seconds they took, failures.
+        self._runs: dict[str, list[float]] = {}
 
     def submit(self, key: Hashable, work: Callable[[], Any], *, again: bool = False) -> bool:
         """Queue *work* under *key*; whether it was queued (not already running)."""
@@ -126,15 +129,37 @@ class BackgroundQueue:
 
     def _run(self, key: Hashable, work: Callable[[], Any]) -> Any:
         while True:
+            began = time.monotonic()
             try:
                 result = work()
             except Exception as exc:  # a worker's top level: log; the next submission retries
+                self._ran(key, time.monotonic() - began, failed=True)
                 logger.exception("background work %s failed: %s", key, exc)
                 raise
+            self._ran(key, time.monotonic() - began, failed=False)
             with self._guard:
                 if key not in self._again:
                     return result
                 self._again.discard(key)
+
+    def _ran(self, key: Hashable, seconds: float, *, failed: bool) -> None:
+        kind = str(key[0]) if isinstance(key, tuple) and key else str(key)
+        with self._guard:
+            runs = self._runs.setdefault(kind, [0, 0.0, 0])
+            runs[0] += 1
+            runs[1] += seconds
+            runs[2] += failed
+
+    def depth(self) -> int:
+        """How many runs are queued or going."""
+        with self._guard:
+            return sum(1 for f in self._pending.values() if not f.done())
+
+    def runs(self) -> dict[str, tuple[int, float, int]]:
+        """Per kind of work (``compact``, ``finish``, ...): the runs ended, the seconds they
+        took in all, and how many of them failed."""
+        with self._guard:
+            return {k: (int(n), s, int(f)) for k, (n, s, f) in self._runs.items()}
 
     def wait(self, timeout: float | None = None, *, kind: Hashable | None = None) -> list[Any]:
         """Wait (at most *timeout* seconds in all) for the queued work (of keys whose first

@@ -28,6 +28,13 @@ def _address(value: str) -> tuple[str, int]:
 @click.option("--stdio", is_flag=True, help="Newline-delimited JSON-RPC on stdin/stdout (default).")
 @click.option("--http", "http", metavar="HOST:PORT", help="JSON-RPC over HTTP (POST /) instead.")
 @click.option(
+    "--unix",
+    "unix_socket",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help="JSON-RPC over HTTP on this unix socket (mode 600) instead of a TCP address.",
+)
+@click.option(
     "--token",
     envvar="LOSSLESS_SERVE_TOKEN",
     metavar="TOKEN",
@@ -63,6 +70,29 @@ def _address(value: str) -> tuple[str, int]:
     "--workers", type=click.IntRange(1, 64), default=8, show_default=True, help="Worker threads."
 )
 @click.option(
+    "--request-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --http/--unix: a request's headers and body must arrive within this (408).",
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --http/--unix: close a kept-alive connection idle this long.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1, 1_000_000),
+    default=2048,
+    show_default=True,
+    help="With --http/--unix: open connections past which a request gets a 503.",
+)
+@click.option(
     "--foreground-compaction",
     is_flag=True,
     help="Compact inside after_turn instead of in the background.",
@@ -73,12 +103,16 @@ def serve_command(
     state: State,
     stdio: bool,
     http: str | None,
+    unix_socket: Path | None,
     token: str | None,
     token_file: Path | None,
     force: bool,
     transcript_roots: tuple[Path, ...],
     allow_remote: bool,
     workers: int,
+    request_timeout: float,
+    idle_timeout: float,
+    max_connections: int,
     foreground_compaction: bool,
     db: str | None,
 ) -> None:
@@ -91,24 +125,25 @@ def serve_command(
     several hosts share one server on a loopback address.
     """
     from ..serve import serve_http, serve_stdio
+    from ..serve.http import Limits
 
-    if stdio and http:
-        raise click.UsageError("give --stdio or --http HOST:PORT, not both")
+    if sum(map(bool, (stdio, http, unix_socket))) > 1:
+        raise click.UsageError("give one of --stdio, --http HOST:PORT and --unix PATH")
     if db is not None:
         state.db = db
     # A request never waits for a summarizer: compaction after a turn runs in the background.
     state._config = dataclasses.replace(
         state.config, background_compaction=not foreground_compaction
     )
-    if http is None:
+    if http is None and unix_socket is None:
         engine = state.engine(create=True)
         try:
             serve_stdio(engine, workers=workers)
         finally:
             _finish_after(state, engine)
         return
-    host, port = _address(http)
-    if not is_loopback(host) and not allow_remote:
+    host, port = _address(http) if http is not None else ("127.0.0.1", 0)
+    if unix_socket is None and not is_loopback(host) and not allow_remote:
         raise click.UsageError(
             f"{host} is not a loopback address: the server would answer the network. Serve on"
             " 127.0.0.1, or add --allow-remote (clients still need the token)"
@@ -134,9 +169,9 @@ def serve_command(
         else:
             where = token  # a terminal: the user reads it here
         address = f"[{host}]" if ":" in host else host
+        url = f"http://{address}:{bound}/" if unix_socket is None else f"unix:{unix_socket}"
         stderr.print(
-            f"lossless serve: JSON-RPC on http://{address}:{bound}/ (bearer token: {where});"
-            " Ctrl-C stops it",
+            f"lossless serve: JSON-RPC on {url} (bearer token: {where}); Ctrl-C stops it",
             highlight=False,
             soft_wrap=True,
         )
@@ -150,6 +185,8 @@ def serve_command(
             workers=workers,
             ready=ready,
             transcript_roots=list(transcript_roots) or default_transcript_roots(),
+            unix_socket=unix_socket,
+            limits=Limits(request_timeout, idle_timeout, max_connections),
         )
     finally:
         _finish_after(state, engine)

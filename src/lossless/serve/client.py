@@ -10,8 +10,10 @@ error is raised as :class:`ServeError` (its ``code``, ``message`` and ``data``).
 
 from __future__ import annotations
 
+import http.client
 import itertools
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -55,6 +57,13 @@ class ServeClient:
     def http(cls, url: str, token: str, *, timeout: float = 120.0) -> HttpClient:
         """Talk to ``lossless serve --http`` at *url* with the server's bearer *token*."""
         return HttpClient(url, token, timeout=timeout)
+
+    @classmethod
+    def unix(
+        cls, path: str | os.PathLike[str], token: str, *, timeout: float = 120.0
+    ) -> UnixClient:
+        """Talk to ``lossless serve --unix PATH`` with the server's bearer *token*."""
+        return UnixClient(os.fspath(path), token, timeout=timeout)
 
     def send(self, payload: bytes) -> Any:
         """Send one request (or batch) as bytes; the decoded answer (``None``: none)."""
@@ -314,3 +323,43 @@ class HttpClient(ServeClient):
         except urllib.error.HTTPError as exc:
             raise ServeError(exc.code, exc.read().decode("utf-8", "replace")) from None
         return orjson.loads(body) if body else None
+
+
+class UnixClient(HttpClient):
+    """A client of ``serve --unix PATH``: HTTP over the unix socket."""
+
+    def __init__(self, path: str, token: str, *, timeout: float = 120.0) -> None:
+        super().__init__("http://localhost/", token, timeout=timeout)
+        self.path = path
+
+    def send(self, payload: bytes) -> Any:
+        connection = _UnixConnection(self.path, self.timeout)
+        try:
+            connection.request(
+                "POST",
+                "/",
+                body=payload,
+                headers={
+                    "Content-Type": "application/json",
+                    "Authorization": f"Bearer {self.token}",
+                },
+            )
+            response = connection.getresponse()
+            body = response.read()
+        finally:
+            connection.close()
+        if response.status >= 400:
+            raise ServeError(response.status, body.decode("utf-8", "replace"))
+        return orjson.loads(body) if body else None
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.unix_path)
+        self.sock = sock

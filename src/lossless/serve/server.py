@@ -12,27 +12,25 @@ internal error, and the server goes on.
   server as its child. stdout carries only responses (anything else printed goes to stderr).
   When stdin closes, the requests under way finish and their answers are written; the caller
   then closes the engine, which finishes background compaction.
-* :func:`serve_http`: ``POST /`` with a request (or a batch) as the body, on a loopback address
-  unless told otherwise, every request with ``Authorization: Bearer TOKEN``.
+* :func:`lossless.serve.http.serve_http`: ``POST /`` with a request (or a batch) as the body,
+  on a loopback address (or a unix socket) unless told otherwise, every request with
+  ``Authorization: Bearer TOKEN``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import hmac
 import json
 import logging
 import os
 import signal
-import socket
 import stat
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +60,6 @@ from .methods import METHODS, discover
 __all__ = [
     "MAX_REQUEST_BYTES",
     "Dispatcher",
-    "serve_http",
     "serve_stdio",
 ]
 
@@ -86,9 +83,17 @@ class Dispatcher:
     """Answers JSON-RPC requests over one engine (see the module docstring)."""
 
     def __init__(
-        self, engine: Engine, *, workers: int = 8, transcript_roots: Sequence[Path] | None = None
+        self,
+        engine: Engine,
+        *,
+        workers: int = 8,
+        transcript_roots: Sequence[Path] | None = None,
+        observe: Callable[[str, float, int | None], None] | None = None,
     ) -> None:
         self.engine = engine
+        #: Told of each request answered: its method, the seconds it took, and its error code
+        #: (``None`` when it succeeded): what ``/metrics`` counts.
+        self.observe = observe
         #: Where ``bootstrap`` may read a transcript (``None``: anywhere; stdio's client is the
         #: process that started the server, with the same rights).
         self.transcript_roots = transcript_roots
@@ -128,7 +133,13 @@ class Dispatcher:
         if problem is not None:
             return _error(*problem)
         rid = request.get("id")
+        began = time.perf_counter()
         reply = await self._call(rid, request["method"], request.get("params", {}))
+        if self.observe is not None:
+            error = reply.get("error")
+            self.observe(
+                request["method"], time.perf_counter() - began, error and error.get("code")
+            )
         return None if "id" not in request else reply
 
     # --- calls ---------------------------------------------------------------------------
@@ -340,26 +351,6 @@ async def _next_line(
         return b""
 
 
-# --- HTTP ----------------------------------------------------------------------------------
-
-
-def serve_http(
-    engine: Engine,
-    *,
-    host: str,
-    port: int,
-    token: str,
-    workers: int = 8,
-    ready: Callable[[int], None] | None = None,
-    transcript_roots: Sequence[Path] = (),
-) -> None:
-    """Answer JSON-RPC over HTTP (``POST /``) until SIGINT or SIGTERM. *ready* gets the
-    port once the socket listens (useful with port 0). ``bootstrap`` reads transcripts only
-    under *transcript_roots* (none by default; ``lossless serve`` gives the installed hosts'
-    transcript folders)."""
-    asyncio.run(_http(engine, host, port, token, workers, ready, list(transcript_roots)))
-
-
 def readable(transcript: Any, roots: Sequence[Path]) -> None:
     """Refuse, saying why, a transcript *bootstrap* was asked to read that is not under
     *roots* once every link in its path is followed (a link inside a root that points out
@@ -379,115 +370,3 @@ def readable(transcript: Any, roots: Sequence[Path]) -> None:
             f" {path} is not under them once its links are followed. Start the server with"
             " --transcript-root FOLDER to allow a folder"
         )
-
-
-class _HttpServer(ThreadingHTTPServer):
-    """A thread per connection, and a listen queue deep enough for many hosts connecting
-    at once: with the standard library's 5, the sixth simultaneous connection was reset."""
-
-    daemon_threads = True
-    request_queue_size = socket.SOMAXCONN
-
-
-class _HttpServer6(_HttpServer):
-    address_family = socket.AF_INET6
-
-
-def _listen(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> _HttpServer:
-    """The server listening on *host*:*port* (an IPv6 address too), or a :class:`LosslessError`
-    saying in one line why it cannot."""
-    kind = _HttpServer6 if ":" in host else _HttpServer
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        return kind((host, port), handler)
-    except socket.gaierror as exc:
-        raise LosslessError(
-            f"cannot listen on {where}: {host!r} is not an address of this machine"
-            f" ({exc.strerror}); use 127.0.0.1 or ::1"
-        ) from exc
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            advice = "another process listens there; pick another port (port 0 picks a free one)"
-        elif exc.errno == errno.EACCES:
-            advice = "ports below 1024 need privileges; pick a port above 1024"
-        else:
-            advice = "check the address"
-        raise LosslessError(f"cannot listen on {where}: {exc.strerror}; {advice}") from exc
-
-
-async def _http(
-    engine: Engine,
-    host: str,
-    port: int,
-    token: str,
-    workers: int,
-    ready: Callable[[int], None] | None,
-    roots: Sequence[Path],
-) -> None:
-    loop = asyncio.get_running_loop()
-    dispatcher = Dispatcher(engine, workers=workers, transcript_roots=roots)
-    expected = f"Bearer {token}".encode()
-    limit = engine.services.config.max_line_bytes
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "lossless-serve"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            logger.debug("%s " + format, self.address_string(), *args)
-
-        def _send(self, status: int, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            if status == 401:
-                self.send_header("WWW-Authenticate", "Bearer")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            self._send(
-                405,
-                b'{"error": "POST a JSON-RPC 2.0 request to /; rpc.discover lists the methods"}',
-            )
-
-        def do_POST(self) -> None:
-            given = (self.headers.get("Authorization") or "").encode()
-            if not hmac.compare_digest(given, expected):
-                self._send(401, b'{"error": "missing or wrong bearer token"}')
-                return
-            if self.path not in ("/", "/rpc"):
-                self._send(404, b'{"error": "POST JSON-RPC requests to /"}')
-                return
-            try:
-                length = int(self.headers.get("Content-Length") or "")
-            except ValueError:
-                self._send(411, b'{"error": "send the body with a Content-Length"}')
-                return
-            if length > limit:
-                said = over_limit("the request", length, limit, "max_line_bytes")
-                self._send(413, json.dumps({"error": f"{said}; split the batch"}).encode())
-                self.close_connection = True
-                return
-            body = self.rfile.read(length)
-            answered = asyncio.run_coroutine_threadsafe(dispatcher.answer(body), loop).result()
-            if answered is None:
-                self.send_response(204)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-            else:
-                self._send(200, answered)
-
-    server = _listen(host, port, Handler)
-    thread = threading.Thread(target=server.serve_forever, name="lossless-http", daemon=True)
-    thread.start()
-    if ready is not None:
-        ready(server.server_address[1])
-    stop = _stop_on_signals(loop)
-    try:
-        await stop.wait()
-    finally:
-        await loop.run_in_executor(None, server.shutdown)
-        server.server_close()
-        await dispatcher.drain()
-        dispatcher.close()
