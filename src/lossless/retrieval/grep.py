@@ -363,7 +363,12 @@ def _newest(
 
 
 def _ranked(
-    store: Store, table: str, pattern: str, within: SearchScope, limit: int
+    store: Store,
+    table: str,
+    pattern: str,
+    within: SearchScope,
+    limit: int,
+    pool: int | None = None,
 ) -> list[GrepHit]:
     """A relevance search: documents matching some of the words, ranked by BM25, a message
     found through what surrounds it too.
@@ -373,16 +378,19 @@ def _ranked(
     the documents holding every word themselves, ranked by their own words; then, if they are
     fewer than the limit, those matching any of the rare words (in at most 1% of the rows),
     ranked with their surroundings, after them. A small index ranks one OR query over all
-    the words, with the surroundings.
+    the words, with the surroundings. With *pool*, each query returns that many (the tiers
+    are still chosen by *limit*: the rare words are looked for only when fewer than *limit*
+    hold every word).
     """
     phrases, content = _terms(pattern)
     terms = _quoted(pattern)
     counts, rows = store.term_documents(table, [])
     if rows <= TIERED_ABOVE or len(terms) == 1:
-        return _fts(store, table, " OR ".join(terms), pattern, within, limit, "context")
+        return _fts(store, table, " OR ".join(terms), pattern, within, pool or limit, "context")
     # Every word, each where it was said (the own-words index: counting a common word's rows
     # for BM25 there costs a fifth of what it does with the surroundings).
-    first = _fts(store, table, _fts_query(pattern, any_word=False), pattern, within, limit, "rank")
+    query = _fts_query(pattern, any_word=False)
+    first = _fts(store, table, query, pattern, within, pool or limit, "rank")
     if len(first) >= limit:
         return first
     rare_limit = max(RARE_ROWS, int(rows * RARE_SHARE))
@@ -397,7 +405,7 @@ def _ranked(
     seen = {h.id for h in first}
     second = [
         dataclasses.replace(h, tier=1)
-        for h in _fts(store, table, " OR ".join(rare), pattern, within, limit, "context")
+        for h in _fts(store, table, " OR ".join(rare), pattern, within, pool or limit, "context")
         if h.id not in seen
     ]
     return first + second
@@ -429,11 +437,11 @@ def _relevant(
     among :data:`CANDIDATES`; a message's reply to a question found moved up
     (:func:`_answered`), and what was said at a time the search names (:func:`_dated`)."""
     pool = max(limit, CANDIDATES)
-    hits = _fair(store, table, pattern, _ranked(store, table, pattern, within, pool))
+    hits = _fair(store, table, pattern, _ranked(store, table, pattern, within, limit, pool))
     then = _then(within, named)
     if then is not None:
         seen = {h.id for h in hits}
-        more = _fair(store, table, pattern, _ranked(store, table, pattern, then, pool))
+        more = _fair(store, table, pattern, _ranked(store, table, pattern, then, limit, pool))
         hits += [h for h in more if h.id not in seen]
     if table == "messages":
         hits = _answered(store, pattern, hits, within)
