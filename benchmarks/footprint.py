@@ -55,9 +55,7 @@ def settled_size(path: Path) -> int:
 
 
 def objects(engine: Engine) -> list[dict[str, Any]]:
-    return [
-        {"name": o.name, "kind": o.kind, "bytes": o.bytes} for o in engine.space(top=0).objects
-    ]
+    return [{"name": o.name, "kind": o.kind, "bytes": o.bytes} for o in engine.space(top=0).objects]
 
 
 def floor_size(rows: list[tuple[str, str, str, str]], path: Path) -> int:
