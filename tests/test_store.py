@@ -247,7 +247,8 @@ def test_a_hosts_turns_leave_their_surroundings_entries_for_a_pause_or_a_batch(
         def found(words: str) -> list[str]:
             return [h.id for h in engine.grep(words, conversation="s", sort="relevance").hits]
 
-        engine.ingest("s", {"role": "user", "content": "Which port did we pick for staging?"})
+        # (Statements: a question would pass its score to the reply, found so without them.)
+        engine.ingest("s", {"role": "user", "content": "We still need a port for staging."})
         engine.ingest("s", {"role": "assistant", "content": "9043, the proxy took 8043."})
         # The two wait for their surroundings entries; a search reads them itself, by
         # their own words, ranked and as substrings.
@@ -266,7 +267,7 @@ def test_a_hosts_turns_leave_their_surroundings_entries_for_a_pause_or_a_batch(
 
     # In a pause of the writes (or as the store closes) the store's thread makes them.
     with Engine.open(db_path, config=Config()) as engine:
-        engine.ingest("s", {"role": "user", "content": "Which database for the audit log?"})
+        engine.ingest("s", {"role": "user", "content": "A database for the audit log, then."})
         engine.ingest("s", {"role": "assistant", "content": "PostgreSQL 15, in its own schema."})
         deadline = time.monotonic() + 5
         while engine.store.pending_index_rows() and time.monotonic() < deadline:
