@@ -42,6 +42,7 @@ class Served:
 
 
 def _serve(db: str, tmp_path: Path, *args: str) -> Served:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "lossless.toml"
     config.write_text(SMALL)
     token_file = tmp_path / "token"
@@ -281,3 +282,70 @@ def test_requests_under_way_finish_when_the_server_is_told_to_stop(served: Serve
     # none was cut in the middle, and the store holds exactly the answered turns.
     assert "Traceback" not in err
     assert all(a == 2 for a in answers)
+
+
+def test_two_servers_over_one_store_keep_every_turn_once_and_compact_it_once(
+    db: str, tmp_path: Path
+) -> None:
+    """Two ``serve --http`` processes over the same store (a SQLite file, or a PostgreSQL
+    schema), hosts writing the same sessions through both at once: every message stored
+    once, and each conversation's active context covers each message exactly once (two
+    compactions of one stretch would show it twice, a lost one not at all)."""
+    from lossless import Config, Engine
+
+    first = _serve(db, tmp_path / "a", "--http", "127.0.0.1:0")
+    second = _serve(db, tmp_path / "b", "--http", "127.0.0.1:0")
+    sessions, turns_each = 4, 16
+    failures: list[str] = []
+
+    def host(session: int, server: Served, parity: int) -> None:
+        client = ServeClient.http(server.url, server.token)
+        try:
+            for t in range(parity, turns_each, 2):
+                said = turn(t)
+                said[0]["content"] = f"[s{session} t{t}] {said[0]['content']}"
+                client.after_turn(f"shared-{session}", said, token_budget=700)
+        except Exception as exc:
+            failures.append(f"session {session}: {type(exc).__name__}: {exc}")
+
+    threads = [
+        threading.Thread(target=host, args=(s, server, parity))
+        for s in range(sessions)
+        for server, parity in ((first, 0), (second, 1))
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(180)
+        assert failures == []
+        for server in (first, second):
+            ServeClient.http(server.url, server.token).wait_for_compaction(120)
+    finally:
+        for server in (first, second):
+            if server.process.poll() is None:
+                assert "Traceback" not in server.stop()
+
+    with Engine.open(db, config=Config()) as engine:
+        assert engine.check() == []
+        compacted = 0
+        for s in range(sessions):
+            stored = engine.messages(f"shared-{s}")
+            asked = sorted(m.content.split("]")[0] for m in stored if m.role == "user")
+            assert asked == sorted(f"[s{s} t{t}" for t in range(turns_each))  # each once
+            assert len(stored) == 2 * turns_each
+
+            def below(summary_id: str) -> list[int]:
+                summaries, messages = engine.store.summary_sources(summary_id)
+                return messages + [m for p in summaries for m in below(p)]
+
+            shown: list[int] = []
+            for item in engine.context(f"shared-{s}"):
+                if item.summary_id is not None:
+                    compacted += 1
+                    shown += below(item.summary_id)
+                else:
+                    assert item.message_id is not None
+                    shown.append(item.message_id)
+            assert sorted(shown) == sorted(m.message_id for m in stored)
+        assert compacted > 0  # the turns were compacted, through either server
