@@ -451,6 +451,31 @@ def test_a_large_batch_is_found_with_its_surroundings_once_caught_up(engine: Eng
     assert engine.check() == []
 
 
+def test_pages_past_the_ranked_candidates_follow_on_when_questions_pass_on_their_score(
+    engine: Engine,
+) -> None:
+    """More hits than a relevance search re-ranks (replies to questions moved up): a page
+    reaching past them must not reorder the ones before it."""
+    said = []
+    for i in range(70):
+        words = "alpha " * (1 + i % 5)
+        said.append({"role": "user", "content": f"{words} item {i}, which one?"})
+        said.append({"role": "assistant", "content": f"reply {i}: the one numbered {i}"})
+    engine.ingest_batch("s", said)
+    whole = engine.grep("alpha", conversation="s", sort="relevance", limit=200).hits
+    assert len(whole) > 100
+    for size in (30, 40, 60):
+        seen = []
+        offset: int | None = 0
+        while offset is not None:
+            page = engine.grep(
+                "alpha", conversation="s", sort="relevance", limit=size, offset=offset
+            )
+            seen += [h.id for h in page.hits]
+            offset = page.next_offset
+        assert seen == [h.id for h in whole], size
+
+
 @pytest.mark.parametrize("sort", ["relevance", "recency"])
 @pytest.mark.parametrize("mode", ["full_text", "regex"])
 def test_pages_of_a_search_follow_on_without_gaps_or_repeats(

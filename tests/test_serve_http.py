@@ -129,6 +129,29 @@ def test_slow_silent_and_malformed_requests_are_cut_off_and_the_server_serves_on
     began = time.monotonic()
     assert _raw(served.port, b"POST / HTTP/1.1\r\nHost: x\r\n") == b""
     assert time.monotonic() - began < 8
+    # A refused request whose client goes on trickling its body: closed, not kept.
+    began = time.monotonic()
+    with socket.create_connection(("127.0.0.1", served.port), timeout=15) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n")
+        sock.sendall(b"Content-Length: 100000\r\n\r\n{")
+        closed = False
+        while time.monotonic() - began < 12:
+            try:
+                sock.sendall(b" ")
+                time.sleep(0.3)
+                sock.setblocking(False)
+                try:
+                    if sock.recv(65536) == b"":
+                        closed = True
+                        break
+                except BlockingIOError:
+                    pass
+                finally:
+                    sock.setblocking(True)
+            except OSError:
+                closed = True
+                break
+    assert closed and time.monotonic() - began < 8
     # A negative or unreadable length: a 400, at once.
     for bad in ("Content-Length: -1\r\n", "Content-Length: lots\r\n"):
         answer = _request(served, b"{}", bad)
@@ -170,9 +193,18 @@ def test_clients_that_vanish_leave_no_traceback_and_idle_connections_cost_no_thr
                 + f"\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )
+    # And clients that go in the middle of their body.
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", served.port)) as sock:
+            sock.sendall(
+                b"POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                + served.token.encode()
+                + b'\r\nContent-Length: 100\r\n\r\n{"jsonrpc": '
+            )
     assert client.status("busy")["messages"] == 6
     err = served.stop()
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert "Exception in ASGI" not in err, err
 
 
 def test_health_and_metrics_say_what_the_server_did(served: Served) -> None:

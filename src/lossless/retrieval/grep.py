@@ -433,23 +433,38 @@ def _relevant(
     limit: int,
     named: tuple[str, str] | None,
 ) -> list[GrepHit]:
-    """The best *limit* hits of *table* for *pattern*, ranked by relevance (:func:`_ranked`)
-    among :data:`CANDIDATES`; a message's reply to a question found moved up
-    (:func:`_answered`), and what was said at a time the search names (:func:`_dated`)."""
-    pool = max(limit, CANDIDATES)
-    hits = _fair(store, table, pattern, _ranked(store, table, pattern, within, limit, pool))
+    """The best *limit* hits of *table* for *pattern*, ranked by relevance (:func:`_ranked`):
+    among the first :data:`CANDIDATES`, a message's reply to a question found moved up
+    (:func:`_answered`) and what was said at a time the search names (:func:`_dated`); past
+    them, the index's order. The first candidates are the same for every page of a search,
+    so its pages follow on without repeats or gaps."""
+    ranked = _fair(
+        store, table, pattern, _ranked(store, table, pattern, within, limit, max(limit, CANDIDATES))
+    )
+    head = ranked[:CANDIDATES]
     then = _then(within, named)
     if then is not None:
-        seen = {h.id for h in hits}
-        more = _fair(store, table, pattern, _ranked(store, table, pattern, then, limit, pool))
-        hits += [h for h in more if h.id not in seen]
+        seen = {h.id for h in head}
+        more = _fair(store, table, pattern, _ranked(store, table, pattern, then, limit, CANDIDATES))
+        head += [h for h in more if h.id not in seen]
     if table == "messages":
-        hits = _answered(store, pattern, hits, within)
+        head = _answered(store, pattern, head, within)
+        # A reply found only through its question ranks no lower than the candidates: every
+        # hit of the first ones stays ahead of what lies past them, on every page.
+        worst = max((h.score for h in ranked[:CANDIDATES] if h.score is not None), default=None)
+        if worst is not None:
+            head = [
+                dataclasses.replace(h, score=worst)
+                if h.score is not None and h.score > worst
+                else h
+                for h in head
+            ]
     if then is not None:
-        hits = _dated(hits, then)
+        head = _dated(head, then)
     # Stable: ties keep the order the index gave them (newest first), page after page.
-    hits.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9))
-    return hits[:limit]
+    head.sort(key=lambda h: (h.tier, h.score if h.score is not None else 1e9))
+    shown = {h.id for h in head}
+    return [*head, *(h for h in ranked[CANDIDATES:] if h.id not in shown)][:limit]
 
 
 def _answered(

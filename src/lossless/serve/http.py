@@ -149,19 +149,24 @@ def listen_unix(path: Path) -> socket.socket:
         with socket.socket(socket.AF_UNIX) as probe:
             try:
                 probe.connect(str(path))
-            except OSError:
-                path.unlink()  # left by a server that is gone
+            except ConnectionRefusedError:
+                path.unlink(missing_ok=True)  # left by a server that is gone
+            except OSError as exc:
+                raise LosslessError(
+                    f"cannot listen on {path}: a socket is there this user cannot reach"
+                    f" ({exc.strerror or exc}); pick another path"
+                ) from exc
             else:
                 raise LosslessError(f"cannot listen on {path}: another server listens there")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    mask = os.umask(0o177)
     try:
         sock.bind(str(path))
+        # Connecting takes write permission: with the usual umask nobody else has it between
+        # the bind and this.
+        os.chmod(path, 0o600)
     except OSError as exc:
         sock.close()
-        raise LosslessError(f"cannot listen on {path}: {exc.strerror}") from exc
-    finally:
-        os.umask(mask)
+        raise LosslessError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
     sock.listen(socket.SOMAXCONN)
     return sock
 
@@ -297,6 +302,7 @@ def _app(
     stopping: asyncio.Event,
 ) -> Any:
     from starlette.applications import Starlette
+    from starlette.requests import ClientDisconnect
     from starlette.responses import JSONResponse, PlainTextResponse
     from starlette.responses import Response as Plain
     from starlette.routing import Route
@@ -308,10 +314,11 @@ def _app(
         return hmac.compare_digest(given, expected)
 
     def refused(status: int, message: str, reason: str) -> Response:
+        # The body was not read (or not whole): the connection is not kept for another request.
         metrics.refused[reason] += 1
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        if status in (408, 413):
-            headers = {"Connection": "close"}
+        headers = {"Connection": "close"}
+        if status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
     async def body_of(request: Request) -> bytes:
@@ -333,6 +340,8 @@ def _app(
 
         try:
             await asyncio.wait_for(read(), seconds)
+        except ClientDisconnect:
+            raise _Refused(400, "gone", "the client left before its request was whole") from None
         except TimeoutError:
             raise _Refused(
                 408, "too_slow", f"the request's body did not arrive within {seconds:g} seconds"
@@ -359,6 +368,7 @@ def _app(
         return JSONResponse(
             {"error": "POST a JSON-RPC 2.0 request to /; rpc.discover lists the methods"},
             status_code=405,
+            headers={"Connection": "close"},
         )
 
     async def healthz(request: Request) -> Response:
@@ -372,7 +382,11 @@ def _app(
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return JSONResponse({"error": "POST JSON-RPC requests to /"}, status_code=404)
+        return JSONResponse(
+            {"error": "POST JSON-RPC requests to /"},
+            status_code=404,
+            headers={"Connection": "close"},
+        )
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
         return await not_post(request)
@@ -405,7 +419,12 @@ def _protocol(seconds: float) -> type:
             self._headers_timer = self.loop.call_later(seconds, self._too_slow)
 
         def _too_slow(self) -> None:
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            # Still waiting for a request's headers, or for the rest of a body no one reads
+            # (a refused request's client trickling bytes): the connection goes. A request
+            # being answered is left to the application (its own limit answers 408).
+            answering = self.cycle is not None and not self.cycle.response_complete
+            waiting = self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+            if waiting and not answering and not self.transport.is_closing():
                 self.transport.close()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -478,9 +497,11 @@ async def _serve(
         stopping.set()
         server.should_exit = True
         began = time.monotonic()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        waiting.cancel()
-        await dispatcher.drain()
-        dispatcher.close()
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+        finally:
+            waiting.cancel()
+            await dispatcher.drain()
+            dispatcher.close()
         logger.debug("HTTP server stopped in %.1f s", time.monotonic() - began)

@@ -324,7 +324,8 @@ class SearchStore(StoreCore):
 
     def replies(self, message_ids: Sequence[int], scope: SearchScope) -> dict[int, TextRow]:
         """The message right after each of *message_ids* in its conversation (the reply to
-        it), where that one is in *scope*: keyed by the earlier message's id."""
+        it), where that one is in *scope* and not forgotten: keyed by the earlier message's
+        id."""
         ids = list(dict.fromkeys(message_ids))
         if not ids:
             return {}
@@ -332,7 +333,8 @@ class SearchStore(StoreCore):
         rows = self.fetchall(
             f"SELECT m.message_id, {hit_columns('messages')}, s.content FROM messages m"
             " JOIN messages s ON s.conversation_id = m.conversation_id AND s.seq = m.seq + 1"
-            f" WHERE m.message_id IN ({','.join('?' * len(ids))}){where}",
+            f" WHERE m.message_id IN ({','.join('?' * len(ids))}) AND s.forgotten_at IS NULL"
+            f"{where}",
             [*ids, *params],
         )
         return {int(r[0]): TextRow(*r[1:]) for r in rows}
