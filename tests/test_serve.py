@@ -279,20 +279,24 @@ def test_the_recall_tools_for_a_host_model(client: StdioClient) -> None:
     assert discovered["after_turn"]["params"]["required"] == ["session_id"]
 
 
-def _start_http(db: str, config: Path, token_file: Path) -> tuple[subprocess.Popen[str], str]:
+def _start_http(
+    db: str, config: Path, token_file: Path, *args: str
+) -> tuple[subprocess.Popen[str], str]:
+    """``serve`` with a token file and *args* (``--http 127.0.0.1:0`` when none are given):
+    the process and the first line it wrote (where it listens)."""
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "lossless", "--db", db, "--config", str(config), "serve"),
-            *("--http", "127.0.0.1:0", "--token-file", str(token_file)),
+            *("--token-file", str(token_file), *(args or ("--http", "127.0.0.1:0"))),
         ],
         stderr=subprocess.PIPE,
         text=True,
     )
     assert process.stderr is not None
     line = process.stderr.readline()
-    found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/|unix:(\S+) ", line)
     assert found, line
-    return process, f"http://127.0.0.1:{found.group(1)}/"
+    return process, f"http://127.0.0.1:{found.group(1)}/" if found.group(1) else line
 
 
 def test_the_same_over_http_with_its_token(db: str, config: Path, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from lossless.serve.client import ServeClient, ServeError
-from test_serve import SMALL, turn
+from test_serve import SMALL, _start_http, turn
 
 
 @dataclass
@@ -46,20 +46,9 @@ def _serve(db: str, tmp_path: Path, *args: str) -> Served:
     config = tmp_path / "lossless.toml"
     config.write_text(SMALL)
     token_file = tmp_path / "token"
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "lossless", "--db", db, "--config", str(config), "serve"),
-            *("--token-file", str(token_file), *args),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stderr is not None
-    line = process.stderr.readline()
-    found = re.search(r"http://127\.0\.0\.1:(\d+)/|unix:(\S+) ", line)
-    assert found, line
-    port = int(found.group(1) or 0)
-    return Served(process, port, token_file.read_text().strip(), f"http://127.0.0.1:{port}/")
+    process, url = _start_http(db, config, token_file, *args)
+    port = int(url.rsplit(":", 1)[1].strip("/")) if url.startswith("http") else 0
+    return Served(process, port, token_file.read_text().strip(), url)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import click
 
 from ..engine import Engine
 from ..integrations.finisher import finish_if_pending
+from ..serve.http import IDLE_SECONDS, MAX_CONNECTIONS, REQUEST_SECONDS
 from .mcp import MIN_TOKEN_CHARS, is_loopback
 from .output import State, pass_state, stderr
 
@@ -72,7 +73,7 @@ def _address(value: str) -> tuple[str, int]:
 @click.option(
     "--request-timeout",
     type=click.FloatRange(0.1, 3600),
-    default=30.0,
+    default=REQUEST_SECONDS,
     show_default=True,
     metavar="SECONDS",
     help="With --http/--unix: a request's headers and body must arrive within this (408).",
@@ -80,7 +81,7 @@ def _address(value: str) -> tuple[str, int]:
 @click.option(
     "--idle-timeout",
     type=click.FloatRange(0.1, 3600),
-    default=5.0,
+    default=IDLE_SECONDS,
     show_default=True,
     metavar="SECONDS",
     help="With --http/--unix: close a kept-alive connection idle this long.",
@@ -88,7 +89,7 @@ def _address(value: str) -> tuple[str, int]:
 @click.option(
     "--max-connections",
     type=click.IntRange(1, 1_000_000),
-    default=2048,
+    default=MAX_CONNECTIONS,
     show_default=True,
     help="With --http/--unix: open connections past which a request gets a 503.",
 )
