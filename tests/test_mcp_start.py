@@ -42,6 +42,7 @@ def _environment(tmp_path: Path) -> dict[str, str]:
     return {
         "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
         "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
+        "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
     }
 
 
@@ -132,23 +133,9 @@ def test_answering_the_handshake_loads_neither_the_engine_nor_the_sdk() -> None:
     assert done.stdout.strip() == "[]", done.stdout
 
 
-def test_lossless_mcp_answers_each_request_once_with_the_front_first(tmp_path: Path) -> None:
-    """Over real stdio: the handshake is answered by the front (said with --debug), the SDK's
-    second answer to it never reaches the wire, and the SDK serves everything after it."""
-    db = tmp_path / "s.db"
-    with Engine.open(db, config=Config()) as engine:
-        engine.ingest("s", {"role": "user", "content": "The staging port is 9043."})
-    lines = [
-        _initialize(PARAMS[2], rid="init-1"),
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        {
-            "jsonrpc": "2.0",
-            "id": 3,
-            "method": "tools/call",
-            "params": {"name": "lcm_grep", "arguments": {"pattern": "staging port"}},
-        },
-    ]
+def _session(tmp_path: Path, db: Path, lines: list[dict[str, Any]]) -> tuple[list[Any], str]:
+    """``lossless --debug mcp`` over real stdio, sent *lines* at once: its answers in the
+    order written, and its log."""
     with subprocess.Popen(
         [*_lossless_command(), "--debug", "--db", str(db), "mcp"],
         stdin=subprocess.PIPE,
@@ -162,13 +149,56 @@ def test_lossless_mcp_answers_each_request_once_with_the_front_first(tmp_path: P
         server.stdin.flush()
         replies = [server.stdout.readline() for _ in range(3)]
         rest, err = server.communicate(timeout=60)
-    answers = [json.loads(line) for line in [*replies, *rest.splitlines()] if line]
+    return [json.loads(line) for line in [*replies, *rest.splitlines()] if line], err
+
+
+def test_lossless_mcp_answers_each_request_once_with_the_front_first(tmp_path: Path) -> None:
+    """Over real stdio: the handshake is answered by the front (said with --debug), the SDK's
+    second answer to it never reaches the wire, and the SDK serves everything after it. The
+    tool list the SDK gave is remembered: the next start's front answers it too, with the
+    very same list, before the SDK has loaded (a host that does not wait for it still gets
+    the tools), and again the SDK's own answer is never written twice."""
+    db = tmp_path / "s.db"
+    with Engine.open(db, config=Config()) as engine:
+        engine.ingest("s", {"role": "user", "content": "The staging port is 9043."})
+    lines = [
+        _initialize(PARAMS[2], rid="init-1"),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/list",
+            "params": {"_meta": {"progressToken": 0}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "lcm_grep", "arguments": {"pattern": "staging port"}},
+        },
+    ]
+    answers, err = _session(tmp_path, db, lines)
     assert [a["id"] for a in answers] == ["init-1", 2, 3], err
     assert answers[0]["result"]["protocolVersion"] == PARAMS[2]["protocolVersion"]
     assert "answered initialize before the SDK loaded" in err
+    assert "answered tools/list" not in err  # nothing remembered yet: the SDK listed them
     assert len(answers[1]["result"]["tools"]) == 7
     found = json.loads(answers[2]["result"]["content"][0]["text"])
     assert found["hits"][0]["snippet"] == "The staging port is 9043."
+
+    again, err = _session(tmp_path, db, lines)
+    assert [a["id"] for a in again] == ["init-1", 2, 3], err
+    assert "answered tools/list before the SDK loaded" in err
+    assert again[:2] == answers[:2]
+
+    # A list remembered under other files (another SDK, an edited declaration) is not used.
+    remembered = tmp_path / "xdg-cache" / "lossless" / "mcp-tools.json"
+    saved = json.loads(remembered.read_text())
+    remembered.write_text(json.dumps({**saved, "key": "another", "tools": []}))
+    third, err = _session(tmp_path, db, lines)
+    assert "answered tools/list" not in err
+    assert third[:2] == answers[:2]
+    assert json.loads(remembered.read_text()) == saved  # and it is written down again
 
 
 async def test_a_store_made_after_the_server_started_is_served_from_then_on(

@@ -1,26 +1,44 @@
 """The first moment of ``lossless mcp`` on stdio: the client's handshake answered at once.
 
 A host starts its MCP servers with every session and gives each a few seconds to answer
-``initialize``; loading the MCP SDK and the engine takes longer than that on a busy machine.
-So ``lossless mcp`` (in the store's scope, on stdio) takes the wire first, starts loading the
-SDK and opening the store on another thread, and answers an ``initialize`` that arrives
-meanwhile itself, with the very result the SDK gives (``tests/test_mcp_start.py`` compares
-them). The SDK then reads that request again (so that its session is initialized as if it
-had answered) and its second answer is dropped (:class:`Opening`'s ``answered``); everything
-after it, ``tools/list`` included, is the SDK's.
+``initialize``; loading the MCP SDK and the engine takes longer than that on a busy machine,
+and some hosts (Codex) send the turn's first request to the model without waiting for
+``tools/list`` to be answered. So ``lossless mcp`` (in the store's scope, on stdio) takes the
+wire first and starts loading the SDK and opening the store on another thread; meanwhile one
+reader thread reads the wire and answers, itself:
 
-This module imports neither the SDK nor the engine: only the standard library and the tools'
-declaration.
+- an ``initialize`` that is the client's first message, with the very result the SDK gives
+  (``tests/test_mcp_start.py`` compares them);
+- then a ``tools/list`` (its first page), with the SDK's own answer as the last server that
+  loaded the SDK wrote it down (:func:`remember_tools`, in the user's cache directory, keyed
+  by the files it depends on, so an upgrade or an edit is never answered from an old list).
+
+The SDK then reads every line in order, those included (so that its session is initialized
+as if it had answered), and its second answer to each request the front answered is dropped
+(:class:`Opening`'s ``answered``). Once the SDK serves (:meth:`Opening.hand_over`) the front
+answers nothing more.
+
+This module imports neither the SDK nor the engine: only the standard library, platformdirs
+and the tools' declaration.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.util
 import json
 import logging
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+import queue
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
+
+import platformdirs
 
 from . import __version__
 from .retrieval.tools import STORE_SCOPE, server_instructions
@@ -32,6 +50,7 @@ __all__ = [
     "Opening",
     "initialize_result",
     "open_wire",
+    "remember_tools",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,18 +74,104 @@ _CAPABILITIES = {
 }
 
 
+#: The lines read from the wire, in order: each with whether it was over the limit (then only
+#: its start is kept); ``(b"", False)`` when the client has gone.
+Line = tuple[bytes, bool]
+
+
 @dataclass
 class Opening:
-    """The wire as the front leaves it to the SDK."""
+    """The wire as the front hands it to the SDK: one reader thread reads it (and, while the
+    front is open, answers what it can vouch for), and the SDK takes the lines it read."""
 
     #: The client's side of the protocol: its messages in, the server's replies out.
     wire_in: IO[bytes]
     wire_out: IO[bytes]
-    #: The first line read (``b""`` when the client left at once); the SDK reads it first.
-    first: bytes
-    #: The id of the ``initialize`` the front answered (the SDK's answer to it is dropped),
-    #: or ``None`` when the front answered nothing.
-    answered: int | str | None = None
+    #: The SDK's answers to these request ids are dropped (the front answered them), the
+    #: first answer to each only.
+    answered: set[int | str] = field(default_factory=set)
+    #: Whether the front answers until the SDK serves (the store's scope).
+    front: bool = True
+    #: The store's scope's tools as the SDK lists them (``None``: not known, the SDK answers).
+    tools: list[dict[str, Any]] | None = None
+    _lines: queue.Queue[Line] = field(default_factory=queue.Queue)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Whether the front still answers (until :meth:`hand_over`).
+    _open: bool = False
+    #: The id of the ``initialize`` the front answered, once it has.
+    _initialized: int | str | None = None
+    #: Whether a line has been read (the front answers an ``initialize`` only as the first).
+    _started: bool = False
+
+    def start(self) -> Opening:
+        """Start the reader thread."""
+        self._open = self.front
+        threading.Thread(target=self._pump, name="lossless-mcp-wire", daemon=True).start()
+        return self
+
+    def next_line(self) -> Line:
+        """The next line read (waits for it)."""
+        return self._lines.get()
+
+    def hand_over(self) -> None:
+        """From now on the SDK answers everything."""
+        with self._lock:
+            self._open = False
+
+    def _pump(self) -> None:
+        while True:
+            line, too_long = _read_line(self.wire_in)
+            if line and not too_long:
+                with self._lock:
+                    if self._open:
+                        self._answer(line)
+                    self._started = True
+            self._lines.put((line, too_long))
+            if not line:
+                return
+
+    def _answer(self, line: bytes) -> None:
+        """Answer *line* when it is what the front vouches for (under the lock)."""
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return
+        rid = message.get("id")
+        if isinstance(rid, bool) or not isinstance(rid, int | str) or rid in self.answered:
+            return
+        method, params = message.get("method"), message.get("params")
+        result: dict[str, Any] | None = None
+        if method == "initialize" and not self._started:
+            result = initialize_result(params, instructions=server_instructions(STORE_SCOPE))
+            if result is not None:
+                self._initialized = rid
+        elif (
+            method == "tools/list"
+            and self._initialized is not None
+            and self.tools is not None
+            and (params is None or (isinstance(params, dict) and set(params) <= {"_meta"}))
+        ):
+            result = {"tools": self.tools}
+        if result is None:
+            return
+        reply = {"jsonrpc": "2.0", "id": rid, "result": result}
+        self.wire_out.write(json.dumps(reply, separators=(",", ":")).encode("utf-8") + b"\n")
+        self.answered.add(rid)
+        logger.debug("answered %s before the SDK loaded", method)
+
+
+def _read_line(raw: IO[bytes]) -> Line:
+    """The next line of *raw* (``b""`` at the end) and whether it was over the limit (then
+    only its start is kept; the rest is read and dropped)."""
+    line = raw.readline(MAX_MESSAGE_BYTES + 1)
+    if len(line) <= MAX_MESSAGE_BYTES or line.endswith(b"\n"):
+        return line, False
+    while True:
+        rest = raw.readline(1024 * 1024)
+        if not rest or rest.endswith(b"\n"):
+            return line[:64], True
 
 
 def take_wire() -> tuple[IO[bytes], IO[bytes]]:
@@ -109,34 +214,74 @@ def initialize_result(
     }
 
 
-def open_wire() -> Opening:
-    """Take the wire, read the client's first message and, when it is an ``initialize`` in
-    the store's scope that the SDK would accept, answer it (see the module docstring)."""
+def open_wire(*, answer: bool = True) -> Opening:
+    """Take the wire and start reading it; with *answer* (the store's scope) the front
+    answers the handshake and the tool list until the SDK serves (see the module docstring)."""
     wire_in, wire_out = take_wire()
-    first = wire_in.readline(MAX_MESSAGE_BYTES + 1)
-    opening = Opening(wire_in, wire_out, first)
-    if not first.endswith(b"\n") and len(first) > MAX_MESSAGE_BYTES:
-        return opening
+    tools = _remembered_tools() if answer else None
+    return Opening(wire_in, wire_out, front=answer, tools=tools).start()
+
+
+# --- the tool list the SDK gave, remembered for the next start --------------------------------
+
+
+def _tools_file() -> Path:
+    return Path(platformdirs.user_cache_dir("lossless")) / "mcp-tools.json"
+
+
+def _tools_key() -> str:
+    """What the SDK's tool list depends on: lossless's version and the tools' declaration,
+    the Python version, and the installed SDK and pydantic (their files' sizes and times)."""
+    here = Path(__file__).parent
+    parts: list[object] = [__version__, sys.version_info[:2]]
+    paths = [here / "retrieval" / "tools.py", here / "mcp_server.py"]
+    for name in ("mcp", "mcp_types", "pydantic", "pydantic_core"):
+        with contextlib.suppress(ImportError, ValueError):
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.origin:
+                paths.append(Path(spec.origin))
+    for path in paths:
+        with contextlib.suppress(OSError):
+            stat = path.stat()
+            parts.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return hashlib.sha256(repr(parts).encode("utf-8")).hexdigest()
+
+
+def _remembered_tools() -> list[dict[str, Any]] | None:
+    """The store's scope's tool list the SDK gave last, if nothing it depends on changed."""
     try:
-        message = json.loads(first)
-    except ValueError:
-        return opening
-    if (
-        not isinstance(message, dict)
-        or message.get("jsonrpc") != "2.0"
-        or message.get("method") != "initialize"
-    ):
-        return opening
-    rid = message.get("id")
-    if isinstance(rid, bool) or not isinstance(rid, int | str):
-        return opening
-    result = initialize_result(message.get("params"), instructions=server_instructions(STORE_SCOPE))
-    if result is None:
-        return opening
-    reply = {"jsonrpc": "2.0", "id": rid, "result": result}
-    wire_out.write(json.dumps(reply, separators=(",", ":")).encode("utf-8") + b"\n")
-    opening.answered = rid
-    logger.debug(
-        "answered initialize before the SDK loaded (protocol %s)", result["protocolVersion"]
-    )
-    return opening
+        saved = json.loads(_tools_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or saved.get("key") != _tools_key():
+        return None
+    tools = saved.get("tools")
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        return None
+    return tools
+
+
+def remember_tools(tools: Sequence[Mapping[str, Any]]) -> None:
+    """Write down the store's scope's tool list as the SDK answers it, for the front of the
+    next start (a cache: a failure to write it is only logged)."""
+    path = _tools_file()
+    data = {"key": _tools_key(), "tools": list(tools)}
+    try:
+        if path.exists() and json.loads(path.read_text(encoding="utf-8")) == data:
+            return
+    except (OSError, ValueError):
+        pass
+    import tempfile
+
+    temp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".mcp-tools-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, separators=(",", ":"))
+        os.replace(temp, path)
+    except OSError as exc:
+        logger.debug("could not remember the tool list at %s: %s", path, exc)
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)

@@ -51,7 +51,7 @@ from typing import IO, Any, cast
 from . import __version__, jsonrpc, toolbox
 from .engine import ConversationRef, Engine
 from .errors import ArgumentError, LosslessError
-from .mcp_front import INSTALL_HINT, MAX_MESSAGE_BYTES, Opening, take_wire
+from .mcp_front import INSTALL_HINT, MAX_MESSAGE_BYTES, Opening, remember_tools, take_wire
 from .retrieval.tools import STORE_SCOPE, TOOLS, server_instructions
 from .toolbox import MANIFEST_SHOWN, TOOLSETS
 from .toolbox import ToolScope as Recall
@@ -64,7 +64,7 @@ try:
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.server.stdio import stdio_server
-    from mcp_types import ToolAnnotations
+    from mcp_types import ListToolsResult, ToolAnnotations
     from pydantic import Field, ValidationError
 except ModuleNotFoundError as exc:  # the optional dependency is missing: say how to add it
     if (exc.name or "").partition(".")[0] not in ("mcp", "mcp_types", "pydantic"):
@@ -236,8 +236,8 @@ def serve(
 ) -> None:
     """Serve until the client goes away (stdio) or the process is stopped (HTTP).
 
-    On stdio, *opening* is the wire as :func:`lossless.mcp_front.open_wire` left it (its
-    first line read, perhaps answered).
+    On stdio, *opening* is the wire as :func:`lossless.mcp_front.open_wire` left it (being
+    read, its first requests perhaps answered).
 
     Streamable HTTP is served at ``http://HOST:PORT/mcp``; on a loopback host the SDK also
     refuses requests whose Host or Origin header is not local (DNS rebinding). With *token*,
@@ -291,9 +291,12 @@ async def _serve_stdio(server: MCPServer[Held], opening: Opening | None = None) 
     sys.stdout.flush()
     if opening is None:
         wire_in, wire_out = take_wire()
-        opening = Opening(wire_in, wire_out, b"")
-    out = _Wire(opening.wire_out, drop_reply_to=opening.answered)
-    guard = _Guard(opening.wire_in, out, first=opening.first)
+        opening = Opening(wire_in, wire_out, front=False).start()
+    elif opening.front:  # the store's scope: its tool list, for the next start's front
+        remember_tools(await _tool_list(server))
+    opening.hand_over()
+    out = _Wire(opening.wire_out, drop_replies_to=opening.answered)
+    guard = _Guard(opening, out)
     # The SDK reads lines from *guard* and writes its replies to *out*: duck-typed text files.
     async with stdio_server(stdin=cast(Any, guard), stdout=cast(Any, out)) as (
         read_stream,
@@ -304,32 +307,55 @@ async def _serve_stdio(server: MCPServer[Held], opening: Opening | None = None) 
         await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
+async def _tool_list(server: MCPServer[Held]) -> list[dict[str, Any]]:
+    """*server*'s tools as the SDK lists them on the wire."""
+    listed = ListToolsResult(tools=await server.list_tools())
+    tools: list[dict[str, Any]] = listed.model_dump(by_alias=True, mode="json", exclude_none=True)[
+        "tools"
+    ]
+    return tools
+
+
+def remember_store_tools() -> None:
+    """Write down the store's scope's tool list, for the front of ``lossless mcp`` to answer
+    at its next start (what installing a host's MCP server does: the first session gets the
+    tools at once too)."""
+
+    def unopened() -> Engine:
+        raise LosslessError("the tool list needs no store")
+
+    remember_tools(anyio.run(_tool_list, build_server(unopened)))
+
+
 class _Wire:
     """The protocol's stdout: one whole line per write, never two writers inside one line.
 
-    With *drop_reply_to*, the SDK's reply to that request id (an ``initialize`` the front
-    already answered) is not written; the first such reply only."""
+    The SDK's reply to a request id in *drop_replies_to* (a request the front already
+    answered) is not written; the first such reply to each only."""
 
-    def __init__(self, raw: IO[bytes], *, drop_reply_to: int | str | None = None) -> None:
+    def __init__(self, raw: IO[bytes], *, drop_replies_to: set[int | str] | None = None) -> None:
         self._raw = raw
         self._lock = anyio.Lock()
-        self._drop = drop_reply_to
+        self._drop = drop_replies_to if drop_replies_to is not None else set()
 
     def _answered(self, text: str) -> bool:
-        """Whether *text* is the reply to drop (and it is then dropped once only)."""
-        if self._drop is None:
+        """Whether *text* is a reply to drop (and it is then dropped once only)."""
+        if not self._drop:
             return False
         try:
             message = json.loads(text)
         except ValueError:
             return False
-        if not isinstance(message, dict) or "method" in message or message.get("id") != self._drop:
+        if not isinstance(message, dict) or "method" in message:
+            return False
+        rid = message.get("id")
+        if isinstance(rid, bool) or not isinstance(rid, int | str) or rid not in self._drop:
             return False
         if "error" in message:
             logger.warning(
-                "the SDK refused the initialize this server had answered: %s", message["error"]
+                "the SDK refused a request this server had answered: %s", message["error"]
             )
-        self._drop = None
+        self._drop.discard(rid)
         return True
 
     async def write(self, text: str) -> None:
@@ -352,31 +378,16 @@ class _Guard:
     """stdin as the SDK reads it (lines of text), holding back what it would drop: each such
     line is answered on the wire with a JSON-RPC error saying what was wrong."""
 
-    def __init__(self, raw: IO[bytes], out: _Wire, *, first: bytes = b"") -> None:
-        self._raw = raw
+    def __init__(self, opening: Opening, out: _Wire) -> None:
+        self._opening = opening
         self._out = out
-        #: A line the front read already (read before the stream's next).
-        self._first = first
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
 
-    def _read_line(self) -> tuple[bytes, bool]:
-        """The next line (``b""`` at the end) and whether it was over the limit (then only
-        its start is kept; the rest is read and dropped)."""
-        line, self._first = self._first, b""
-        if not line:
-            line = self._raw.readline(MAX_MESSAGE_BYTES + 1)
-        if len(line) <= MAX_MESSAGE_BYTES or line.endswith(b"\n"):
-            return line, False
-        while True:
-            rest = self._raw.readline(1024 * 1024)
-            if not rest or rest.endswith(b"\n"):
-                return line[:64], True
-
     async def _lines(self) -> AsyncIterator[str]:
         while True:
-            raw, too_long = await anyio.to_thread.run_sync(self._read_line)
+            raw, too_long = await anyio.to_thread.run_sync(self._opening.next_line)
             if not raw:
                 return
             if too_long:

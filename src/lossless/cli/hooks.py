@@ -436,6 +436,8 @@ def codex_hooks(
     backup = change.apply()
     if trusting is not None:
         trusting.apply()
+    if not no_mcp:
+        _remember_mcp_tools()
     if as_json:
         emit_json(
             {
@@ -532,6 +534,16 @@ def _warn_without_mcp() -> None:
             "note: `lossless mcp` needs the MCP SDK: pip install 'lossless\\[mcp]'",
             highlight=False,
         )
+
+
+def _remember_mcp_tools() -> None:
+    """Write down the MCP server's tool list now, so that its first start answers it before
+    the SDK loads (Codex sends a turn without waiting for a slower server's tools)."""
+    try:
+        from ..mcp_server import remember_store_tools
+    except ModuleNotFoundError:  # no MCP SDK: the server says so when it starts
+        return
+    remember_store_tools()
 
 
 def _executable() -> str:

@@ -104,7 +104,12 @@ def mcp_command(
         _serve(server, http=http, host=host, port=port, token=token if http else None)
         return
     # The store's scope on stdio: the client's handshake is answered while the SDK loads and
-    # the store opens on another thread (lossless.mcp_front).
+    # the store opens on another thread (lossless.mcp_front). The wire is taken first, before
+    # that thread competes for the interpreter.
+    from ..mcp_front import open_wire
+
+    # stdout belongs to the protocol on stdio: nothing else may be printed there.
+    opening = open_wire()
     built: list[Any] = []
 
     def build() -> None:
@@ -115,10 +120,6 @@ def mcp_command(
 
     builder = threading.Thread(target=build, name="lossless-mcp-build", daemon=True)
     builder.start()
-    from ..mcp_front import open_wire
-
-    # stdout belongs to the protocol on stdio: nothing else may be printed there.
-    opening = open_wire()
     builder.join()
     if isinstance(built[0], BaseException):
         raise built[0]
