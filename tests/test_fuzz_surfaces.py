@@ -267,12 +267,12 @@ def test_any_line_reaching_the_mcp_stdio_guard_is_passed_on_or_answered_once(
     import anyio
     import mcp_types
 
+    from lossless.mcp_front import Opening
     from lossless.mcp_server import _Guard, _Wire
 
     wire = io.BytesIO()
-    guard = _Guard(
-        io.BytesIO(b"".join(line.replace(b"\n", b" ") + b"\n" for line in lines)), _Wire(wire)
-    )
+    said = io.BytesIO(b"".join(line.replace(b"\n", b" ") + b"\n" for line in lines))
+    guard = _Guard(Opening(said, wire, front=False).start(), _Wire(wire))
 
     async def read_all() -> list[str]:
         return [line async for line in guard]
