@@ -27,7 +27,11 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from framework_turns import DETAIL, SMALL, answer, question
 from lossless import Config, Engine
-from lossless.integrations.langchain import LosslessChatMessageHistory, recall_tools
+from lossless.integrations.langchain import (
+    LosslessChatMessageHistory,
+    RunnableWithLosslessHistory,
+    recall_tools,
+)
 from lossless.retrieval.tools import TOOLS
 
 
@@ -93,6 +97,46 @@ def test_langchain_runnable_with_history_sees_a_bounded_context_with_summaries(
     assert [m.content for m in stored] == [
         text for i in range(turns) for text in (question(i, steps=0), answer(i))
     ]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_langchain_prompt_aware_history_brings_back_what_the_request_asks_for(
+    engine: Engine, mode: str
+) -> None:
+    """RunnableWithLosslessHistory hands the request to the history: the turn said long ago
+    that the request is about reaches the model verbatim, where RunnableWithMessageHistory
+    (the same history, the same store) gives the model only its summary."""
+    import asyncio
+
+    turns = 30
+    budget = 1_000  # room for the request's turn beside the summaries and the newest
+    ask = "When does the staging database password rotate?"
+    model = GenericFakeChatModel(
+        messages=iter([AIMessage(content=answer(i)) for i in range(turns + 2)])
+    )
+    prompt = ChatPromptTemplate.from_messages(
+        [MessagesPlaceholder("history"), ("human", "{question}")]
+    )
+    history = LosslessChatMessageHistory("s1", engine, token_budget=budget)
+    keys = {"input_messages_key": "question", "history_messages_key": "history"}
+    plain = RunnableWithMessageHistory(prompt | model, lambda _: history, **keys)
+    aware = RunnableWithLosslessHistory(prompt | model, lambda _: history, **keys)
+    for i in range(turns):
+        plain.invoke({"question": question(i, steps=0)}, {"configurable": {"session_id": "s1"}})
+    seen = Seen()
+    config: Any = {"configurable": {"session_id": "s1"}, "callbacks": [seen]}
+    plain.invoke({"question": ask}, config)
+    if mode == "sync":
+        aware.invoke({"question": ask}, config)
+    else:
+        asyncio.run(aware.ainvoke({"question": ask}, config))
+    unaware, prompted = ([m.content for m in c] for c in seen.calls)
+    assert question(0, steps=0) not in unaware  # as a message of its own
+    assert question(0, steps=0) in prompted
+    assert seen.calls[1][-1].content == ask  # the request itself last, as the prompt put it
+    assert any(m.additional_kwargs.get("lossless_summary") for m in seen.calls[1])
+    stored = [m.content for m in history.stored_messages()]
+    assert stored.count(ask) == 2 and len(stored) == 2 * turns + 4  # each once per turn
 
 
 def test_langchain_recall_tools_find_an_early_detail_and_keep_the_declaration(

@@ -635,3 +635,44 @@ def test_at_a_4k_budget_every_call_fits_and_keeps_summaries_and_the_request(
         live = engine.store.live_summaries(conversation_id)
     leaves = sum(1 for s in live if s.kind == "leaf")
     assert max(s.depth for s in live) <= 1 + math.log(max(leaves, 1), 4) + 1e-9
+
+
+def test_prompt_aware_input_brings_back_what_the_request_asks_for(tmp_path: Path) -> None:
+    """With ``call_model_input_filter=session.prompt_aware_input`` the model's input is the
+    history assembled for the turn's request: a turn compacted long ago that the request
+    names is back verbatim (the plain context holds only its summary), the rest is still
+    summarized, and the turn's own items follow unchanged and are stored once."""
+    turns = 30
+    ask = "What codename is in config/service-0.toml?"
+
+    async def main(engine: AsyncEngine) -> tuple[str, list[Any], list[Any], int]:
+        session = LosslessSession("ops", engine, token_budget=BUDGET)
+        asked = [
+            [function_call("read_file", {"path": "config/service-11.toml"}, call_id="c_x")],
+            [assistant_message("The codename is BLUEHERON.", item_id="msg_x")],
+        ]
+        model = ScriptedModel([step for i in range(turns) for step in turn_steps(i)] + asked)
+        agent = Agent(name="ops", model=model, tools=[read_file])
+        await run_turns(agent, session, range(turns))
+        plain = text_of(await session.get_items())
+        config = RunConfig(
+            tracing_disabled=True, call_model_input_filter=session.prompt_aware_input
+        )
+        await Runner.run(agent, ask, session=session, run_config=config)
+        model.assert_complete()
+        first, second = model.calls[-2].input, model.calls[-1].input
+        conv = await session.conversation()
+        stored = await engine.messages(conv.conversation_id)
+        return plain, list(first), list(second), len(stored)
+
+    plain, first, second, stored = run(main, tmp_path / "aware.db")
+    raw = "codename = BLUEHERON"
+    assert raw not in plain  # compacted: the plain context has the summary only
+    for call in (first, second):
+        assert raw in text_of(call)
+        assert "<summary id=" in text_of(call)  # the rest of the history is still summarized
+    # The turn's own items come last, as the runner made them.
+    assert first[-1]["content"] == ask
+    assert [i.get("type") for i in second[-2:]] == ["function_call", "function_call_output"]
+    assert second[-3]["content"] == ask
+    assert stored == turns * 4 + 4  # every item once: the re-assembly stored nothing again

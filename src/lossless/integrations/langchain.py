@@ -10,6 +10,11 @@ then the newest turns — so ``RunnableWithMessageHistory`` feeds the model a bo
 while the whole of it stays searchable. ``clear()`` archives the conversation (kept, searchable)
 and goes on in the next generation of the session (:mod:`.generations`).
 
+``RunnableWithMessageHistory`` reads ``messages`` before the new input is there, so that
+context cannot know the request; :class:`RunnableWithLosslessHistory` (the same runnable, the
+same arguments) hands a lossless history the request first: ``messages_for(request)`` is the
+context assembled for it (:meth:`~lossless.engine.Engine.assemble`'s ``prompt``).
+
 :func:`recall_tools` gives ``lcm_grep``, ``lcm_describe``, ``lcm_expand_query`` and the other
 tools of a session's scope as LangChain ``StructuredTool``s, made from the recall tools' one
 declaration and run by :mod:`lossless.toolbox`.
@@ -17,6 +22,7 @@ declaration and run by :mod:`lossless.toolbox`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +38,7 @@ try:
     from langchain_core.chat_history import BaseChatMessageHistory
     from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
     from langchain_core.runnables import RunnableConfig
+    from langchain_core.runnables.history import RunnableWithMessageHistory
     from langchain_core.tools import StructuredTool
 except ModuleNotFoundError as exc:  # the optional dependency is missing: say how to add it
     if (exc.name or "").partition(".")[0] != "langchain_core":
@@ -42,6 +49,7 @@ __all__ = [
     "DEFAULT_TOKEN_BUDGET",
     "INSTALL_HINT",
     "LosslessChatMessageHistory",
+    "RunnableWithLosslessHistory",
     "recall_tools",
     "session_tools",
 ]
@@ -78,8 +86,17 @@ class LosslessChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The assembled context: summaries first, then the newest turns, within the budget."""
+        return self.messages_for(None)
+
+    def messages_for(self, request: str | None) -> list[BaseMessage]:
+        """The assembled context for the next *request* (prompt-aware: the earlier turns it
+        needs unfolded first, within the same budget); ``None``: :attr:`messages`."""
         made = self.engine.assemble(  # its messages exactly as stored: no date marks
-            self.conversation_id(), self.token_budget, format="langchain", dates=False
+            self.conversation_id(),
+            self.token_budget,
+            format="langchain",
+            dates=False,
+            prompt=request,
         )
         return list(messages_from_dict(made.messages))
 
@@ -108,6 +125,45 @@ class LosslessChatMessageHistory(BaseChatMessageHistory):
         """Close the store if this history opened it."""
         if self._owned:
             self.engine.close()
+
+
+class RunnableWithLosslessHistory(RunnableWithMessageHistory):
+    """``RunnableWithMessageHistory`` (the same arguments) whose lossless history is assembled
+    for the request: the text of the newest human message of the input is handed to
+    :meth:`LosslessChatMessageHistory.messages_for`. Any other history is read as the parent
+    reads it.
+
+        chain = RunnableWithLosslessHistory(
+            prompt | model, lambda session_id: history,
+            input_messages_key="question", history_messages_key="history",
+        )
+    """
+
+    def _request_and_messages(
+        self, value: Any, config: RunnableConfig
+    ) -> tuple[LosslessChatMessageHistory | None, str | None, list[BaseMessage]]:
+        hist = config["configurable"]["message_history"]
+        if not isinstance(hist, LosslessChatMessageHistory):
+            return None, None, []
+        given = value if not self.input_messages_key else value[self.input_messages_key]
+        said = self._get_input_messages(given)
+        asked = [m.text for m in said if m.type == "human" and m.text.strip()]
+        added = [] if self.history_messages_key else said
+        return hist, (asked[-1] if asked else None), added
+
+    def _enter_history(self, value: Any, config: RunnableConfig) -> list[BaseMessage]:
+        hist, request, added = self._request_and_messages(value, config)
+        if hist is None:
+            return super()._enter_history(value, config)
+        return [*hist.messages_for(request), *added]
+
+    async def _aenter_history(
+        self, value: dict[str, Any], config: RunnableConfig
+    ) -> list[BaseMessage]:
+        hist, request, added = self._request_and_messages(value, config)
+        if hist is None:
+            return await super()._aenter_history(value, config)
+        return [*await asyncio.to_thread(hist.messages_for, request), *added]
 
 
 def recall_tools(history: LosslessChatMessageHistory) -> list[StructuredTool]:

@@ -19,6 +19,11 @@
   added. The message stays stored, and the recall tools still find it.
 * ``clear_session()`` archives the conversation and goes on in a new one of the same family:
   the next ``get_items()`` is empty, and the recall tools still search everything.
+* ``prompt_aware_input`` (``RunConfig(call_model_input_filter=session.prompt_aware_input)``)
+  makes the context prompt-aware: the runner reads the session before the new request is
+  there, so before each model call the history ``get_items()`` gave is assembled again with
+  the turn's request as the prompt (:meth:`~lossless.engine.Engine.assemble`'s ``prompt``:
+  the turns it needs unfolded first), and the turn's own items follow it unchanged.
 
 :func:`recall_tools` gives the agent ``lcm_grep``, ``lcm_describe``, ``lcm_expand_query`` and
 ``chat_context_query`` as function tools, bound to the session's conversation family.
@@ -38,6 +43,7 @@ from ..aio import AsyncEngine
 from ..assemble import AssembledContext
 from ..engine import Engine, TurnResult
 from ..errors import LosslessError
+from ..ingest.normalizers.blocks import text_of_blocks
 from ..model import Conversation, NormalizedMessage
 from ..retrieval.describe import parse_lines
 from ..retrieval.tools import TOOLS
@@ -53,6 +59,7 @@ try:
         coerce_session_settings,
         resolve_session_limit,
     )
+    from agents.run_config import CallModelData, ModelInputData
     from pydantic import Field
 except ModuleNotFoundError as exc:  # the optional dependency is missing: say how to add it
     if (exc.name or "").partition(".")[0] not in ("agents", "openai", "pydantic"):
@@ -113,6 +120,9 @@ class LosslessSession:
         self._current: Conversation | None = None
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
+        #: What the last get_items() gave (its items, and the conversation's stored messages
+        #: then), for :meth:`prompt_aware_input`; ``None`` after a limited one.
+        self._given: tuple[list[Any], int] | None = None
 
     def __repr__(self) -> str:
         return f"LosslessSession({self.session_id!r}, token_budget={self.token_budget})"
@@ -151,10 +161,60 @@ class LosslessSession:
         session settings' ``limit``; ``None`` or a negative number means all of it)."""
         async with self._serial():
             items = (await self.assemble()).messages
+            stored = await self.engine.message_count((await self.conversation()).conversation_id)
         wanted = resolve_session_limit(limit, self.session_settings)
         if wanted is not None and wanted >= 0:
             items = items[-wanted:] if wanted else []
+            self._given = None
+        else:
+            self._given = (json.loads(json.dumps(items)), stored)
         return cast(list[TResponseInputItem], items)
+
+    async def prompt_aware_input(self, data: CallModelData[Any]) -> ModelInputData:
+        """A ``RunConfig.call_model_input_filter``: the model's input with the history
+        :meth:`get_items` gave assembled again for the turn's request (the newest user message
+        after it), within the same budget plus what the turn has added; the turn's own items
+        follow unchanged. The input is left as it is when it does not start with what
+        :meth:`get_items` gave (another session's, or a limited one), when the turn has no
+        request (a run continuing from tool output), or when the store does not hold the
+        turn's items as the runner sent them.
+
+            config = RunConfig(call_model_input_filter=session.prompt_aware_input)
+            await Runner.run(agent, "What port did we pick?", session=session, run_config=config)
+        """
+        given = self._given
+        model_data = data.model_data
+        items = list(model_data.input)
+        if given is None or items[: len(given[0])] != given[0]:
+            return model_data
+        turn = items[len(given[0]) :]
+        prompt = next(
+            (text for text in map(_request_text, reversed(turn)) if text is not None), None
+        )
+        if prompt is None:
+            return model_data
+        async with self._serial():
+            conv = await self.conversation()
+            stored = await self.engine.message_count(conv.conversation_id) - given[1]
+            if not 0 <= stored <= len(turn):
+                return model_data
+            added = await asyncio.to_thread(_prepare, self.engine.engine, turn[:stored])
+            made = await self.engine.assemble(
+                conv.conversation_id,
+                self.token_budget + sum(m.token_count for m in added),
+                format="responses",
+                pending_calls=True,
+                dates=False,
+                prompt=prompt,
+            )
+        assembled = made.messages
+        history = assembled[: len(assembled) - stored]
+        if stored and json.loads(json.dumps(assembled[len(history) :])) != turn[:stored]:
+            return model_data  # the turn's items are not the context's newest: leave it
+        return ModelInputData(
+            input=[*cast(list[TResponseInputItem], history), *turn],
+            instructions=model_data.instructions,
+        )
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store every item as a new message, in order, and compact if needed
@@ -284,6 +344,16 @@ async def _answer(run: Callable[[], Any]) -> str:
 
 
 # --- the work behind the methods, run in worker threads -------------------------------------
+
+
+def _request_text(item: Any) -> str | None:
+    """The text of *item* when it is a user's message (a request), else ``None``."""
+    if not isinstance(item, Mapping) or item.get("role") != "user":
+        return None
+    if item.get("type", "message") != "message":
+        return None
+    text = text_of_blocks(item.get("content"))
+    return text if text.strip() else None
 
 
 def _data(item: Any) -> Any:
