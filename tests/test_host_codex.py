@@ -106,8 +106,13 @@ def test_codex_with_lossless_hooks_keeps_every_turn_and_gets_summaries_back(
         assert install.returncode == 0, install.stderr
         installed = (codex.home / "config.toml").read_text()
         assert "[mcp_servers.lossless]" in installed and "startup_timeout_sec = 30" in installed
+        assert str(tmp_path / "xdg-cache") in installed  # passed on to the server (see below)
         for prompt in PROMPTS:
             codex.exec(prompt)
+        # The first session's first request already offers the recall tools: lossless mcp
+        # answered Codex's tools/list from the list the install wrote down (Codex starts it
+        # with HOME and PATH only: the install passed the cache folder on).
+        assert _offers(server.requests[0]["body"], "lcm_grep")
         compact_from = len(server.requests)
         codex.exec("Go on", "-c", "model_auto_compact_token_limit=12")
         requests = list(server.requests)

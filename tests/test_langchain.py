@@ -139,6 +139,42 @@ def test_langchain_prompt_aware_history_brings_back_what_the_request_asks_for(
     assert stored.count(ask) == 2 and len(stored) == 2 * turns + 4  # each once per turn
 
 
+@pytest.mark.parametrize("shape", ["str", "messages", "dict"])
+def test_langchain_prompt_aware_history_without_a_history_key_stores_each_turn_once(
+    engine: Engine, shape: str
+) -> None:
+    """Without history_messages_key the history goes before the input in one list, and the
+    runnable stores what follows the history it gave: the request and the reply are stored
+    once, though the context given for the request is not the plain context's length."""
+    import asyncio
+
+    turns = 30
+    ask = "When does the staging database password rotate?"
+    history = LosslessChatMessageHistory("s1", engine, token_budget=1_000)
+    for i in range(turns):
+        history.add_messages([HumanMessage(question(i, steps=0)), AIMessage(answer(i))])
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="On Thursdays.")] * 2))
+    if shape == "dict":
+        prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("question")])
+        chain = RunnableWithLosslessHistory(
+            prompt | model, lambda _: history, input_messages_key="question"
+        )
+        given: Any = {"question": ask}
+    else:
+        chain = RunnableWithLosslessHistory(model, lambda _: history)
+        given = ask if shape == "str" else [HumanMessage(ask)]
+    plain = len(history.messages)
+    seen = Seen()
+    config: Any = {"configurable": {"session_id": "s1"}, "callbacks": [seen]}
+    chain.invoke(given, config)
+    asyncio.run(chain.ainvoke(given, config))
+    for call in seen.calls:
+        assert question(0, steps=0) in [m.content for m in call]
+        assert len(call) != plain + 1  # not the plain context's length: the count matters
+    stored = [m.content for m in history.stored_messages()][2 * turns :]
+    assert stored == [ask, "On Thursdays.", ask, "On Thursdays."]
+
+
 def test_langchain_recall_tools_find_an_early_detail_and_keep_the_declaration(
     engine: Engine,
 ) -> None:

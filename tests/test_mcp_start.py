@@ -235,3 +235,41 @@ async def test_a_store_made_after_the_server_started_is_served_from_then_on(
     assert len(listed.structured_content["conversations"]) == 1
     assert f"warning: no lossless store at {db}" in err and "serving anyway" in err
     assert "Traceback" not in err
+
+
+def test_a_line_nested_too_deeply_is_refused_and_the_server_goes_on(tmp_path: Path) -> None:
+    """A line Python's JSON reader cannot read (nested beyond its recursion limit), before
+    the SDK has loaded and after: answered with a parse error each time, the requests around
+    it answered, and the server ends when the client closes its input (it once waited for
+    ever when its reader thread died on such a line)."""
+    deep = {"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": "DEEP"}}
+    nested = "[" * 100_000 + "]" * 100_000
+    line = json.dumps(deep).replace('"DEEP"', nested)
+    db = tmp_path / "s.db"
+    Engine.open(db, config=Config()).close()
+    for lines in (
+        [line, _initialize(PARAMS[2]), {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}],
+        [_initialize(PARAMS[2]), line, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}],
+    ):
+        sent = "".join(
+            (item if isinstance(item, str) else json.dumps(item)) + "\n" for item in lines
+        )
+        with subprocess.Popen(
+            [*_lossless_command(), "--db", str(db), "mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **_environment(tmp_path)},
+        ) as server:
+            assert server.stdin is not None and server.stdout is not None
+            server.stdin.write(sent)
+            server.stdin.flush()
+            replies = [server.stdout.readline() for _ in range(3)]
+            # Then the client leaves: the server ends.
+            rest, err = server.communicate(timeout=60)
+        answers = [json.loads(out) for out in [*replies, *rest.splitlines()] if out]
+        assert server.returncode == 0, err
+        refused = [a for a in answers if "error" in a]
+        assert len(refused) == 1 and "nests too deeply" in refused[0]["error"]["message"]
+        assert {a.get("id") for a in answers if "result" in a} == {1, 2}, answers

@@ -119,22 +119,36 @@ class Opening:
             self._open = False
 
     def _pump(self) -> None:
-        while True:
-            line, too_long = _read_line(self.wire_in)
-            if line and not too_long:
-                with self._lock:
-                    if self._open:
-                        self._answer(line)
-                    self._started = True
-            self._lines.put((line, too_long))
-            if not line:
-                return
+        ended = False
+        try:
+            while not ended:
+                line, too_long = _read_line(self.wire_in)
+                if line and not too_long:
+                    with self._lock:
+                        if self._open:
+                            self._answer(line)
+                        self._started = True
+                self._lines.put((line, too_long))
+                ended = not line
+        except OSError as exc:  # the wire broke: the SDK sees its end
+            logger.debug("the wire's reader stopped: %s", exc)
+        finally:
+            if not ended:  # whatever stopped the reader, the SDK is not left waiting
+                self._lines.put((b"", False))
 
     def _answer(self, line: bytes) -> None:
-        """Answer *line* when it is what the front vouches for (under the lock)."""
+        """Answer *line* when it is what the front vouches for (under the lock). Anything
+        unexpected closes the front: the SDK answers from then on."""
+        try:
+            self._vouch(line)
+        except Exception as exc:  # noqa: BLE001 - never lose the wire over an early answer
+            self._open = False
+            logger.debug("the front stopped answering: %r", exc)
+
+    def _vouch(self, line: bytes) -> None:
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return
@@ -230,11 +244,12 @@ def _tools_file() -> Path:
 
 
 def _tools_key() -> str:
-    """What the SDK's tool list depends on: lossless's version and the tools' declaration,
-    the Python version, and the installed SDK and pydantic (their files' sizes and times)."""
+    """What the SDK's tool list depends on: lossless's version, the Python version, and the
+    sizes and times of the files that make the list (the tools' declaration, the toolsets,
+    the MCP server) and of the installed SDK and pydantic."""
     here = Path(__file__).parent
     parts: list[object] = [__version__, sys.version_info[:2]]
-    paths = [here / "retrieval" / "tools.py", here / "mcp_server.py"]
+    paths = [here / name for name in ("retrieval/tools.py", "toolbox.py", "mcp_server.py")]
     for name in ("mcp", "mcp_types", "pydantic", "pydantic_core"):
         with contextlib.suppress(ImportError, ValueError):
             spec = importlib.util.find_spec(name)

@@ -432,6 +432,12 @@ def _refusal(text: str, exc: ValidationError) -> tuple[Any, int, str] | None:
             jsonrpc.PARSE_ERROR,
             f"the message is not JSON ({err}); send one JSON-RPC 2.0 message per line",
         )
+    except RecursionError:
+        return (
+            None,
+            jsonrpc.PARSE_ERROR,
+            "the message nests too deeply to read; send one JSON-RPC 2.0 message per line",
+        )
     problem = jsonrpc.envelope_problem(message)
     if problem is not None:
         if (

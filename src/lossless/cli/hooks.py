@@ -395,7 +395,9 @@ def codex_hooks(
     exe = executable or _executable()
     config = str(Path(state.config_path).expanduser().resolve()) if state.config_path else None
     hooks = settings_hooks(exe, CODEX, db=state.database(), config=config, timeouts=CODEX_TIMEOUTS)
-    server = mcp_server_table(exe, db=state.database(), config=config)
+    server = mcp_server_table(
+        exe, db=state.database(), config=config, cache_home=os.environ.get("XDG_CACHE_HOME")
+    )
     path = home / "hooks.json"
     if not install:
         if as_json:

@@ -598,17 +598,22 @@ class Compactor(ChunkPlanner):
         Under pressure the hard fanout floor applies, and summaries are folded together when
         no run is long enough to condense (:meth:`_fold`: the depth grows only when a level
         has ``condensed_min_fanout`` summaries): reaching the target every time keeps the
-        room for new turns, and so the compaction rate, constant. No pass aims for more than
-        *target* itself (a summary larger than the room it should make would not make it; a
-        tighter aim, a third of it, kept a quarter fewer of the conversation's sentences in
-        a 4k context and made no run fail less).
+        room for new turns. No pass aims above *target* itself (a summary larger than the room
+        it should make would not make it), and in a forced run no pass aims above a third of
+        it. So a run that is not forced may end above *target* when what stays verbatim is
+        large (the fresh tail beside summaries as large as the target), and the context then
+        comes back to the threshold sooner: on a 4k budget twice as many runs as with the
+        third, each keeping three times the sentences (the context without a prompt held the
+        evidence for 39.0% of the dev LoCoMo questions at 4k against 31.0%); at 16k the runs
+        are the same. A forced run is for a host that must fit its next request: it aims
+        low, so that the request fits.
 
         With *force* (a host that must fit its next request), when nothing outside the fresh
         tail is left to compact, the tail gives up its oldest turns, half of it at a time, down
         to the newest exchange (the newest user message and what followed it), and those are
         compacted too.
         """
-        self.pass_target_cap = max(16, target)
+        self.pass_target_cap = max(16, target // 3 if force else target)
         tail_cap = self.tail_max_tokens  # a forced run halves it: given back after
         try:
             with self._run():

@@ -153,17 +153,26 @@ MCP_STARTUP_SECONDS = 30
 
 
 def mcp_server_table(
-    executable: str, *, db: str | None = None, config: str | None = None
+    executable: str,
+    *,
+    db: str | None = None,
+    config: str | None = None,
+    cache_home: str | None = None,
 ) -> dict[str, Any]:
     """The ``[mcp_servers.lossless]`` table that starts ``lossless mcp`` over stdio, with
     :data:`MCP_STARTUP_SECONDS` to list its tools (Codex's default, 10 s, is passed on a
     busy machine: the server loads the MCP SDK first, and Codex then runs without the
-    recall tools)."""
-    return {
+    recall tools). Codex starts the server with ``HOME`` and ``PATH`` only: *cache_home*
+    (the installing shell's ``XDG_CACHE_HOME``) is passed on, so the server finds the tool
+    list the install wrote down (:func:`lossless.mcp_front.remember_tools`)."""
+    table: dict[str, Any] = {
         "command": executable,
         "args": [*cli_globals(db, config), "mcp"],
         "startup_timeout_sec": MCP_STARTUP_SECONDS,
     }
+    if cache_home:
+        table["env"] = {"XDG_CACHE_HOME": cache_home}
+    return table
 
 
 def plan_trust(

@@ -127,6 +127,26 @@ class LosslessChatMessageHistory(BaseChatMessageHistory):
             self.engine.close()
 
 
+class _Given(BaseChatMessageHistory):
+    """One invocation's lossless history: what it gave the chain (the context assembled for
+    the request) is what its ``messages`` says afterwards, so that the parent, which counts
+    them to tell the history from the new input it stores, counts the same list."""
+
+    def __init__(self, history: LosslessChatMessageHistory) -> None:
+        self.history = history
+        self.given: list[BaseMessage] | None = None
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        return list(self.given) if self.given is not None else self.history.messages
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        self.history.add_messages(messages)
+
+    def clear(self) -> None:
+        self.history.clear()
+
+
 class RunnableWithLosslessHistory(RunnableWithMessageHistory):
     """``RunnableWithMessageHistory`` (the same arguments) whose lossless history is assembled
     for the request: the text of the newest human message of the input is handed to
@@ -139,31 +159,39 @@ class RunnableWithLosslessHistory(RunnableWithMessageHistory):
         )
     """
 
-    def _request_and_messages(
-        self, value: Any, config: RunnableConfig
-    ) -> tuple[LosslessChatMessageHistory | None, str | None, list[BaseMessage]]:
+    def _merge_configs(self, *configs: RunnableConfig | None) -> RunnableConfig:
+        config = super()._merge_configs(*configs)
+        configurable = config.get("configurable", {})
+        history = configurable.get("message_history")
+        if isinstance(history, LosslessChatMessageHistory):
+            configurable["message_history"] = _Given(history)
+        return config
+
+    def _prompted(self, value: Any, config: RunnableConfig) -> tuple[_Given, str | None] | None:
         hist = config["configurable"]["message_history"]
-        if not isinstance(hist, LosslessChatMessageHistory):
-            return None, None, []
+        if not isinstance(hist, _Given):
+            return None
         given = value if not self.input_messages_key else value[self.input_messages_key]
-        said = self._get_input_messages(given)
-        asked = [m.text for m in said if m.type == "human" and m.text.strip()]
-        added = [] if self.history_messages_key else said
-        return hist, (asked[-1] if asked else None), added
+        asked = [
+            m.text for m in self._get_input_messages(given) if m.type == "human" and m.text.strip()
+        ]
+        return hist, (asked[-1] if asked else None)
 
     def _enter_history(self, value: Any, config: RunnableConfig) -> list[BaseMessage]:
-        hist, request, added = self._request_and_messages(value, config)
-        if hist is None:
-            return super()._enter_history(value, config)
-        return [*hist.messages_for(request), *added]
+        found = self._prompted(value, config)
+        if found is not None:
+            hist, request = found
+            hist.given = hist.history.messages_for(request)
+        return super()._enter_history(value, config)
 
     async def _aenter_history(
         self, value: dict[str, Any], config: RunnableConfig
     ) -> list[BaseMessage]:
-        hist, request, added = self._request_and_messages(value, config)
-        if hist is None:
-            return await super()._aenter_history(value, config)
-        return [*await asyncio.to_thread(hist.messages_for, request), *added]
+        found = self._prompted(value, config)
+        if found is not None:
+            hist, request = found
+            hist.given = await asyncio.to_thread(hist.history.messages_for, request)
+        return await super()._aenter_history(value, config)
 
 
 def recall_tools(history: LosslessChatMessageHistory) -> list[StructuredTool]:
