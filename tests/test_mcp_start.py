@@ -192,7 +192,7 @@ def test_lossless_mcp_answers_each_request_once_with_the_front_first(tmp_path: P
     assert again[:2] == answers[:2]
 
     # A list remembered under other files (another SDK, an edited declaration) is not used.
-    remembered = tmp_path / "xdg-cache" / "lossless" / "mcp-tools.json"
+    [remembered] = (tmp_path / "xdg-cache" / "lossless").glob("mcp-tools-*.json")
     saved = json.loads(remembered.read_text())
     remembered.write_text(json.dumps({**saved, "key": "another", "tools": []}))
     third, err = _session(tmp_path, db, lines)

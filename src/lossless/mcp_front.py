@@ -240,7 +240,10 @@ def open_wire(*, answer: bool = True) -> Opening:
 
 
 def _tools_file() -> Path:
-    return Path(platformdirs.user_cache_dir("lossless")) / "mcp-tools.json"
+    """Where this installation keeps the list: one file per installation, so that two (two
+    virtual environments, a release and a checkout) do not replace each other's."""
+    here = hashlib.sha256(str(Path(__file__).resolve().parent).encode("utf-8")).hexdigest()
+    return Path(platformdirs.user_cache_dir("lossless")) / f"mcp-tools-{here[:12]}.json"
 
 
 def _tools_key() -> str:
