@@ -124,8 +124,9 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
 async def settle(pilot: Pilot[Any]) -> None:
     """Wait until the workers are done, what they started (a detail read after a table
     filled, say) is done too, and every table has laid out the rows it was given (a table
-    sizes its columns when idle, after the rows arrive); bounded."""
-    for _ in range(20):
+    sizes its columns when idle, after the rows arrive); bounded (generously: on two busy
+    cores a snapshot once caught a table whose columns were not sized yet)."""
+    for _ in range(200):
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
         if any(w.is_running or w.state.name == "PENDING" for w in pilot.app.workers):
@@ -276,6 +277,7 @@ def test_enter_opens_a_conversation_on_its_context_window(
         ) in text
         # The highlighted item is shown whole below.
         assert "made from 4 summaries" in flat(detail_of(app, "#context-detail"))
+        await settle(pilot)  # the snapshot after the table has sized its columns
 
     assert snap_compare(LosslessApp(engine, budget=1_000), run_before=run_before)
 
