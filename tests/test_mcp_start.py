@@ -133,7 +133,7 @@ def test_answering_the_handshake_loads_neither_the_engine_nor_the_sdk() -> None:
     assert done.stdout.strip() == "[]", done.stdout
 
 
-def _session(tmp_path: Path, db: Path, lines: list[dict[str, Any]]) -> tuple[list[Any], str]:
+def _session(tmp_path: Path, db: Path, lines: list[Any]) -> tuple[list[Any], str]:
     """``lossless --debug mcp`` over real stdio, sent *lines* at once: its answers in the
     order written, and its log."""
     with subprocess.Popen(
@@ -145,10 +145,13 @@ def _session(tmp_path: Path, db: Path, lines: list[dict[str, Any]]) -> tuple[lis
         env={**os.environ, **_environment(tmp_path)},
     ) as server:
         assert server.stdin is not None and server.stdout is not None
-        server.stdin.write("".join(json.dumps(line) + "\n" for line in lines))
+        server.stdin.write(
+            "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+        )
         server.stdin.flush()
         replies = [server.stdout.readline() for _ in range(3)]
         rest, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err
     return [json.loads(line) for line in [*replies, *rest.splitlines()] if line], err
 
 
@@ -251,25 +254,7 @@ def test_a_line_nested_too_deeply_is_refused_and_the_server_goes_on(tmp_path: Pa
         [line, _initialize(PARAMS[2]), {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}],
         [_initialize(PARAMS[2]), line, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}],
     ):
-        sent = "".join(
-            (item if isinstance(item, str) else json.dumps(item)) + "\n" for item in lines
-        )
-        with subprocess.Popen(
-            [*_lossless_command(), "--db", str(db), "mcp"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **_environment(tmp_path)},
-        ) as server:
-            assert server.stdin is not None and server.stdout is not None
-            server.stdin.write(sent)
-            server.stdin.flush()
-            replies = [server.stdout.readline() for _ in range(3)]
-            # Then the client leaves: the server ends.
-            rest, err = server.communicate(timeout=60)
-        answers = [json.loads(out) for out in [*replies, *rest.splitlines()] if out]
-        assert server.returncode == 0, err
+        answers, _ = _session(tmp_path, db, lines)
         refused = [a for a in answers if "error" in a]
         assert len(refused) == 1 and "nests too deeply" in refused[0]["error"]["message"]
         assert {a.get("id") for a in answers if "result" in a} == {1, 2}, answers
