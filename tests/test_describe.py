@@ -82,10 +82,14 @@ def test_a_message_id_shows_the_message_and_its_summaries(engine: Engine) -> Non
 def test_ids_of_another_family_are_unknown_within_a_scope(engine: Engine) -> None:
     top = compacted(engine)
     engine.ingest("other", {"role": "user", "content": "elsewhere"})
-    with pytest.raises(NotFoundError, match="family"):
+    with pytest.raises(NotFoundError, match="among the conversations") as beyond:
         engine.describe(top, conversation="other")
-    with pytest.raises(NotFoundError, match="family"):
+    with pytest.raises(NotFoundError, match="among the conversations"):
         engine.describe("msg#1", conversation="other")
+    # An id of another family reads exactly as one no conversation has: nothing leaks.
+    with pytest.raises(NotFoundError) as unknown:
+        engine.describe("sum_" + "0" * 16, conversation="other")
+    assert str(beyond.value) == str(unknown.value).replace("sum_" + "0" * 16, top)
     assert engine.describe(top, conversation="s").id == top
 
 

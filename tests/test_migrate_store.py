@@ -119,6 +119,7 @@ def build_source(target: str, tmp_path: Path) -> None:
     )
     with open_engine(target) as engine:
         engine.import_path(transcript)
+        engine.ingest("team\x1fs1", {"role": "user", "content": "a team's turn"})  # a namespace's
         for n in range(12):
             engine.ingest_batch("tools", tool_chat(n))
         engine.ingest("tools", {"role": "user", "content": f"deploy with {SECRET}"})
@@ -132,6 +133,7 @@ def build_source(target: str, tmp_path: Path) -> None:
         engine.pop_context("tools")
         engine.forget("tools", matching="turn 3: read handler 3")  # a tombstone, the log
         engine.store.mask_salt()  # the store's own key (made when a first secret is masked)
+        engine.create_token(namespace="team", role="read", actor="local:test")  # and its audit
         engine.store.catch_up_indexes()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "PROBLEM_KINDS",
+    "AccessError",
     "ArgumentError",
     "ConfigError",
     "ConflictError",
@@ -44,6 +45,15 @@ class NotFoundError(LosslessError):
     """A conversation, message, summary or file id does not exist."""
 
     exit_code = 4
+
+
+class AccessError(LosslessError):
+    """A caller's access token does not allow what it asked (its role, or its sessions).
+
+    Never raised for a conversation or id beyond a caller's namespace: those are unknown
+    (:class:`NotFoundError`) to it, so nothing says they exist."""
+
+    exit_code = 7
 
 
 class UnknownShapeError(LosslessError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
@@ -20,9 +21,11 @@ from .codec import CONTENT, LIST, SCALAR, WHOLE
 from .errors import ArgumentError, NotFoundError
 
 __all__ = [
+    "DEFAULT_NAMESPACE",
     "FILE_ID",
     "HOST_META",
     "MAX_SESSION_ID_CHARS",
+    "NAMESPACE_SEP",
     "PROVISIONAL",
     "ROLES",
     "Checkpoint",
@@ -42,7 +45,12 @@ __all__ = [
     "StoredPart",
     "Summary",
     "check_file_id",
+    "check_namespace",
     "check_session_id",
+    "namespace_of",
+    "qualify",
+    "unqualify",
+    "writing_namespace",
 ]
 
 #: What a large file's id looks like (``file_`` and 16 hex digits).
@@ -581,3 +589,57 @@ def check_session_id(session_id: str) -> None:
             f"a session id may not hold control characters; this one has U+{ord(bad.group()):04X}"
             f" at position {bad.start()}"
         )
+
+
+# --- namespaces ---------------------------------------------------------------------------
+#
+# A store holds namespaces (a team, a user, an agent fleet): ``lossless serve`` gives each
+# access token one, and what the token's holder does reaches only that namespace's
+# conversations. The owner's conversations (everything written locally, by the hooks, the
+# CLI, the stdio server or the server's own token) are the ``default`` namespace; another
+# namespace's conversation is stored under its *qualified* session id, the namespace and the
+# host's id joined by a control character no host's session id may hold, so two namespaces'
+# "s1" are two conversations and the store's one unique key on session ids still holds.
+
+#: The owner's namespace: conversations stored under the host's own session id.
+DEFAULT_NAMESPACE = "default"
+#: Joins a namespace and a host's session id (U+001F, refused in any session id).
+NAMESPACE_SEP = "\x1f"
+_NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+#: The namespace a request running now writes in (``None``: the owner's). Set by the server
+#: around each request of a namespaced token, so a conversation the request creates under a
+#: name it did not choose (a transcript's sub-agent lane) lands in its namespace too.
+writing_namespace: ContextVar[str | None] = ContextVar("writing_namespace", default=None)
+
+
+def check_namespace(namespace: str) -> str:
+    """*namespace* if it is a namespace's name (a letter or digit, then up to 63 letters,
+    digits, ``_``, ``.`` or ``-``); an :class:`ArgumentError` saying so otherwise."""
+    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+        raise ArgumentError(
+            f"{namespace!r} is not a namespace name: use 1 to 64 letters, digits, '_', '.' or"
+            " '-', starting with a letter or digit (e.g. team-a)"
+        )
+    return namespace
+
+
+def qualify(namespace: str | None, session_id: str) -> str:
+    """The stored session id of the host's *session_id* in *namespace* (the host's own id in
+    the default namespace, and for an id already qualified for *namespace*)."""
+    if namespace is None or namespace == DEFAULT_NAMESPACE:
+        return session_id
+    prefix = namespace + NAMESPACE_SEP
+    return session_id if session_id.startswith(prefix) else prefix + session_id
+
+
+def namespace_of(session_id: str) -> str:
+    """The namespace of a stored session id (``default`` for an unqualified one)."""
+    head, sep, _ = session_id.partition(NAMESPACE_SEP)
+    return head if sep and _NAMESPACE.match(head) else DEFAULT_NAMESPACE
+
+
+def unqualify(session_id: str) -> str:
+    """The host's own session id of a stored one (the stored id for the default namespace)."""
+    head, sep, rest = session_id.partition(NAMESPACE_SEP)
+    return rest if sep and _NAMESPACE.match(head) else session_id

@@ -19,6 +19,7 @@ A scope is one of three, fixed when a shell is built:
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,10 +27,11 @@ from typing import Any
 
 from .engine import ConversationRef, Engine
 from .errors import ArgumentError, LosslessError, NotFoundError
-from .model import Conversation
+from .model import Conversation, qualify, unqualify
 from .retrieval.context_query import Kind as QueryKind
 from .retrieval.context_query import Order as QueryOrder
 from .retrieval.describe import parse_lines
+from .retrieval.grants import GrantError
 from .retrieval.grep import Mode, Scope, Sort
 from .retrieval.tools import RECALL_ORDER, STORE_SCOPE, TOOLS
 
@@ -62,11 +64,16 @@ class ToolScope:
     A pinned scope reads ``pinned`` and its family (looked up on each call, so a conversation
     that joins the family later is in it); a grant scope reads its grant's conversations, and
     checks the grant is still live on each call. With neither, the whole store is in scope.
+    A *namespace* (``lossless serve``'s access tokens) narrows any of them to that
+    namespace's conversations (and to the session ids matching *sessions*, a glob), and a
+    session id the tools are given names a conversation of that namespace.
     """
 
     engine: Engine
     pinned: Conversation | None = None
     grant_id: str | None = None
+    namespace: str | None = None
+    sessions: str | None = None
 
     @classmethod
     def of(
@@ -75,17 +82,27 @@ class ToolScope:
         *,
         conversation: ConversationRef | None = None,
         grant_id: str | None = None,
+        namespace: str | None = None,
+        sessions: str | None = None,
     ) -> ToolScope:
         """The store's scope, a conversation's (looked up now: an unknown one raises) or a
-        grant's (checked now: a dead grant raises)."""
+        grant's (checked now: a dead grant raises), within *namespace* when one is given (a
+        conversation or grant outside it raises as an unknown one would)."""
         if conversation is not None and grant_id is not None:
             raise ValueError("give a conversation or a grant, not both: a grant has its own scope")
+        within = cls(engine, namespace=namespace, sessions=sessions)
         if conversation is not None:
-            return cls(engine, pinned=engine.lookup(conversation))
+            if isinstance(conversation, Conversation):
+                conversation = conversation.conversation_id
+            conv, _ = within.resolve(conversation)
+            return cls(engine, pinned=conv, namespace=namespace, sessions=sessions)
         if grant_id is not None:
-            engine.check_grant(grant_id)
-            return cls(engine, grant_id=grant_id)
-        return cls(engine)
+            grant = engine.check_grant(grant_id)
+            reach = within.scope()
+            if reach is not None and not set(grant.conversation_ids) <= set(reach):
+                raise GrantError("this grant is unknown, expired or revoked; ask for a new one")
+            return cls(engine, grant_id=grant_id, namespace=namespace, sessions=sessions)
+        return within
 
     @property
     def mode(self) -> str:
@@ -94,13 +111,29 @@ class ToolScope:
             return "grant"
         return "store" if self.pinned is None else "pinned"
 
+    def _reach(self) -> tuple[int, ...] | None:
+        """The conversations of the namespace (and sessions glob), ``None`` for no namespace."""
+        if self.namespace is None:
+            return None
+        rows = self.engine.namespace_conversations(self.namespace)
+        if self.sessions is not None:
+            rows = [r for r in rows if fnmatch.fnmatchcase(unqualify(r[1]), self.sessions)]
+        return tuple(i for i, _ in rows)
+
     def scope(self) -> tuple[int, ...] | None:
         """The conversation ids the tools may read now (``None``: all of them)."""
+        ids: tuple[int, ...] | None = None
         if self.grant_id is not None:
-            return self.engine.check_grant(self.grant_id).conversation_ids
-        if self.pinned is not None:
-            return tuple(self.engine.family_ids(self.pinned))
-        return None
+            ids = self.engine.check_grant(self.grant_id).conversation_ids
+        elif self.pinned is not None:
+            ids = tuple(self.engine.family_ids(self.pinned))
+        reach = self._reach()
+        if reach is None:
+            return ids
+        if ids is None:
+            return reach
+        within = set(reach)
+        return tuple(i for i in ids if i in within)
 
     def describe_scope(self) -> str:
         """The scope in words, for instructions and refusals."""
@@ -109,9 +142,20 @@ class ToolScope:
         if self.pinned is not None:
             return (
                 f"conversation {self.pinned.conversation_id} (session"
-                f" {self.pinned.session_id!r}) and its family"
+                f" {unqualify(self.pinned.session_id)!r}) and its family"
             )
+        if self.namespace is not None:
+            return f"the conversations of namespace {self.namespace!r}"
         return STORE_SCOPE
+
+    def _candidates(self, ref: int | str) -> list[int | str]:
+        """What *ref* may name, in the order tried: within a namespace, a session id is one
+        of its own (text of digits: a conversation id first, then a session id)."""
+        if self.namespace is None or isinstance(ref, int):
+            return [ref]
+        if ref.strip().isascii() and ref.strip().isdigit():
+            return [int(ref.strip()), qualify(self.namespace, ref)]
+        return [qualify(self.namespace, ref)]
 
     def resolve(self, ref: int | str | None) -> tuple[Conversation | None, tuple[int, ...] | None]:
         """The conversation a tool call names (or the pinned one) and the ids it may read.
@@ -122,13 +166,19 @@ class ToolScope:
         scope = self.scope()
         if ref is None:
             return self.pinned, scope
-        try:
-            conv = self.engine.lookup(ref)
-        except NotFoundError:
-            conv = None
-        if conv is None or (scope is not None and conv.conversation_id not in scope):
+        conv: Conversation | None = None
+        for candidate in self._candidates(ref):
+            try:
+                found = self.engine.lookup(candidate)
+            except NotFoundError:
+                continue
+            if scope is None or found.conversation_id in scope:
+                conv = found
+                break
+        if conv is None:
+            shown = unqualify(ref) if isinstance(ref, str) else ref
             raise NotFoundError(
-                f"conversation {ref!r} is not one these tools can see (they serve"
+                f"conversation {shown!r} is not one these tools can see (they serve"
                 f" {self.describe_scope()}); lcm_list_conversations lists them"
             )
         family = self.engine.family_ids(conv)
@@ -273,8 +323,13 @@ def lcm_expand_query(
     conv, _ = tools.resolve(conversation)
     wanted = [s.strip() for s in summary_ids or [] if s.strip()]
     if conv is None and wanted:  # the engine refuses ids outside this one's family
-        owner = tools.engine.summary(wanted[0]).conversation_id
-        conv, _ = tools.resolve(owner)
+        try:
+            conv, _ = tools.resolve(tools.engine.summary(wanted[0]).conversation_id)
+        except NotFoundError:  # unknown, or beyond the scope: the same words for both
+            raise NotFoundError(
+                f"no summary {wanted[0]!r} among the conversations these tools can see; find"
+                " summary ids with lcm_grep"
+            ) from None
     if conv is None:
         raise ArgumentError(
             "name the conversation to answer from: conversation=<id or session id> (lcm_grep"

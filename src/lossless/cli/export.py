@@ -7,7 +7,9 @@ import sys
 import click
 from rich.markup import escape
 
+from ..access import local_actor
 from ..export import FORMATS, write_atomically
+from ..model import namespace_of, unqualify
 from .output import State, pass_state, stderr
 
 
@@ -68,6 +70,15 @@ def export_command(
     engine = state.engine()
     conv = engine.lookup(conversation) if conversation is not None else None
     pieces = engine.export(conv, family=family, format=fmt, reveal=reveal)
+    engine.record(
+        local_actor(),
+        "export",
+        namespace=None if conv is None else namespace_of(conv.session_id),
+        conversation_id=None if conv is None else conv.conversation_id,
+        session_id=None if conv is None else unqualify(conv.session_id),
+        detail=f"{'--all' if conv is None else ('family' if family else 'conversation')}"
+        f" as {fmt}{' with secrets revealed' if reveal else ''} to {output or 'stdout'}",
+    )
     if output is None or output == "-":
         # UTF-8 whatever the terminal's locale: the bytes are the same as in a file.
         binary = getattr(sys.stdout, "buffer", None)

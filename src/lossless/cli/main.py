@@ -92,6 +92,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "the large files, the hooks' logs), the summarizer in use and the ones installed, and"
         " the versions.",
     ),
+    "tokens": (
+        "access:tokens_command",
+        "Create, list and revoke the access tokens of `lossless serve` (a namespace each).",
+    ),
+    "audit": (
+        "access:audit_command",
+        "Who did what to which conversation, and when, newest first: writes over `lossless "
+        "serve --http`, forgets, exports, token changes and failed authentications.",
+    ),
     "backup": (
         "store:backup_command",
         "Copy the store to DEST while it is in use, and check the copy.",

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING
 import click
 from rich.markup import escape
 
+from ..access import local_actor
 from ..errors import NotFoundError
 from ..forget import ForgetReport, being_finished
 from ..maintenance import RewriteReport
+from ..model import namespace_of
 from ..transplant import render
 from .conversations import resolve
 from .output import State, confirmed, emit_json, json_option, pass_state, stderr, stdout
@@ -290,7 +292,8 @@ def forget_command(
     if family and conversation is None:
         raise click.UsageError("--family needs a CONVERSATION")
     engine = state.engine()
-    ref = resolve(engine, conversation).conversation_id if conversation is not None else None
+    resolved = resolve(engine, conversation) if conversation is not None else None
+    ref = resolved.conversation_id if resolved is not None else None
 
     def run(dry: bool) -> ForgetReport:
         return engine.forget(
@@ -314,6 +317,15 @@ def forget_command(
         if not going:
             raise click.Abort
     report = plan if dry_run else run(False)
+    if not dry_run and report.messages:
+        engine.record(
+            local_actor(),
+            "forget",
+            namespace=None if resolved is None else namespace_of(resolved.session_id),
+            conversation_id=ref,
+            detail=f"{report.messages} message(s) of conversation(s)"
+            f" {', '.join(map(str, report.conversations))} ({report.what})",
+        )
     if as_json:
         emit_json(report.to_dict())
         return

@@ -39,6 +39,7 @@ from ..store import DEFER_TRIGRAM_AT, Store, open_store
 from ..summarize import Summarizer
 from ..summarize.providers import build_summarizer
 from ..tokens import HeuristicTokenCounter, TokenCounter
+from .access import Access
 from .base import (
     ConversationRef,
     database_target,
@@ -75,7 +76,7 @@ class TurnResult:
     error: str | None = None
 
 
-class Engine(Reads, Recall, Upkeep, Hosting, Pending):
+class Engine(Reads, Recall, Upkeep, Hosting, Pending, Access):
     """Lossless context management over one store.
 
     Open one with :meth:`open`; use it as a context manager or call :meth:`close`. Its

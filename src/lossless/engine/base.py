@@ -11,7 +11,7 @@ from pathlib import Path
 from ..codec import safe_id
 from ..config import Config, default_data_dir
 from ..errors import NotFoundError
-from ..model import Conversation
+from ..model import Conversation, qualify, writing_namespace
 from ..services import Services
 from ..store import Store
 from ..summarize import Summarizer
@@ -105,7 +105,9 @@ class Facade:
             raise TypeError(f"a conversation is an int id or a str session id, not {ref!r}")
         if isinstance(ref, int):
             return self.store.get_conversation(ref)
-        ref = safe_id(ref)  # lone surrogates spelled out, as in every stored id
+        # lone surrogates spelled out, as in every stored id; within a namespaced request,
+        # its namespace's conversation of that name
+        ref = qualify(writing_namespace.get(), safe_id(ref))
         cached = self._by_session.get(ref)
         if cached is not None:
             return cached

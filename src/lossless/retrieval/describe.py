@@ -83,7 +83,29 @@ def describe(
     lines: tuple[int, int] | None = None,
     with_content: bool = True,
 ) -> Description:
-    """Describe a summary, large file or message id (see the module docstring)."""
+    """Describe a summary, large file or message id (see the module docstring).
+
+    With a *scope*, an id outside it and an id no conversation has get the same answer: a
+    scoped caller learns nothing of what lies beyond its conversations."""
+    if scope is None:
+        return _describe(services, ident, None, token_cap, lines, with_content)
+    try:
+        return _describe(services, ident, scope, token_cap, lines, with_content)
+    except NotFoundError:
+        raise NotFoundError(
+            f"no {ident.strip()!r} among the conversations these tools can see; find ids with"
+            " lcm_grep (they look like sum_0123456789abcdef, file_0123456789abcdef or msg#42)"
+        ) from None
+
+
+def _describe(
+    services: Services,
+    ident: str,
+    scope: Sequence[int] | None,
+    token_cap: int | None,
+    lines: tuple[int, int] | None,
+    with_content: bool,
+) -> Description:
     ident = ident.strip()
     if not ident.isascii():  # every id is ASCII; int() and SQLite refuse the rest
         shown = ident.encode("ascii", "backslashreplace").decode()

@@ -154,11 +154,15 @@ def expand_query(
     ids = list(dict.fromkeys(summary_ids or []))
     if ids:  # named summaries must be in the conversation's family: nothing leaks across
         family = set(services.store.family_ids(conversation))
-        for summary in services.store.get_summaries(ids):
-            if summary.conversation_id not in family:
+        for sid in ids:  # another family's reads as one nobody has
+            try:
+                owner: int | None = services.store.get_summaries([sid])[0].conversation_id
+            except NotFoundError:
+                owner = None
+            if owner not in family:
                 raise NotFoundError(
-                    f"no {summary.summary_id} in this conversation's family; find summaries"
-                    " with lcm_grep"
+                    f"no summary {sid} in this conversation's family; find summaries with"
+                    " lcm_grep (summary ids look like sum_0123456789abcdef)"
                 )
     message_hits: list[tuple[str, str]] = []  # (id, text)
     if query or not ids:

@@ -32,8 +32,10 @@ import errno
 import hmac
 import logging
 import os
+import queue
 import socket
 import stat
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..access import OWNER, Caller, token_id_of
 from ..engine import Engine
 from ..errors import LosslessError
 from ..ingest.transcripts import over_limit
@@ -63,6 +66,8 @@ IDLE_SECONDS = 5.0
 MAX_CONNECTIONS = 2048
 #: On SIGTERM, how long the requests under way may take to finish.
 GRACE_SECONDS = 30
+#: Failed authentications the audit log lists one by one in a minute (the rest are counted).
+FAILED_LOGINS_LOGGED = 60
 
 
 @dataclass(frozen=True)
@@ -293,6 +298,59 @@ class _Refused(Exception):
         self.reason = reason
 
 
+class _FailedLogins:
+    """Failed authentications into the audit log, at most :data:`FAILED_LOGINS_LOGGED` a
+    minute (a flood of guesses is one line more, with its count, not a full disk), written by
+    one thread of its own: the event loop never waits on the store, and a flood costs no
+    threads."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._lock = threading.Lock()
+        self._window = 0.0
+        self._logged = 0
+        self._dropped = 0
+        self._lines: queue.SimpleQueue[tuple[str, str, str]] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+
+    def note(self, actor: str, where: str) -> None:
+        """Count a refused request of *actor* (a token id or ``unknown``) from *where*."""
+        with self._lock:
+            clock = time.monotonic()
+            if clock - self._window >= 60.0:
+                if self._dropped:
+                    self._lines.put(
+                        (
+                            "unknown",
+                            f"{self._dropped} more refused in the minute before (not listed"
+                            " one by one)",
+                            "",
+                        )
+                    )
+                self._window, self._logged, self._dropped = clock, 0, 0
+            if self._logged >= FAILED_LOGINS_LOGGED:
+                self._dropped += 1
+                return
+            self._logged += 1
+            self._lines.put((actor, f"from {where}", ""))
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write, name="lossless-audit", daemon=True
+                )
+                self._writer.start()
+
+    def _write(self) -> None:
+        while True:
+            actor, detail, _ = self._lines.get()
+            self.engine.record(
+                actor,
+                "authenticate",
+                namespace="-",  # no namespace: nobody was let in
+                outcome="refused",
+                detail=detail,
+            )
+
+
 def _app(
     dispatcher: Dispatcher,
     token: str,
@@ -308,10 +366,26 @@ def _app(
     from starlette.routing import Route
 
     expected = f"Bearer {token}".encode()
+    tokens = dispatcher.engine.token_check()
+    failures = _FailedLogins(dispatcher.engine)
 
-    def authorized(request: Request) -> bool:
-        given = (request.headers.get("authorization") or "").encode()
-        return hmac.compare_digest(given, expected)
+    async def caller_of(request: Request) -> Caller | None:
+        """The server's owner (its own token), an access token's holder, or ``None``."""
+        header = request.headers.get("authorization") or ""
+        if hmac.compare_digest(header.encode(), expected):
+            return OWNER
+        scheme, _, presented = header.partition(" ")
+        found = None
+        if scheme.lower() == "bearer" and presented.startswith("tok_"):
+            # a store read and, once per token, a password hash: off the event loop
+            found = await asyncio.to_thread(tokens.caller, presented.strip())
+        if found is None:
+            where = request.client.host if request.client else "?"
+            failures.note(token_id_of(presented.strip()), where)
+        return found
+
+    async def authorized(request: Request) -> bool:
+        return (await caller_of(request)) is OWNER
 
     def refused(status: int, message: str, reason: str) -> Response:
         # The body was not read (or not whole): the connection is not kept for another request.
@@ -349,7 +423,8 @@ def _app(
         return b"".join(chunks)
 
     async def rpc(request: Request) -> Response:
-        if not authorized(request):
+        who = await caller_of(request)
+        if who is None:
             return refused(401, "missing or wrong bearer token", "token")
         try:
             body = await body_of(request)
@@ -357,7 +432,7 @@ def _app(
             return refused(exc.status, str(exc), exc.reason)
         metrics.in_flight += 1
         try:
-            answered = await dispatcher.answer(body)
+            answered = await dispatcher.answer(body, who)
         finally:
             metrics.in_flight -= 1
         if answered is None:
@@ -377,7 +452,7 @@ def _app(
         return JSONResponse({"status": "ok", "store": dispatcher.engine.store.backend})
 
     async def metrics_page(request: Request) -> Response:
-        if not authorized(request):
+        if not await authorized(request):  # the whole server's figures: its owner's
             return refused(401, "missing or wrong bearer token", "token")
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -462,7 +537,11 @@ async def _serve(
     loop = asyncio.get_running_loop()
     metrics = Metrics(engine)
     dispatcher = Dispatcher(
-        engine, workers=workers, transcript_roots=roots, observe=metrics.observe
+        engine,
+        workers=workers,
+        transcript_roots=roots,
+        observe=metrics.observe,
+        audit_writes=True,
     )
     stopping = asyncio.Event()
     config = uvicorn.Config(

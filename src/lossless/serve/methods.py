@@ -26,6 +26,7 @@ from ..retrieval.tools import TOOLS, Param, RecallTool
 from ..room import Room, recorded
 from ..timestamps import parse_ts
 from ..toolbox import ToolScope
+from . import tenancy
 
 __all__ = ["METHODS", "Method", "discover"]
 
@@ -303,6 +304,13 @@ def _status(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         conv = engine.conversation(a["session_id"])
         state = _session_state(engine, conv.conversation_id)
         return {**state, "summaries_pending": engine.pending_summaries(conv.conversation_id)}
+    who = tenancy.caller()
+    if who.namespace is not None:  # a namespace's totals, nothing of the rest of the store
+        return {
+            "version": __version__,
+            "namespace": who.namespace,
+            "conversations": len(tenancy.scope(engine).scope() or ()),
+        }
     return {
         "version": __version__,
         **engine.stats(),
@@ -320,7 +328,7 @@ def _doctor(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _scope(engine: Engine, session_id: str | None) -> ToolScope:
-    return ToolScope.of(engine, conversation=session_id)
+    return tenancy.scope(engine, conversation=session_id)
 
 
 def _tools(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
@@ -344,19 +352,36 @@ def _call_tool(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
 
 def _recall(name: str) -> Callable[[Engine, dict[str, Any]], Any]:
     def run(engine: Engine, a: dict[str, Any]) -> Any:
-        return toolbox.run(ToolScope(engine), name, a)
+        return toolbox.run(tenancy.scope(engine), name, a)
 
     return run
 
 
 def _expand(engine: Engine, a: dict[str, Any]) -> Any:
     grant = a.pop("grant_id")
-    return toolbox.run(ToolScope.of(engine, grant_id=grant), "lcm_expand", a)
+    return toolbox.run(tenancy.scope(engine, grant_id=grant), "lcm_expand", a)
 
 
 def _wait(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     reports = engine.wait_for_compaction(a["timeout"])
-    return {"finished": [dict(r.to_dict()) for r in reports]}
+    reach = tenancy.scope(engine).scope()  # a namespace's caller hears of its own runs only
+    return {
+        "finished": [
+            dict(r.to_dict()) for r in reports if reach is None or r.conversation_id in reach
+        ]
+    }
+
+
+def _audit(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    who = tenancy.caller()
+    rows = engine.audit_log(
+        namespace=who.namespace if who.namespace is not None else a["namespace"],
+        actor=a["actor"],
+        action=a["action"],
+        since=a["since"],
+        limit=a["limit"],
+    )
+    return {"entries": [r.to_dict() for r in rows]}
 
 
 def _declared(method: str, tool: str, description: str) -> Method:
@@ -632,6 +657,20 @@ _METHODS = (
         " that finished.",
         (Param("timeout", "integer", "Seconds to wait at most.", 30, minimum=0, maximum=3600),),
         _wait,
+        ordered_by=None,
+    ),
+    Method(
+        "audit",
+        "The audit log, newest first: who (a token id, never a token) did what to which"
+        " conversation and when; a namespace's admin token reads its namespace's lines.",
+        (
+            Param("namespace", "string", "Only this namespace's lines (the owner's).", None),
+            Param("actor", "string", "Only this actor's lines (a token id, owner, ...).", None),
+            Param("action", "string", "Only this action's lines (after_turn, ...).", None),
+            Param("since", "string", "Only lines at or after this ISO-8601 time.", None),
+            Param("limit", "integer", "The most lines returned.", 100, minimum=1, maximum=10_000),
+        ),
+        _audit,
         ordered_by=None,
     ),
 )

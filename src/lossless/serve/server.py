@@ -36,8 +36,10 @@ from typing import Any
 
 import orjson
 
+from ..access import OWNER, Caller
 from ..engine import Engine
 from ..errors import (
+    AccessError,
     ArgumentError,
     ConflictError,
     LosslessError,
@@ -55,6 +57,7 @@ from ..jsonrpc import (
     envelope_problem,
 )
 from ..jsonrpc import error as _error
+from . import tenancy
 from .methods import METHODS, discover
 
 __all__ = [
@@ -75,6 +78,7 @@ ERROR_CODES: dict[type[LosslessError], int] = {
     ConflictError: -32002,  # the store changed underneath: retrying is safe
     StoreError: -32003,
     UnknownShapeError: -32004,
+    AccessError: -32005,  # the token's role or sessions do not allow it
 }
 LOSSLESS_ERROR = -32000
 
@@ -89,8 +93,12 @@ class Dispatcher:
         workers: int = 8,
         transcript_roots: Sequence[Path] | None = None,
         observe: Callable[[str, float, int | None], None] | None = None,
+        audit_writes: bool = False,
     ) -> None:
         self.engine = engine
+        #: Whether each write is recorded in the audit log (by the HTTP server: its callers
+        #: are not the local owner's own process, as stdio's is).
+        self.audit_writes = audit_writes
         #: Told of each request answered: its method, the seconds it took, and its error code
         #: (``None`` when it succeeded): what ``/metrics`` counts.
         self.observe = observe
@@ -105,8 +113,9 @@ class Dispatcher:
 
     # --- framing -------------------------------------------------------------------------
 
-    async def answer(self, raw: bytes | str) -> bytes | None:
-        """The response to one request or batch, serialized (``None``: only notifications)."""
+    async def answer(self, raw: bytes | str, caller: Caller = OWNER) -> bytes | None:
+        """The response to one request or batch of *caller*, serialized (``None``: only
+        notifications)."""
         try:
             payload = _load(raw)
         except ValueError as exc:
@@ -121,20 +130,20 @@ class Dispatcher:
         if isinstance(payload, list):
             if not payload:
                 return _dump(_error(None, INVALID_REQUEST, "an empty batch: send at least one"))
-            replies = await asyncio.gather(*(self.one(r) for r in payload))
+            replies = await asyncio.gather(*(self.one(r, caller) for r in payload))
             kept = [r for r in replies if r is not None]
             return _dump(kept) if kept else None
-        reply = await self.one(payload)
+        reply = await self.one(payload, caller)
         return None if reply is None else _dump(reply)
 
-    async def one(self, request: Any) -> dict[str, Any] | None:
+    async def one(self, request: Any, caller: Caller = OWNER) -> dict[str, Any] | None:
         """The response to one request (``None`` for a notification: a request without id)."""
         problem = envelope_problem(request)
         if problem is not None:
             return _error(*problem)
         rid = request.get("id")
         began = time.perf_counter()
-        reply = await self._call(rid, request["method"], request.get("params", {}))
+        reply = await self._call(rid, request["method"], request.get("params", {}), caller)
         if self.observe is not None:
             error = reply.get("error")
             self.observe(
@@ -144,7 +153,7 @@ class Dispatcher:
 
     # --- calls ---------------------------------------------------------------------------
 
-    async def _call(self, rid: Any, name: str, params: Any) -> dict[str, Any]:
+    async def _call(self, rid: Any, name: str, params: Any, caller: Caller) -> dict[str, Any]:
         if name == "rpc.discover":
             return {"jsonrpc": "2.0", "id": rid, "result": discover()}
         method = METHODS.get(name)
@@ -159,18 +168,38 @@ class Dispatcher:
             arguments = method.check(params)
             if name == "bootstrap" and self.transcript_roots is not None:
                 readable(arguments.get("transcript"), self.transcript_roots)
+            arguments = tenancy.admit(caller, name, arguments)
         except ArgumentError as exc:
-            return _error(rid, INVALID_PARAMS, str(exc))
-        key = arguments.get(method.ordered_by) if method.ordered_by else None
-        try:
-            result = await self._ordered(
-                None if key is None else str(key), lambda: method.run(self.engine, arguments)
-            )
-        except ArgumentError as exc:
-            return _error(rid, INVALID_PARAMS, str(exc))
+            return _error(rid, INVALID_PARAMS, tenancy.said(caller, str(exc)))
         except LosslessError as exc:
-            code = next((c for t, c in ERROR_CODES.items() if isinstance(exc, t)), LOSSLESS_ERROR)
-            return _error(rid, code, str(exc), {"type": type(exc).__name__})
+            if self.audit_writes and name in tenancy.WRITES:  # a write refused is recorded too
+                await asyncio.to_thread(
+                    tenancy.record, self.engine, caller, name, arguments, None, exc
+                )
+            return self._refusal(rid, caller, exc)
+        key = arguments.get(method.ordered_by) if method.ordered_by else None
+        audited = self.audit_writes and name in tenancy.WRITES
+
+        def work() -> Any:
+            with tenancy.acting(caller):
+                failure: BaseException | None = None
+                result = None
+                try:
+                    result = method.run(self.engine, arguments)
+                    return tenancy.shown(caller, result)
+                except BaseException as exc:
+                    failure = exc
+                    raise
+                finally:
+                    if audited:
+                        tenancy.record(self.engine, caller, name, arguments, result, failure)
+
+        try:
+            result = await self._ordered(None if key is None else str(key), work)
+        except ArgumentError as exc:
+            return _error(rid, INVALID_PARAMS, tenancy.said(caller, str(exc)))
+        except LosslessError as exc:
+            return self._refusal(rid, caller, exc)
         except Exception as exc:  # the server stays up; the details go to its log
             logger.exception("%s failed", name)
             return _error(
@@ -181,6 +210,11 @@ class Dispatcher:
                 " the details",
             )
         return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+    @staticmethod
+    def _refusal(rid: Any, caller: Caller, exc: LosslessError) -> dict[str, Any]:
+        code = next((c for t, c in ERROR_CODES.items() if isinstance(exc, t)), LOSSLESS_ERROR)
+        return _error(rid, code, tenancy.said(caller, str(exc)), {"type": type(exc).__name__})
 
     async def _ordered(self, key: str | None, work: Callable[[], Any]) -> Any:
         loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ messages; the DAG rewrites the context), so each sees only what lies beneath it.
 
 from __future__ import annotations
 
+from .access import AccessStore
 from .activity import ActivityStore
 from .checks import CheckStore
 from .core import NO_LIMIT, in_chunks
@@ -31,6 +32,7 @@ class Store(
     ActivityStore,
     SearchStore,
     GrantStore,
+    AccessStore,
     CheckStore,
 ):
     """A lossless store (see the module doc)."""

@@ -9,6 +9,7 @@ from typing import Any
 from ..codec import dumps, loads
 from ..errors import NotFoundError
 from ..model import (
+    DEFAULT_NAMESPACE,
     ContextItem,
     Conversation,
     ConversationStats,
@@ -17,7 +18,11 @@ from ..model import (
     StoredMessage,
     StoredPart,
     check_session_id,
+    namespace_of,
+    qualify,
     speaker_of,
+    unqualify,
+    writing_namespace,
 )
 from ..timestamps import format_ts, now
 from .connection import Connection
@@ -68,21 +73,34 @@ class MessageStore(StoreCore):
         session_key: str | None = None,
         title: str | None = None,
     ) -> Conversation:
-        """The conversation for *session_id*, created on first use."""
+        """The conversation for *session_id*, created on first use (in the namespace a
+        request is writing in, if one is: :data:`~lossless.model.writing_namespace`)."""
+        namespace = writing_namespace.get()
+        session_id = qualify(namespace, session_id)
+        if session_key is not None:
+            session_key = qualify(namespace, session_key)
         with self.transaction() as conn:
             row = conn.execute(
                 f"SELECT {self._CONV_COLS} FROM conversations WHERE session_id = ?", (session_id,)
             ).fetchone()
             if row is not None:
                 return self._conversation(row)
-            check_session_id(session_id)  # (one made before the check is still found)
+            check_session_id(unqualify(session_id))  # (one made before the check is found)
+            stored_namespace = namespace_of(session_id)
             stamp = format_ts(now())
             # Another process may create it at the same moment: then its row is the one.
             created = conn.execute(
-                "INSERT INTO conversations (session_id, session_key, title, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
-                " RETURNING conversation_id",
-                (session_id, session_key, title, stamp, stamp),
+                "INSERT INTO conversations (session_id, session_key, title, created_at,"
+                " updated_at, namespace) VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (session_id) DO NOTHING RETURNING conversation_id",
+                (
+                    session_id,
+                    session_key,
+                    title,
+                    stamp,
+                    stamp,
+                    None if stored_namespace == DEFAULT_NAMESPACE else stored_namespace,
+                ),
             ).fetchone()
             if created is None:
                 row = conn.execute(
@@ -114,7 +132,9 @@ class MessageStore(StoreCore):
         return self._conversation(rows[0])
 
     def find_conversation(self, session_id: str) -> Conversation | None:
-        """The conversation whose external session id is *session_id*, if any."""
+        """The conversation whose external session id is *session_id*, if any (in the
+        namespace a request is writing in, if one is)."""
+        session_id = qualify(writing_namespace.get(), session_id)
         rows = self.fetchall(
             f"SELECT {self._CONV_COLS} FROM conversations WHERE session_id = ?", (session_id,)
         )

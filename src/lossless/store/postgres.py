@@ -70,6 +70,7 @@ _SEQUENCES = (
      "conversation_id"),
     ("pg_get_serial_sequence('summaries', 'rowid')", "summaries", "rowid"),
     ("pg_get_serial_sequence('forgotten', 'forget_id')", "forgotten", "forget_id"),
+    ("pg_get_serial_sequence('audit_log', 'audit_id')", "audit_log", "audit_id"),
 )  # fmt: skip
 
 #: The tables a forget writes text out of: rewritten after it (:meth:`purge_freed`).
