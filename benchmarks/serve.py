@@ -17,11 +17,17 @@
 
     python benchmarks/serve.py --shared                 # 1/16/64 clients, 800 idle, both back ends
     python benchmarks/serve.py --shared --backends sqlite --rounds 10 --idle 200
+
+With ``--tenants N`` the shared part's clients send access tokens of N namespaces (made with
+``lossless tokens create`` before the server starts; client *i* holds namespace *i mod N*'s)
+instead of the server's own token: what a token's check, the namespace's scope and the audit
+line of each write cost.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import socket
 import subprocess
@@ -96,15 +102,18 @@ def idle_connections(url: str, count: int) -> list[socket.socket]:
     return out
 
 
-def level(url: str, clients: int, rounds: int, tag: str) -> dict[str, Any]:
-    """*clients* threads at once, each *rounds* turns on a session of its own."""
+def level(
+    url: str, clients: int, rounds: int, tag: str, tokens: list[str] | None = None
+) -> dict[str, Any]:
+    """*clients* threads at once, each *rounds* turns on a session of its own (client *i*
+    with ``tokens[i % len(tokens)]``, else the server's own token)."""
     calls: dict[str, list[float]] = {"after_turn": [], "assemble": []}
     failures: list[str] = []
     guard = threading.Lock()
     start = threading.Barrier(clients + 1)
 
     def client(i: int) -> None:
-        talk = ServeClient.http(url, TOKEN)
+        talk = ServeClient.http(url, tokens[i % len(tokens)] if tokens else TOKEN)
         mine: dict[str, list[float]] = {"after_turn": [], "assemble": []}
         start.wait()
         try:
@@ -139,8 +148,28 @@ def level(url: str, clients: int, rounds: int, tag: str) -> dict[str, Any]:
     }
 
 
-def shared(backend: str, work: Path, rounds: int, idle: int) -> list[dict[str, Any]]:
+def access_tokens(db: str, count: int) -> list[str]:
+    """*count* write tokens, each of a namespace of its own, made with the CLI."""
+    made = []
+    for k in range(count):
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "lossless", "--db", db, "tokens", "create"),
+                *("--namespace", f"tenant-{k}", "--role", "write", "--json"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        made.append(json.loads(done.stdout)["token"])
+    return made
+
+
+def shared(
+    backend: str, work: Path, rounds: int, idle: int, tenants: int = 0
+) -> list[dict[str, Any]]:
     db, schema = fresh_store(backend, work, "serve-shared")
+    tokens = access_tokens(db, tenants) if tenants else None
     # The idle connections stay open through every level (a request timeout past the run).
     server, url = start_http(db, "--request-timeout", "3600", "--max-connections", "4096")
     rows = []
@@ -149,10 +178,11 @@ def shared(backend: str, work: Path, rounds: int, idle: int) -> list[dict[str, A
         held = idle_connections(url, idle)
         try:
             for clients in LEVELS:
-                row = level(url, clients, rounds, backend)
+                row = level(url, clients, rounds, backend, tokens)
                 threads, rss = server_figures(server.pid)
                 row.update(
                     backend=backend,
+                    tenants=tenants,
                     idle=idle,
                     server_threads=threads,
                     server_rss_mb=round(rss, 1),
@@ -161,7 +191,9 @@ def shared(backend: str, work: Path, rounds: int, idle: int) -> list[dict[str, A
                 )
                 rows.append(row)
                 print(
-                    f"{backend:10} {clients:3} clients + {idle} idle: {row['requests_per_s']:7.1f}"
+                    f"{backend:10} {clients:3} clients"
+                    + (f" of {tenants} namespaces" if tenants else "")
+                    + f" + {idle} idle: {row['requests_per_s']:7.1f}"
                     f" req/s; after_turn p50 {row['after_turn']['p50_ms']:6.1f} p99"
                     f" {row['after_turn']['p99_ms']:6.1f} ms; assemble p50"
                     f" {row['assemble']['p50_ms']:6.1f} p99 {row['assemble']['p99_ms']:6.1f} ms;"
@@ -188,15 +220,19 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--rounds", type=int, default=20, help="turns per client per level")
     parser.add_argument("--idle", type=int, default=800, help="idle slow connections beside")
+    parser.add_argument(
+        "--tenants", type=int, default=0, help="clients hold access tokens of N namespaces"
+    )
     args = parser.parse_args()
     if args.shared:
         with tempfile.TemporaryDirectory() as tmp:
             rows = [
                 row
                 for backend in args.backends.split(",")
-                for row in shared(backend, Path(tmp), args.rounds, args.idle)
+                for row in shared(backend, Path(tmp), args.rounds, args.idle, args.tenants)
             ]
-        save("serve-shared", {"machine": machine(), "args": vars(args), "results": rows})
+        name = "serve-shared-tenants" if args.tenants else "serve-shared"
+        save(name, {"machine": machine(), "args": vars(args), "results": rows})
         return
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "serve.db"

@@ -6,6 +6,7 @@ tokens; then the same over HTTP with the tokens as a client sends them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import getpass
 import itertools
 import json
@@ -155,6 +156,7 @@ def calls(own: Namespace, other: Namespace, session: str) -> list[tuple[str, dic
         ("describe", {"id": msg}),
         ("describe", {"id": summary, "conversation": conv}),
         ("expand", {"grant_id": other.grant_id, "summary_ids": [summary]}),
+        ("expand", {"grant_id": own.grant_id, "summary_ids": [summary]}),
         ("expand_query", {"prompt": f"what is the {word} key?", "summary_ids": [summary]}),
         ("expand_query", {"prompt": "what is the key?", "conversation": conv}),
         ("session_summary", {"conversation": conv}),
@@ -259,6 +261,7 @@ def test_no_token_reads_or_writes_beyond_its_namespace(
             for secret in (other.marker, other.name):
                 assert secret not in said or secret in sent, (method, params, answer)
             assert "\\u001f" not in said, (method, params, answer)
+            assert '"score"' not in said, (method, answer)  # scores weigh the whole store
             # 2. an id of the other namespace reads as an id nobody has
             if "error" in answer:
                 assert answer["error"]["code"] != -32603, answer  # never an internal error
@@ -424,3 +427,93 @@ def test_tokens_made_with_the_cli_keep_two_teams_apart_over_http(db: str, tmp_pa
     assert made["team-a"]["token"].partition(".")[2] not in text
     listed = lossless(db, "tokens", "list")
     assert "revoked" in listed and made["team-b"]["token"].partition(".")[2] not in listed
+
+
+def test_a_default_namespace_token_cannot_name_a_stored_id(engine: Engine) -> None:
+    """The owner's own conversations are the namespace ``default``: its token's session ids
+    are stored as they are, so a stored id of another namespace must not pass through."""
+    dispatcher = Dispatcher(engine, audit_writes=True)
+    try:
+        team = seed(engine, dispatcher, ["main"])
+        token, _ = engine.create_token(namespace="default", role="write", actor="local:test")
+        holder = engine.token_check().caller(token)
+        assert holder is not None
+        stored = f"{team.name}\x1fmain"
+        before = snapshot(engine, team)
+        for method, params in (
+            ("assemble", {"session_id": stored, "token_budget": 4000}),
+            ("ingest", {"session_id": stored, "message": {"role": "user", "content": "in"}}),
+            ("grep", {"pattern": team.marker, "conversation": stored}),
+        ):
+            answer = rpc(dispatcher, holder, method, **params)
+            assert answer["error"]["code"] == -32602, answer
+            assert "control characters" in answer["error"]["message"]
+        assert snapshot(engine, team) == before
+    finally:
+        dispatcher.close()
+
+
+def test_a_token_reads_only_what_is_there_and_hears_only_of_its_own_runs(
+    engine: Engine, tmp_path: Path
+) -> None:
+    dispatcher = Dispatcher(engine, audit_writes=True)
+    try:
+        space = seed(engine, dispatcher, ["main"])
+        token, _ = engine.create_token(namespace=space.name, role="read", actor="local:test")
+        reader = engine.token_check().caller(token)
+        assert reader is not None
+        # a read of a session the namespace lacks makes nothing (the owner's would)
+        answer = rpc(
+            dispatcher, reader, "assemble", session_id="new", token_budget=900, window=4000
+        )
+        assert answer["error"]["code"] == -32001
+        assert engine.find_conversation(f"{space.name}\x1fnew") is None
+        # a new session summary is a write (it calls the model)
+        refused = rpc(dispatcher, reader, "session_summary", conversation="main")
+        assert refused["error"]["data"]["type"] == "AccessError"
+        via_tool = rpc(
+            dispatcher,
+            reader,
+            "call_tool",
+            name="summarize_session",
+            arguments={},
+            session_id="main",
+        )
+        assert via_tool["error"]["data"]["type"] == "AccessError"
+        # a transcript on the server's machine is the owner's to name
+        transcript = tmp_path / "t.jsonl"
+        transcript.write_text('{"role": "user", "content": "hello"}\n')
+        writer_token, _ = engine.create_token(namespace=space.name, role="write", actor="t")
+        writer = engine.token_check().caller(writer_token)
+        assert writer is not None
+        boot = rpc(dispatcher, writer, "bootstrap", session_id="b", transcript=str(transcript))
+        assert boot["error"]["data"]["type"] == "AccessError"
+    finally:
+        dispatcher.close()
+
+
+def test_a_tokens_wait_leaves_the_owners_background_runs_alone(db: str) -> None:
+    config = dataclasses.replace(CONFIG, background_compaction=True)
+    with Engine.open(db, config=config) as engine:
+        dispatcher = Dispatcher(engine, audit_writes=True)
+        try:
+            token, _ = engine.create_token(namespace="team", role="read", actor="local:test")
+            reader = engine.token_check().caller(token)
+            assert reader is not None
+            turned = rpc(
+                dispatcher,
+                OWNER,
+                "after_turn",
+                session_id="o",
+                messages=turns("ownword", "o", 12),
+                token_budget=150,
+            )
+            assert turned["result"]["deferred"], turned  # compaction queued in the background
+            seen = rpc(dispatcher, reader, "wait_for_compaction", timeout=5)
+            assert seen["result"]["finished"] == []
+            owners = rpc(dispatcher, OWNER, "wait_for_compaction", timeout=60)
+            assert [r["conversation_id"] for r in owners["result"]["finished"]] == [
+                turned["result"]["conversation_id"]
+            ]
+        finally:
+            dispatcher.close()

@@ -25,6 +25,7 @@ import logging
 import re
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -64,6 +65,11 @@ ROLES: tuple[Role, ...] = ("read", "write", "admin")
 _TOKEN_ID = re.compile(r"^tok_[0-9a-f]{12}$")
 #: How many verified tokens a server remembers (by SHA-256) before it hashes one again.
 _VERIFIED_KEPT = 1024
+#: Password hashes checked at once by one server (the rest wait): a flood of wrong secrets
+#: for a known token id costs it at most this many hashes' memory and cores.
+_HASHING_AT_ONCE = 2
+#: How long a wrong secret is refused from memory, without hashing it again.
+_REFUSED_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,9 @@ def local_actor() -> str:
 
 
 def _hasher() -> Any:
+    """argon2id at OWASP's smallest memory setting (19 MiB, two passes): a token's secret is
+    32 random bytes, nothing to guess, so the hash guards a stolen table, and a request
+    with a wrong secret must stay cheap to refuse."""
     try:
         from argon2 import PasswordHasher
     except ImportError:
@@ -112,7 +121,7 @@ def _hasher() -> Any:
             "access tokens are hashed with argon2-cffi, which is not installed; install"
             " lossless[http] (pip install 'lossless[http]')"
         ) from None
-    return PasswordHasher()
+    return PasswordHasher(time_cost=2, memory_cost=19_456, parallelism=1)
 
 
 _UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -202,7 +211,9 @@ class Tokens:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._verified: OrderedDict[bytes, str] = OrderedDict()
+        self._refused: OrderedDict[bytes, float] = OrderedDict()
         self._lock = threading.Lock()
+        self._hashing = threading.BoundedSemaphore(_HASHING_AT_ONCE)
 
     def caller(self, presented: str) -> Caller | None:
         """The caller a presented token stands for, or ``None`` when it is unknown, wrong,
@@ -216,17 +227,24 @@ class Tokens:
         if row.expires_at is not None and row.expires_at <= format_ts(now()):
             return None
         digest = hashlib.sha256(presented.encode()).digest()
+        clock = time.monotonic()
         with self._lock:
             known = self._verified.get(digest)
             if known is not None:
                 self._verified.move_to_end(digest)
+            refused_at = self._refused.get(digest)
         if known != row.secret_hash:
-            if not self._verify(row.secret_hash, secret):
+            if refused_at is not None and clock - refused_at < _REFUSED_SECONDS:
                 return None
+            with self._hashing:
+                good = self._verify(row.secret_hash, secret)
             with self._lock:
-                self._verified[digest] = row.secret_hash
-                while len(self._verified) > _VERIFIED_KEPT:
-                    self._verified.popitem(last=False)
+                kept = self._verified if good else self._refused
+                kept[digest] = row.secret_hash if good else clock  # type: ignore[assignment]
+                while len(kept) > _VERIFIED_KEPT:
+                    kept.popitem(last=False)
+            if not good:
+                return None
         role: Role = row.role  # type: ignore[assignment]
         return Caller(token_id, row.namespace, role, row.sessions)
 

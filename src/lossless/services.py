@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -161,15 +161,23 @@ class BackgroundQueue:
         with self._guard:
             return {k: (int(n), s, int(f)) for k, (n, s, f) in self._runs.items()}
 
-    def wait(self, timeout: float | None = None, *, kind: Hashable | None = None) -> list[Any]:
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        kind: Hashable | None = None,
+        of: Collection[Hashable] | None = None,
+    ) -> list[Any]:
         """Wait (at most *timeout* seconds in all) for the queued work (of keys whose first
-        element is *kind*, when given); the results of the runs that finished. Runs still
-        going stay queued for a later call; failed runs were logged and are dropped."""
+        element is *kind*, when given, and whose second is in *of*, when given); the results
+        of the runs that finished. Runs still going, and others' runs, stay queued for a
+        later call; failed runs were logged and are dropped."""
         with self._guard:
             futures = {
                 k: f
                 for k, f in self._pending.items()
-                if kind is None or (isinstance(k, tuple) and k and k[0] == kind)
+                if (kind is None or (isinstance(k, tuple) and k and k[0] == kind))
+                and (of is None or (isinstance(k, tuple) and len(k) > 1 and k[1] in of))
             }
         wait(list(futures.values()), timeout=timeout)
         results = []

@@ -203,6 +203,9 @@ def lcm_grep(
     """Search the stored history: lean hits (ids, where, when, who, a snippet), one page at a
     time, and what to ask for the next page or why the search stopped early."""
     _, ids = tools.resolve(conversation)
+    if conversation is None and tools.mode == "store" and ids is not None and not include_archived:
+        archived = set(tools.engine.archived_ids())  # a namespace's, as the whole store's
+        ids = tuple(i for i in ids if i not in archived)
     result = tools.engine.grep(
         pattern,
         within=ids,

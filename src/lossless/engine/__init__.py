@@ -427,13 +427,17 @@ class Engine(Reads, Recall, Upkeep, Hosting, Pending, Access):
             return TurnResult(ingest, None, error=f"{type(exc).__name__}: {exc}")
         return TurnResult(ingest, report)
 
-    def wait_for_compaction(self, timeout: float | None = None) -> list[CompactionReport]:
-        """Wait (at most *timeout* seconds in all) for queued background compaction.
+    def wait_for_compaction(
+        self, timeout: float | None = None, *, conversations: Sequence[int] | None = None
+    ) -> list[CompactionReport]:
+        """Wait (at most *timeout* seconds in all) for queued background compaction (of
+        *conversations*, when given: others' runs are neither waited for nor collected).
 
         Returns the reports of the runs that finished; runs still going stay queued, and a
         later call collects them. Failed runs were logged by the worker and are dropped.
         """
-        return self.services.background.wait(timeout, kind="compact")
+        of = None if conversations is None else frozenset(conversations)
+        return self.services.background.wait(timeout, kind="compact", of=of)
 
     def assemble(
         self,

@@ -37,6 +37,10 @@ class Reads(Facade):
         the listings show)."""
         return self.store.list_conversations(archived=archived)
 
+    def archived_ids(self) -> list[int]:
+        """The ids of the archived conversations."""
+        return self.store.archived_conversation_ids()
+
     def message_count(self, conversation: ConversationRef) -> int:
         """How many messages the conversation stores."""
         return self.store.message_count(self.conversation(conversation).conversation_id)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import NotFoundError
 from . import grants as grant_store
 
 if TYPE_CHECKING:
@@ -87,10 +88,15 @@ def expand(
         if sid in seen:
             continue
         seen.add(sid)
-        summary = store.get_summaries([sid])[0]
-        if summary.conversation_id not in allowed:
+        try:
+            summary = store.get_summaries([sid])[0]
+        except NotFoundError:
+            summary = None
+        if summary is None or summary.conversation_id not in allowed:
+            # the same words for a summary of another conversation and one nobody has
             raise grant_store.GrantError(
-                f"{sid} is outside this grant's conversations; it cannot be expanded here"
+                f"{sid} is not a summary of this grant's conversations; it cannot be expanded"
+                " here (lcm_describe of the grant's summaries names the ids below them)"
             )
         if not _take(
             result,

@@ -300,8 +300,8 @@ class _Refused(Exception):
 
 class _FailedLogins:
     """Failed authentications into the audit log, at most :data:`FAILED_LOGINS_LOGGED` a
-    minute (a flood of guesses is one line more, with its count, not a full disk), written by
-    one thread of its own: the event loop never waits on the store, and a flood costs no
+    minute (the rest of a flood is one line, with its count, written when its minute ends),
+    by one thread of its own: the event loop never waits on the store, and a flood costs no
     threads."""
 
     def __init__(self, engine: Engine) -> None:
@@ -310,38 +310,42 @@ class _FailedLogins:
         self._window = 0.0
         self._logged = 0
         self._dropped = 0
-        self._lines: queue.SimpleQueue[tuple[str, str, str]] = queue.SimpleQueue()
+        self._lines: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
 
     def note(self, actor: str, where: str) -> None:
         """Count a refused request of *actor* (a token id or ``unknown``) from *where*."""
         with self._lock:
-            clock = time.monotonic()
-            if clock - self._window >= 60.0:
-                if self._dropped:
-                    self._lines.put(
-                        (
-                            "unknown",
-                            f"{self._dropped} more refused in the minute before (not listed"
-                            " one by one)",
-                            "",
-                        )
-                    )
-                self._window, self._logged, self._dropped = clock, 0, 0
+            self._roll(time.monotonic())
             if self._logged >= FAILED_LOGINS_LOGGED:
                 self._dropped += 1
-                return
-            self._logged += 1
-            self._lines.put((actor, f"from {where}", ""))
+            else:
+                self._logged += 1
+                self._lines.put((actor, f"from {where}"))
             if self._writer is None:
                 self._writer = threading.Thread(
                     target=self._write, name="lossless-audit", daemon=True
                 )
                 self._writer.start()
 
+    def _roll(self, clock: float) -> None:
+        """A new minute: the count of the last one's unlisted refusals goes in a line."""
+        if clock - self._window < 60.0:
+            return
+        if self._dropped:
+            self._lines.put(
+                ("unknown", f"{self._dropped} more refused in that minute, not listed one by one")
+            )
+        self._window, self._logged, self._dropped = clock, 0, 0
+
     def _write(self) -> None:
         while True:
-            actor, detail, _ = self._lines.get()
+            try:
+                actor, detail = self._lines.get(timeout=5.0)
+            except queue.Empty:
+                with self._lock:
+                    self._roll(time.monotonic())
+                continue
             self.engine.record(
                 actor,
                 "authenticate",

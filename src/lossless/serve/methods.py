@@ -363,13 +363,9 @@ def _expand(engine: Engine, a: dict[str, Any]) -> Any:
 
 
 def _wait(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    reports = engine.wait_for_compaction(a["timeout"])
-    reach = tenancy.scope(engine).scope()  # a namespace's caller hears of its own runs only
-    return {
-        "finished": [
-            dict(r.to_dict()) for r in reports if reach is None or r.conversation_id in reach
-        ]
-    }
+    # a namespace's caller waits for, and collects, its own runs only
+    reports = engine.wait_for_compaction(a["timeout"], conversations=tenancy.scope(engine).scope())
+    return {"finished": [dict(r.to_dict()) for r in reports]}
 
 
 def _audit(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:

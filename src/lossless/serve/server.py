@@ -177,7 +177,9 @@ class Dispatcher:
                     tenancy.record, self.engine, caller, name, arguments, None, exc
                 )
             return self._refusal(rid, caller, exc)
-        key = arguments.get(method.ordered_by) if method.ordered_by else None
+        key = tenancy.order_key(
+            caller, arguments.get(method.ordered_by) if method.ordered_by else None
+        )
         audited = self.audit_writes and name in tenancy.WRITES
 
         def work() -> Any:
@@ -185,6 +187,7 @@ class Dispatcher:
                 failure: BaseException | None = None
                 result = None
                 try:
+                    tenancy.check_reads(self.engine, caller, name, arguments)
                     result = method.run(self.engine, arguments)
                     return tenancy.shown(caller, result)
                 except BaseException as exc:
@@ -195,7 +198,7 @@ class Dispatcher:
                         tenancy.record(self.engine, caller, name, arguments, result, failure)
 
         try:
-            result = await self._ordered(None if key is None else str(key), work)
+            result = await self._ordered(key, work)
         except ArgumentError as exc:
             return _error(rid, INVALID_PARAMS, tenancy.said(caller, str(exc)))
         except LosslessError as exc:

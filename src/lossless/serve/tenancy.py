@@ -19,11 +19,23 @@ from typing import Any
 
 from ..access import OWNER, Caller, Role
 from ..engine import Engine
-from ..errors import AccessError, NotFoundError
+from ..errors import AccessError, ArgumentError, NotFoundError
 from ..model import NAMESPACE_SEP, qualify, unqualify, writing_namespace
 from ..toolbox import ToolScope
 
-__all__ = ["ROLE_OF", "WRITES", "acting", "admit", "caller", "record", "said", "scope", "shown"]
+__all__ = [
+    "ROLE_OF",
+    "WRITES",
+    "acting",
+    "admit",
+    "caller",
+    "check_reads",
+    "order_key",
+    "record",
+    "said",
+    "scope",
+    "shown",
+]
 
 #: The role each method needs (``rpc.discover`` needs none).
 ROLE_OF: dict[str, Role] = {
@@ -39,7 +51,7 @@ ROLE_OF: dict[str, Role] = {
     "describe": "read",
     "expand": "read",
     "expand_query": "read",
-    "session_summary": "read",
+    "session_summary": "write",  # writes a new version, with the model
     "resume": "read",
     "status": "read",
     "tools": "read",
@@ -52,6 +64,9 @@ ROLE_OF: dict[str, Role] = {
 WRITES = frozenset(name for name, role in ROLE_OF.items() if role == "write")
 #: Methods that check the store as a whole: only the owner runs them.
 _OWNERS_ONLY = frozenset({"doctor"})
+#: Recall tools that write (a new session summary, with the model): ``call_tool`` of one
+#: needs the write role.
+_WRITING_TOOLS = frozenset({"summarize_session"})
 
 _caller: ContextVar[Caller] = ContextVar("lossless_serve_caller", default=OWNER)
 
@@ -86,6 +101,8 @@ def admit(who: Caller, method: str, arguments: dict[str, Any]) -> dict[str, Any]
     write names a session its sessions glob does not reach (a read of one is "not found",
     as for any conversation beyond it)."""
     need = ROLE_OF.get(method, "admin")
+    if method == "call_tool" and arguments.get("name") in _WRITING_TOOLS:
+        need = "write"
     if not who.may(need):
         raise AccessError(
             f"this token's role is {who.role}; {method} needs {need}. Ask the store's owner"
@@ -98,6 +115,18 @@ def admit(who: Caller, method: str, arguments: dict[str, Any]) -> dict[str, Any]
             f"{method} checks the whole store, not one namespace: only the server's own token"
             " runs it"
         )
+    for name in ("session_id", "conversation"):  # a stored id is the owner's to name
+        value = arguments.get(name)
+        if isinstance(value, str) and NAMESPACE_SEP in value:
+            raise ArgumentError(
+                f"a {name.replace('_', ' ')} may not hold control characters; this one has"
+                f" U+001F at position {value.index(NAMESPACE_SEP)}"
+            )
+    if method == "bootstrap" and arguments.get("transcript") is not None:
+        raise AccessError(
+            "bootstrap reads a transcript on the server's own machine: only the server's own"
+            " token may name one. Send the session's messages with ingest_batch instead"
+        )
     session = arguments.get("session_id")
     if not isinstance(session, str):
         return arguments
@@ -106,34 +135,57 @@ def admit(who: Caller, method: str, arguments: dict[str, Any]) -> dict[str, Any]
             raise AccessError(
                 f"this token writes only sessions matching {who.sessions!r}, not {session!r}"
             )
-        raise NotFoundError(
-            f"no conversation with session id {session!r}; list them with lcm_list_conversations"
-        )
+        raise _unknown_session(session)
     return {**arguments, "session_id": qualify(who.namespace, session)}
 
 
+def _unknown_session(session: str) -> NotFoundError:
+    return NotFoundError(
+        f"no conversation with session id {unqualify(session)!r}; list them with"
+        " lcm_list_conversations"
+    )
+
+
+def check_reads(engine: Engine, who: Caller, method: str, arguments: dict[str, Any]) -> None:
+    """A namespace's caller reads only what is there: a method that does not write, naming a
+    session the namespace does not have, is "not found" (it would otherwise make the
+    conversation, as a host's first ``assemble`` does for the owner)."""
+    if who.is_owner or ROLE_OF.get(method) == "write":
+        return
+    session = arguments.get("session_id")
+    if isinstance(session, str) and engine.find_conversation(session) is None:
+        raise _unknown_session(session)
+
+
+def order_key(who: Caller, key: Any) -> str | None:
+    """The key a request is ordered by (the session or conversation it names), as stored:
+    a namespace's "main" waits for that namespace's writes to "main", not the owner's."""
+    if key is None:
+        return None
+    return str(key) if who.is_owner else qualify(who.namespace, str(key))
+
+
 def shown(who: Caller, value: Any) -> Any:
-    """*value* (a result) with the session ids of *who*'s namespace as the host knows them
-    (assembled messages are the host's own and left as they are)."""
+    """*value* (a result) with the session ids of *who*'s namespace as the host knows them,
+    and without search scores (they weigh words by the whole store: a namespace would learn
+    how often a word is used beyond it). Assembled messages are left as they are."""
     if who.is_owner:
         return value
-    return _unqualified(value)
+    return _unqualified(value, who.namespace + NAMESPACE_SEP if who.namespace else "")
 
 
-def _unqualified(value: Any) -> Any:
+def _unqualified(value: Any, prefix: str) -> Any:
     if isinstance(value, dict):
         return {
-            k: (v if k == "messages" else _unqualified(v))
-            if not (isinstance(v, str) and k in _SESSION_KEYS)
-            else unqualify(v)
+            k: v if k == "messages" else _unqualified(v, prefix)
             for k, v in value.items()
+            if k != "score"
         }
     if isinstance(value, list):
-        return [_unqualified(v) for v in value]
+        return [_unqualified(v, prefix) for v in value]
+    if isinstance(value, str) and prefix and prefix in value:
+        return value.replace(prefix, "")
     return value
-
-
-_SESSION_KEYS = frozenset({"session_id", "session_key", "session"})
 
 
 def said(who: Caller, message: str) -> str:
