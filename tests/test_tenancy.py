@@ -392,13 +392,17 @@ def test_tokens_made_with_the_cli_keep_two_teams_apart_over_http(db: str, tmp_pa
         for team in ("team-a", "team-b")
     }
     served = _serve(db, tmp_path, "--http", "127.0.0.1:0")
+    other = _serve(db, tmp_path / "second", "--http", "127.0.0.1:0")  # a second server
     try:
         a = ServeClient.http(served.url, made["team-a"]["token"])
         b = ServeClient.http(served.url, made["team-b"]["token"])
+        b_elsewhere = ServeClient.http(other.url, made["team-b"]["token"])
         a.after_turn("main", turns("alphaword", "main", 4), token_budget=4000)
         b.after_turn("main", turns("bravoword", "main", 4), token_budget=4000)
         assert "alphaword" in json.dumps(a.assemble("main", token_budget=4000)["messages"])
         assert "alphaword" not in json.dumps(b.assemble("main", token_budget=4000)["messages"])
+        seen = json.dumps(b_elsewhere.assemble("main", token_budget=4000)["messages"])
+        assert "bravoword" in seen and "alphaword" not in seen  # the same tokens, both servers
         assert b.grep("alphaword")["hits"] == []
         assert [h["conversation_id"] for h in a.grep("alphaword")["hits"]]
         # the owner's token still reaches everything
@@ -408,12 +412,16 @@ def test_tokens_made_with_the_cli_keep_two_teams_apart_over_http(db: str, tmp_pa
         lossless(db, "tokens", "revoke", made["team-b"]["token_id"])
         with pytest.raises(ServeError) as revoked:
             b.status()
+        with pytest.raises(ServeError) as revoked_elsewhere:
+            b_elsewhere.status()
+        assert revoked_elsewhere.value.code == 401
         forged = ServeClient.http(served.url, made["team-a"]["token_id"] + ".forged")
         with pytest.raises(ServeError) as refused:
             forged.status()
         assert revoked.value.code == refused.value.code == 401
     finally:
         served.stop()
+        other.stop()
     audit = json.loads(lossless(db, "audit", "--json", "--limit", "100"))
     by_action: dict[str, list[dict[str, Any]]] = {}
     for line in audit:

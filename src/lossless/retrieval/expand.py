@@ -95,8 +95,8 @@ def expand(
         if summary is None or summary.conversation_id not in allowed:
             # the same words for a summary of another conversation and one nobody has
             raise grant_store.GrantError(
-                f"{sid} is not a summary of this grant's conversations; it cannot be expanded"
-                " here (lcm_describe of the grant's summaries names the ids below them)"
+                f"{sid} is outside this grant's conversations, or no summary at all; it cannot"
+                " be expanded here (lcm_describe of the grant's summaries names the ids below)"
             )
         if not _take(
             result,
