@@ -27,6 +27,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -65,9 +66,6 @@ ROLES: tuple[Role, ...] = ("read", "write", "admin")
 _TOKEN_ID = re.compile(r"^tok_[0-9a-f]{12}$")
 #: How many verified tokens a server remembers (by SHA-256) before it hashes one again.
 _VERIFIED_KEPT = 1024
-#: Password hashes checked at once by one server (the rest wait): a flood of wrong secrets
-#: for a known token id costs it at most this many hashes' memory and cores.
-_HASHING_AT_ONCE = 2
 #: How long a wrong secret is refused from memory, without hashing it again.
 _REFUSED_SECONDS = 300.0
 
@@ -213,7 +211,10 @@ class Tokens:
         self._verified: OrderedDict[bytes, str] = OrderedDict()
         self._refused: OrderedDict[bytes, float] = OrderedDict()
         self._lock = threading.Lock()
-        self._hashing = threading.BoundedSemaphore(_HASHING_AT_ONCE)
+        # One thread hashes, one secret at a time: a flood of wrong secrets for a known
+        # token id costs one core, and the hash's memory is one thread's, reused (each
+        # thread that hashed would keep its own 19 MiB in its allocator's arena).
+        self._hashing = ThreadPoolExecutor(1, thread_name_prefix="lossless-token-hash")
 
     def caller(self, presented: str) -> Caller | None:
         """The caller a presented token stands for, or ``None`` when it is unknown, wrong,
@@ -236,8 +237,7 @@ class Tokens:
         if known != row.secret_hash:
             if refused_at is not None and clock - refused_at < _REFUSED_SECONDS:
                 return None
-            with self._hashing:
-                good = self._verify(row.secret_hash, secret)
+            good = self._hashing.submit(self._check, digest, row.secret_hash, secret).result()
             with self._lock:
                 kept = self._verified if good else self._refused
                 kept[digest] = row.secret_hash if good else clock  # type: ignore[assignment]
@@ -247,6 +247,12 @@ class Tokens:
                 return None
         role: Role = row.role  # type: ignore[assignment]
         return Caller(token_id, row.namespace, role, row.sessions)
+
+    def _check(self, digest: bytes, secret_hash: str, secret: str) -> bool:
+        with self._lock:  # a request queued before may have verified it meanwhile
+            if self._verified.get(digest) == secret_hash:
+                return True
+        return self._verify(secret_hash, secret)
 
     @staticmethod
     def _verify(secret_hash: str, secret: str) -> bool:

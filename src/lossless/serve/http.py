@@ -382,7 +382,7 @@ def _app(
         found = None
         if scheme.lower() == "bearer" and presented.startswith("tok_"):
             # a store read and, once per token, a password hash: off the event loop
-            found = await asyncio.to_thread(tokens.caller, presented.strip())
+            found = await dispatcher.blocking(tokens.caller, presented.strip())
         if found is None:
             where = request.client.host if request.client else "?"
             failures.note(token_id_of(presented.strip()), where)

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -67,6 +67,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 #: The largest request (a line on stdio, a body over HTTP) by default: a batch of big
 #: messages fits. The setting ``max_line_bytes`` changes it.
@@ -173,9 +175,7 @@ class Dispatcher:
             return _error(rid, INVALID_PARAMS, tenancy.said(caller, str(exc)))
         except LosslessError as exc:
             if self.audit_writes and name in tenancy.WRITES:  # a write refused is recorded too
-                await asyncio.to_thread(
-                    tenancy.record, self.engine, caller, name, arguments, None, exc
-                )
+                await self.blocking(tenancy.record, self.engine, caller, name, arguments, None, exc)
             return self._refusal(rid, caller, exc)
         key = tenancy.order_key(
             caller, arguments.get(method.ordered_by) if method.ordered_by else None
@@ -218,6 +218,12 @@ class Dispatcher:
     def _refusal(rid: Any, caller: Caller, exc: LosslessError) -> dict[str, Any]:
         code = next((c for t, c in ERROR_CODES.items() if isinstance(exc, t)), LOSSLESS_ERROR)
         return _error(rid, code, tenancy.said(caller, str(exc)), {"type": type(exc).__name__})
+
+    async def blocking(self, call: Callable[..., R], *args: Any) -> R:
+        """*call(*args)* in the server's worker pool: a store read off the event loop, on a
+        thread that has its store connection already (a thread of its own would open one
+        more, with its own page cache)."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
 
     async def _ordered(self, key: str | None, work: Callable[[], Any]) -> Any:
         loop = asyncio.get_running_loop()
