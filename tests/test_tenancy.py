@@ -525,3 +525,19 @@ def test_a_tokens_wait_leaves_the_owners_background_runs_alone(db: str) -> None:
             ]
         finally:
             dispatcher.close()
+
+
+def test_a_forget_and_an_export_by_the_owner_are_audited_under_each_namespace(db: str) -> None:
+    with Engine.open(db, config=CONFIG) as engine:
+        engine.ingest("team-a\x1fmain", {"role": "user", "content": "alpha plan zqalpha"})
+        engine.ingest("main", {"role": "user", "content": "owner plan zqalpha"})
+    lossless(db, "forget", "--matching", "zqalpha", "--yes")
+    lossless(db, "export", "1")
+    lines = json.loads(lossless(db, "audit", "--json"))
+    forgets = {x["namespace"]: x for x in lines if x["action"] == "forget"}
+    assert set(forgets) == {"team-a", "default"}
+    assert forgets["team-a"]["conversation_id"] == 1
+    assert all(x["actor"] == f"local:{getpass.getuser()}" for x in lines)
+    (export,) = [x for x in lines if x["action"] == "export"]
+    assert (export["namespace"], export["session_id"]) == ("team-a", "main")
+    assert "zqalpha" not in json.dumps(lines)  # what was searched for is not kept either

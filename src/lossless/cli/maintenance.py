@@ -318,14 +318,19 @@ def forget_command(
             raise click.Abort
     report = plan if dry_run else run(False)
     if not dry_run and report.messages:
-        engine.record(
-            local_actor(),
-            "forget",
-            namespace=None if resolved is None else namespace_of(resolved.session_id),
-            conversation_id=ref,
-            detail=f"{report.messages} message(s) of conversation(s)"
-            f" {', '.join(map(str, report.conversations))} ({report.what})",
-        )
+        # a line per namespace it reached: each namespace's admin reads the forgets of its own
+        spaces: dict[str, list[int]] = {}
+        for cid in report.conversations:
+            spaces.setdefault(namespace_of(engine.conversation(cid).session_id), []).append(cid)
+        for space, cids in spaces.items():
+            engine.record(
+                local_actor(),
+                "forget",
+                namespace=space,
+                conversation_id=cids[0] if len(cids) == 1 else None,
+                detail=f"a forget of {report.messages} message(s) ({report.what}) reaching"
+                f" conversation(s) {', '.join(map(str, cids))}",
+            )
     if as_json:
         emit_json(report.to_dict())
         return
