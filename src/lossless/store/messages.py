@@ -25,6 +25,7 @@ from ..model import (
     writing_namespace,
 )
 from ..timestamps import format_ts, now
+from . import raw_blocks
 from .connection import Connection
 from .core import (
     _MESSAGE_INSERT,
@@ -391,6 +392,7 @@ class MessageStore(StoreCore):
                     )
                 )
                 for j, p in enumerate(m.parts):
+                    tool_input = None if p.tool_input is None else dumps(p.tool_input)
                     parts.append(
                         (
                             i,
@@ -401,10 +403,12 @@ class MessageStore(StoreCore):
                             p.text,
                             p.tool_call_id,
                             p.tool_name,
-                            None if p.tool_input is None else dumps(p.tool_input),
+                            tool_input,
                             p.tool_output,
                             1 if p.is_error else 0,
-                            None if p.raw_is_text else dumps(p.raw),
+                            None
+                            if p.raw_is_text
+                            else raw_blocks.pack(p.raw, p.text, p.tool_output, tool_input),
                         )
                     )
             placed = self._place_messages(
@@ -531,7 +535,9 @@ class MessageStore(StoreCore):
                         tool_input=_loads(p[8]),
                         tool_output=p[9],
                         is_error=bool(p[10]),
-                        raw=p[5] if p[11] is None else loads(p[11]),
+                        raw=p[5]
+                        if p[11] is None
+                        else raw_blocks.unpack(loads(p[11]), p[5], p[9], p[8]),
                     )
                 )
         return [
