@@ -3,13 +3,19 @@ back exactly: any block, the ones that look like the stored form included."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lossless import Engine
+from lossless import Config, Engine
 from lossless.codec import dumps, loads
+from lossless.sample import generate_session
+from lossless.store import packed_json
 from lossless.store.raw_blocks import pack, unpack
 
 LONG = "the deploy waits for the canary, then rolls out to every region " * 3
@@ -86,3 +92,43 @@ def test_a_tool_result_is_stored_once_and_read_back_exactly(engine: Engine) -> N
     assert sum(output in (r[1] or "") for r in rows) == 1
     assert not any(output in (r[0] or "") for r in rows)
     assert not any(LONG in (r[0] or "") for r in rows if r[0] and "note" not in r[0])
+
+
+# --- a message's host facts, compressed --------------------------------------------------
+
+
+@settings(max_examples=300)
+@given(facts=st.dictionaries(st.text(max_size=12), _json, max_size=12))
+def test_every_host_fact_reads_back_exactly(facts: dict[str, Any]) -> None:
+    text = dumps({"entry": facts})
+    stored = packed_json.pack(text)
+    assert packed_json.unpack(stored) == text
+    assert len(stored) <= len(text)
+
+
+def test_a_transcripts_facts_are_stored_compressed_and_read_back_whole(
+    new_db: Callable[[], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Claude Code session imported twice, once with its facts compressed and once as they
+    were stored before: every message reads back the same, and the compressed store holds
+    its facts in under half the bytes."""
+    transcript = tmp_path / "session.jsonl"
+    lines = [json.dumps(o) for o in generate_session(30, format="claude_code")]
+    transcript.write_text("\n".join(lines) + "\n")
+
+    def imported(db: str) -> tuple[list[Any], int]:
+        with Engine.open(db, config=Config()) as engine:
+            engine.import_path(transcript, format="claude_code")
+            (conv,) = engine.conversations()
+            read = [
+                (m.metadata, m.envelope, [p.raw for p in m.parts])
+                for m in engine.messages(conv.conversation.conversation_id)
+            ]
+            (size,) = engine.store.fetchall("SELECT sum(length(metadata)) FROM messages")[0]
+            return read, int(size)
+
+    packed, packed_size = imported(new_db())
+    monkeypatch.setattr(packed_json, "pack", lambda text: text)
+    plain, plain_size = imported(new_db())
+    assert packed == plain and any(m for m, _, _ in packed)
+    assert packed_size < plain_size / 2

@@ -25,7 +25,7 @@ from ..model import (
     writing_namespace,
 )
 from ..timestamps import format_ts, now
-from . import raw_blocks
+from . import packed_json, raw_blocks
 from .connection import Connection
 from .core import (
     _MESSAGE_INSERT,
@@ -387,7 +387,7 @@ class MessageStore(StoreCore):
                         m.external_id,
                         m.source_format,
                         None if m.envelope is None else dumps(m.envelope),
-                        dumps(m.metadata) if m.metadata else None,
+                        packed_json.pack(dumps(m.metadata)) if m.metadata else None,
                         m.host_meta,
                     )
                 )
@@ -552,7 +552,7 @@ class MessageStore(StoreCore):
                 external_id=r[7],
                 source_format=r[8],
                 envelope=_loads(r[9]),
-                metadata=_loads(r[10]),
+                metadata=None if r[10] is None else _loads(packed_json.unpack(r[10])),
                 parts=tuple(parts.get(r[0], ())),
                 host_meta=r[11],
                 forgotten_at=r[12],

@@ -43,7 +43,9 @@ def pack(raw: Any, text: str | None, tool_output: str | None, tool_input: str | 
     if not replaced[0]:
         return dumps({_RAW: raw, _VERSION: 0}) if wrapper_like else plain
     stored = dumps({_RAW: packed, _VERSION: 1})
-    if len(stored) >= len(plain) or dumps(unpack(loads(stored), **columns)) != plain:
+    # Only values equal to a column were replaced (the input by its exact JSON), so putting
+    # them back gives the block; checked all the same, as objects (no second serializing).
+    if len(stored) >= len(plain) or _restore(packed, columns) != raw:
         return dumps({_RAW: raw, _VERSION: 0}) if wrapper_like else plain
     return stored
 
