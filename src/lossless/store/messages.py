@@ -6,7 +6,7 @@ import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..codec import dumps, loads
+from ..codec import dumps
 from ..errors import NotFoundError
 from ..model import (
     DEFAULT_NAMESPACE,
@@ -535,9 +535,7 @@ class MessageStore(StoreCore):
                         tool_input=_loads(p[8]),
                         tool_output=p[9],
                         is_error=bool(p[10]),
-                        raw=p[5]
-                        if p[11] is None
-                        else raw_blocks.unpack(loads(p[11]), p[5], p[9], p[8]),
+                        raw=p[5] if p[11] is None else raw_blocks.unpack(p[11], p[5], p[9], p[8]),
                     )
                 )
         return [
