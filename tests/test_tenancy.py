@@ -76,15 +76,23 @@ def turns(marker: str, session: str, n: int) -> list[dict[str, Any]]:
     ]
 
 
+def holder(engine: Engine, namespace: str, role: str, sessions: str | None = None) -> Caller:
+    """The caller a new token of *namespace* and *role* stands for, checked as a server does."""
+    token, _ = engine.create_token(
+        namespace=namespace, role=role, sessions=sessions, actor="local:test"
+    )
+    caller = engine.token_check().caller(token)
+    assert caller is not None and caller.namespace == namespace
+    return caller
+
+
 def seed(engine: Engine, dispatcher: Dispatcher, shared_sessions: list[str]) -> Namespace:
     """A namespace written through a write token of its own: its sessions (the shared names
     other namespaces use too), compacted, with the ids it has and a grant of its own."""
     n = next(_names)
     name = f"ns{n}{secrets.token_hex(2)}"
     space = Namespace(name, f"mk{name}", list(shared_sessions))
-    token, _ = engine.create_token(namespace=name, role="write", actor="local:test")
-    writer = engine.token_check().caller(token)
-    assert writer is not None and writer.namespace == name
+    writer = holder(engine, name, "write")
     for session in space.sessions:
         done = rpc(
             dispatcher,
@@ -245,11 +253,7 @@ def test_no_token_reads_or_writes_beyond_its_namespace(
     try:
         own = seed(engine, dispatcher, shared)
         other = seed(engine, dispatcher, shared)
-        token, _ = engine.create_token(
-            namespace=own.name, role=role, sessions=glob, actor="local:test"
-        )
-        caller = engine.token_check().caller(token)
-        assert caller is not None
+        caller = holder(engine, own.name, role, sessions=glob)
         before = snapshot(engine, other)
         menu = [(m, p) for s in shared for m, p in calls(own, other, s)]
         for pick in picks:
@@ -284,9 +288,7 @@ def test_the_same_session_name_in_two_namespaces_is_two_conversations(engine: En
         a = seed(engine, dispatcher, ["main"])
         b = seed(engine, dispatcher, ["main"])
         assert a.conversation_ids != b.conversation_ids
-        token, _ = engine.create_token(namespace=a.name, role="read", actor="local:test")
-        reader = engine.token_check().caller(token)
-        assert reader is not None
+        reader = holder(engine, a.name, "read")
         made = rpc(dispatcher, reader, "assemble", session_id="main", token_budget=4000)
         text = json.dumps(made["result"]["messages"])
         assert a.marker in text and b.marker not in text
@@ -306,11 +308,7 @@ def test_roles_and_session_globs_are_enforced_and_refusals_are_audited(engine: E
     dispatcher = Dispatcher(engine, audit_writes=True)
     try:
         space = seed(engine, dispatcher, ["bot-1", "human"])
-        token, _ = engine.create_token(
-            namespace=space.name, role="read", sessions="bot-*", actor="local:test"
-        )
-        reader = engine.token_check().caller(token)
-        assert reader is not None
+        reader = holder(engine, space.name, "read", sessions="bot-*")
         refused = rpc(
             dispatcher,
             reader,
@@ -338,9 +336,7 @@ def test_roles_and_session_globs_are_enforced_and_refusals_are_audited(engine: E
         assert len(writes) == 2 and all(x.outcome == "ok" for x in writes)
         assert all(space.marker not in (x.detail or "") for x in lines)  # no message text
         # an admin token of the namespace reads its namespace's lines, not another's
-        admin_token, _ = engine.create_token(namespace=space.name, role="admin", actor="t")
-        admin = engine.token_check().caller(admin_token)
-        assert admin is not None
+        admin = holder(engine, space.name, "admin")
         other = seed(engine, dispatcher, ["main"])
         seen = rpc(dispatcher, admin, "audit", namespace=other.name)["result"]["entries"]
         assert seen and {e["namespace"] for e in seen} == {space.name}
@@ -443,9 +439,7 @@ def test_a_default_namespace_token_cannot_name_a_stored_id(engine: Engine) -> No
     dispatcher = Dispatcher(engine, audit_writes=True)
     try:
         team = seed(engine, dispatcher, ["main"])
-        token, _ = engine.create_token(namespace="default", role="write", actor="local:test")
-        holder = engine.token_check().caller(token)
-        assert holder is not None
+        owners_own = holder(engine, "default", "write")
         stored = f"{team.name}\x1fmain"
         before = snapshot(engine, team)
         for method, params in (
@@ -453,7 +447,7 @@ def test_a_default_namespace_token_cannot_name_a_stored_id(engine: Engine) -> No
             ("ingest", {"session_id": stored, "message": {"role": "user", "content": "in"}}),
             ("grep", {"pattern": team.marker, "conversation": stored}),
         ):
-            answer = rpc(dispatcher, holder, method, **params)
+            answer = rpc(dispatcher, owners_own, method, **params)
             assert answer["error"]["code"] == -32602, answer
             assert "control characters" in answer["error"]["message"]
         assert snapshot(engine, team) == before
@@ -467,9 +461,7 @@ def test_a_token_reads_only_what_is_there_and_hears_only_of_its_own_runs(
     dispatcher = Dispatcher(engine, audit_writes=True)
     try:
         space = seed(engine, dispatcher, ["main"])
-        token, _ = engine.create_token(namespace=space.name, role="read", actor="local:test")
-        reader = engine.token_check().caller(token)
-        assert reader is not None
+        reader = holder(engine, space.name, "read")
         # a read of a session the namespace lacks makes nothing (the owner's would)
         answer = rpc(
             dispatcher, reader, "assemble", session_id="new", token_budget=900, window=4000
@@ -491,9 +483,7 @@ def test_a_token_reads_only_what_is_there_and_hears_only_of_its_own_runs(
         # a transcript on the server's machine is the owner's to name
         transcript = tmp_path / "t.jsonl"
         transcript.write_text('{"role": "user", "content": "hello"}\n')
-        writer_token, _ = engine.create_token(namespace=space.name, role="write", actor="t")
-        writer = engine.token_check().caller(writer_token)
-        assert writer is not None
+        writer = holder(engine, space.name, "write")
         boot = rpc(dispatcher, writer, "bootstrap", session_id="b", transcript=str(transcript))
         assert boot["error"]["data"]["type"] == "AccessError"
     finally:
@@ -505,9 +495,7 @@ def test_a_tokens_wait_leaves_the_owners_background_runs_alone(db: str) -> None:
     with Engine.open(db, config=config) as engine:
         dispatcher = Dispatcher(engine, audit_writes=True)
         try:
-            token, _ = engine.create_token(namespace="team", role="read", actor="local:test")
-            reader = engine.token_check().caller(token)
-            assert reader is not None
+            reader = holder(engine, "team", "read")
             turned = rpc(
                 dispatcher,
                 OWNER,
