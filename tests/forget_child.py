@@ -10,6 +10,9 @@ the process sends itself SIGKILL at POINT, one of
 * ``purged``: the freed space is scrubbed, the scrub not recorded done;
 * ``vm:N`` (SQLite): inside the scrub's statements (index merges, VACUUM, checkpoints), after
   N hundred of SQLite's virtual-machine steps;
+* ``archive-written`` (``lossless prune``): a batch's archive file is written and flushed,
+  its transaction not begun;
+* ``archive-committed`` (``lossless prune``): the first batch committed, the next not begun;
 * ``after:SECONDS``: wherever the command is after that long;
 * ``fsize:BYTES``: not a kill: no file may grow past BYTES (``RLIMIT_FSIZE``; a write past it
   fails as on a full disk).
@@ -29,7 +32,9 @@ from collections.abc import Callable
 from typing import Any
 
 from lossless import forget as forget_module
+from lossless import retention as retention_module
 from lossless.cli.main import main
+from lossless.store.archive import ArchiveStore
 from lossless.store.forget import ForgetStore
 from lossless.store.postgres import PostgresStore
 from lossless.store.sqlite import SQLiteStore
@@ -95,6 +100,10 @@ def arm(point: str) -> None:
             return purge(self)
 
         SQLiteStore.purge_freed = counting  # type: ignore[method-assign]
+    elif point == "archive-written":
+        retention_module.write_archive = killing_after(retention_module.write_archive)
+    elif point == "archive-committed":
+        ArchiveStore.commit_archive = killing_after(ArchiveStore.commit_archive)  # type: ignore[method-assign]
     elif point.startswith("fsize:"):
         limit = int(point[6:])
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it fails (EFBIG)

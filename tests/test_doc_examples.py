@@ -53,6 +53,8 @@ HOST_VARIABLES = ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "OPENCLAW_STATE_DIR", "HERM
 
 #: What changes from one run to the next, and what it is compared as.
 VOLATILE = [
+    # An archive file's name: when it was written and a random part.
+    (re.compile(r"\barchive-\d{8}T\d{6}-[0-9a-f]{8}\b"), "archive-<id>"),
     (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}([.,]\d+)?)?Z?"), "<time>"),
     (re.compile(r"\b\d{8}[T-]\d{6}\b"), "<time>"),
     (re.compile(r"\b\d+(\.\d+)? (s|ms)\b"), "<duration>"),

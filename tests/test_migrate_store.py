@@ -25,6 +25,8 @@ import pytest
 
 from conftest import postgres_base_url, postgres_schema
 from lossless import Config, Engine, StoreError, doctor
+from lossless.config import RetentionConfig
+from lossless.engine import archive_dir_for, files_dir_for
 from lossless.migrate_store import (
     TABLES,
     CopyMismatchError,
@@ -134,6 +136,9 @@ def build_source(target: str, tmp_path: Path) -> None:
         engine.forget("tools", matching="turn 3: read handler 3")  # a tombstone, the log
         engine.store.mask_salt()  # the store's own key (made when a first secret is masked)
         engine.create_token(namespace="team", role="read", actor="local:test")  # and its audit
+        # The imported session's old tool outputs archived (its rows, the archives').
+        policy = RetentionConfig(archive_after_days=1, kinds=("tool_outputs",))
+        assert engine.prune(policy=policy, reclaim=False).messages > 0
         engine.store.catch_up_indexes()
 
 
@@ -175,6 +180,9 @@ def contents(target: str) -> Rows:
 
 def migrate(source: str, target: str, **kwargs: Any) -> Any:
     with opened(source, target) as (src, dst):
+        # Where an engine on each would keep its archive files (the copy brings them).
+        for store in (src, dst):
+            store.archive_dir = archive_dir_for(CONFIG, files_dir_for(CONFIG, store))
         return migrate_store(src, dst, **kwargs)
 
 

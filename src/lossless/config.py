@@ -37,12 +37,14 @@ from .errors import ConfigError
 
 __all__ = [
     "PROVIDERS",
+    "RETENTION_KINDS",
     "Config",
     "CustomProviderConfig",
     "GuardsConfig",
     "ProviderProfile",
     "RedactConfig",
     "ResumeConfig",
+    "RetentionConfig",
     "RoomConfig",
     "SessionsConfig",
     "default_config_path",
@@ -131,6 +133,69 @@ class RedactConfig:
             help="keep each redacted original, encrypted with the key in LOSSLESS_REDACT_KEY"
         ),
     )
+
+
+#: The kinds of message a retention rule may name (lossless.retention).
+RETENTION_KINDS = ("tool_outputs", "host_records", "sidechains", "all")
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """What ``lossless prune`` moves out of the store, and when: nothing unless asked."""
+
+    archive_after_days: float = field(
+        default=0.0,
+        metadata=_opt(
+            minimum=0.0,
+            help="archive messages of `kinds` older than this many days (their text moves to a"
+            " compressed archive file, their summaries stay; 0: never)",
+        ),
+    )
+    forget_after_days: float = field(
+        default=0.0,
+        metadata=_opt(
+            minimum=0.0,
+            help="forget messages of `kinds` older than this many days (the summaries over them"
+            " then say so; 0: never)",
+        ),
+    )
+    kinds: tuple[str, ...] = field(
+        default=("tool_outputs",),
+        metadata=_opt(
+            help="which messages the rules reach: tool_outputs, host_records, sidechains"
+            " (sub-agents' conversations), all"
+        ),
+    )
+    idle_days: float = field(
+        default=0.0,
+        metadata=_opt(
+            minimum=0.0,
+            help="only in conversations with no new message for this many days (0: any)",
+        ),
+    )
+    at_cap: bool = field(
+        default=False,
+        metadata=_opt(
+            help="when the store passes 80% of max_store_bytes, archive messages of `kinds`"
+            " oldest first, whatever their age, until it is under that line"
+        ),
+    )
+    archive_dir: str | None = field(
+        default=None,
+        metadata=_opt(help="where archive files go; default: beside the store's large files"),
+    )
+    batch: int = field(
+        default=500,
+        metadata=_opt(minimum=1, maximum=100_000, help="messages moved per transaction"),
+    )
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.kinds if k not in RETENTION_KINDS]
+        if unknown:
+            raise ConfigError(
+                f"retention.kinds: unknown kind {unknown[0]!r}; accepted:"
+                f" {', '.join(RETENTION_KINDS)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -480,6 +545,7 @@ class Config:
     profiles: dict[str, ProviderProfile] = field(default_factory=dict)
     custom_provider: CustomProviderConfig = field(default_factory=CustomProviderConfig)
     guards: GuardsConfig = field(default_factory=GuardsConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def replace(self, **changes: Any) -> Config:
         """A copy with *changes* applied and validated (nested keys as ``sessions={...}``)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,17 @@ from .forget import being_finished
 from .store.base import Store
 from .summarize.escalation import TRUNCATION_MARKER
 
-__all__ = ["CAP_WARN_SHARE", "Problem", "StoreCap", "check", "notes", "store_cap", "stray_files"]
+__all__ = [
+    "CAP_WARN_SHARE",
+    "Problem",
+    "StoreCap",
+    "archive_problems",
+    "check",
+    "notes",
+    "store_cap",
+    "stray_archives",
+    "stray_files",
+]
 
 _LIMIT = 1000  # rows reported per check; a damaged store can have millions
 _FROM_BACKUP = "restore the latest backup (`lossless restore BACKUP`)"
@@ -270,6 +282,78 @@ def stray_files(store: Store, files_dir: Path) -> list[Problem]:
             if len(problems) >= _LIMIT:
                 break
     return problems
+
+
+#: An archive file no row names is reported (and ``--repair`` deletes it) once it is this old:
+#: a younger one may be a running prune's, written just before its transaction.
+STRAY_ARCHIVE_SECONDS = 600
+
+
+def archive_problems(store: Store, folder: Path | None, *, full: bool = False) -> list[Problem]:
+    """The archive files (:mod:`lossless.store.archive`) missing, changed or unreadable
+    (*full*: each file's SHA-256 against the one recorded), archived messages no archive
+    names, and files in *folder* that no archive row names."""
+    problems: list[Problem] = []
+    rows = store.archives()
+    for mid in store.unfiled_archived(_LIMIT):
+        problems.append(
+            Problem(
+                "archives",
+                f"msg#{mid}",
+                "marked archived, but no archive names it: its text cannot be read back",
+                _FROM_BACKUP,
+            )
+        )
+    if folder is None:
+        return problems
+    for row in rows:
+        path = folder / row.name
+        fix = f"put the file back from a copy (backup, another disk) as {path}"
+        if not path.is_file():
+            detail = f"missing: the text of {row.messages:,} archived messages is in it"
+            problems.append(Problem("archives", row.name, detail, fix))
+            continue
+        size = path.stat().st_size
+        if size != row.bytes:
+            detail = f"{size:,} bytes on disk, {row.bytes:,} when written: the file was changed"
+            problems.append(Problem("archives", row.name, detail, fix))
+        elif full and _sha256(path) != row.sha256:
+            problems.append(
+                Problem("archives", row.name, "its SHA-256 differs from when it was written", fix)
+            )
+    for path in stray_archives(store, folder, rows):
+        problems.append(
+            Problem(
+                "stray archives",
+                path.name,
+                "an archive file no stored message names (a prune stopped before its"
+                " transaction, or a restore before deleting it)",
+                f"`lossless doctor --repair` deletes it (or delete {path})",
+            )
+        )
+    return problems
+
+
+def stray_archives(store: Store, folder: Path, rows: list[Any] | None = None) -> list[Path]:
+    """Archive files in *folder* no ``archives`` row names, older than
+    :data:`STRAY_ARCHIVE_SECONDS`."""
+    if not folder.is_dir():
+        return []
+    known = {r.name for r in (store.archives() if rows is None else rows)}
+    cutoff = time.time() - STRAY_ARCHIVE_SECONDS
+    return [
+        p
+        for p in sorted(folder.glob("archive-*.jsonl.gz*"))
+        if p.is_file() and p.name not in known and p.stat().st_mtime < cutoff
+    ]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def file_problems(store: Store, *, full: bool = False) -> list[str]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from .errors import ArgumentError, NotFoundError, StoreError
 from .model import Conversation
 from .retrieval.grep import grep as grep_store
 from .retrieval.tools import MAX_LIMIT, MAX_REACH
+from .store.archive import ARCHIVE_SCRUB
 from .store.forget import DueScrub
 from .timestamps import format_ts, now, parse_ts
 
@@ -47,6 +49,7 @@ __all__ = [
     "being_finished",
     "finish_scrubs",
     "forget",
+    "forget_ids",
 ]
 
 #: A scrub claimed by a process on another machine (a shared PostgreSQL store) is taken
@@ -112,22 +115,12 @@ def forget(
         raise ArgumentError("say what to forget: a conversation, a message range or a search")
     ids = ids if whole else store.not_forgotten(ids)
     stamp = format_ts(now())
-    day = stamp[:10]
-
-    def marker(summary_id: str) -> tuple[str, int]:
-        text = (
-            f"[forgotten on {day}: messages below this summary were forgotten at the owner's"
-            f" request, and its text with them. What remains below it: lcm_describe"
-            f" {summary_id}; `lossless rewrite` summarizes it again.]"
-        )
-        return text, services.tokens.count(text)
-
     touched = sorted(set(store.conversations_of(ids))) if ids else []
     with services.lock(*touched):
         counts = store.forget_messages(
             touched,
             ids,
-            marker=marker,
+            marker=_marker(services, stamp[:10]),
             whole=conv_ids if whole else (),
             how=what,
             dry_run=dry_run,
@@ -160,6 +153,36 @@ def forget(
         raise ForgetUnfinished(report, exc) from exc
     report.purged = scrubbed.steps if scrubbed else []
     return report
+
+
+def _marker(services: Services, day: str) -> Callable[[str], tuple[str, int]]:
+    """What a summary over forgotten messages says instead of its text."""
+
+    def marker(summary_id: str) -> tuple[str, int]:
+        text = (
+            f"[forgotten on {day}: messages below this summary were forgotten at the owner's"
+            f" request, and its text with them. What remains below it: lcm_describe"
+            f" {summary_id}; `lossless rewrite` summarizes it again.]"
+        )
+        return text, services.tokens.count(text)
+
+    return marker
+
+
+def forget_ids(services: Services, message_ids: Sequence[int], *, how: str) -> int:
+    """Forget *message_ids* in one transaction (a retention rule's batch), leaving the scrub
+    of the freed space due for :func:`finish_scrubs` (run once after every batch); the
+    messages forgotten."""
+    store = services.store
+    ids = store.not_forgotten(list(message_ids))
+    if not ids:
+        return 0
+    touched = sorted(set(store.conversations_of(ids)))
+    with services.lock(*touched):
+        counts = store.forget_messages(
+            touched, ids, marker=_marker(services, format_ts(now())[:10]), how=how
+        )
+    return counts.messages
 
 
 class ForgetUnfinished(StoreError):
@@ -211,9 +234,14 @@ def finish_scrubs(services: Services) -> ScrubReport | None:
     mine = store.claim_scrubs(claim, _abandoned)
     if not mine:
         return None
-    files = 0
+    files = rewritten = 0
     for scrub in mine:
         for relative in scrub.files:
+            if relative.startswith(ARCHIVE_SCRUB):
+                # An archive file that held forgotten messages: written again without them
+                # (or deleted when it held nothing else), then the old file deleted.
+                rewritten += store.rewrite_archive(relative.removeprefix(ARCHIVE_SCRUB))
+                continue
             path = services.files_dir / relative
             if path.exists():
                 path.unlink()
@@ -222,6 +250,8 @@ def finish_scrubs(services: Services) -> ScrubReport | None:
     store.scrubs_done([s.scrub_id for s in mine])
     if files:
         steps.insert(0, f"deleted {files:,} large file(s)")
+    if rewritten:
+        steps.insert(0, f"wrote {rewritten:,} archive file(s) again without the forgotten messages")
     return ScrubReport(what=[s.what for s in mine], steps=steps, files=files)
 
 
@@ -279,6 +309,8 @@ def _matching(services: Services, text: str, conversation_ids: list[int] | None)
             )
         found += [int(h.id.removeprefix("msg#")) for h in page.hits]
         if not page.more:
+            # Archived messages' text is in their archive files: read there too.
+            found += services.store.archived_holding(text, conversation_ids)
             return sorted(set(found))
         offset += MAX_LIMIT
         if offset + MAX_LIMIT > MAX_REACH:

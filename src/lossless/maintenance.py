@@ -316,4 +316,8 @@ def mend(services: Services) -> list[str]:
     for problem in doctor.stray_files(store, services.files_dir):
         (root / problem.ids).unlink(missing_ok=True)
         done.append(f"deleted {root / problem.ids}, a file no stored message names")
+    if store.archive_dir is not None:
+        for path in doctor.stray_archives(store, store.archive_dir):
+            path.unlink(missing_ok=True)
+            done.append(f"deleted {path}, an archive file no stored message names")
     return done

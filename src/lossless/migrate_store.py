@@ -10,6 +10,7 @@ copy as its final check, so a copy that ``doctor`` finds a problem in raises
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 
 from . import doctor
@@ -34,6 +35,7 @@ __all__ = [
     "MigrationReport",
     "Table",
     "TableCount",
+    "copy_archives",
     "migrate_store",
 ]
 
@@ -55,7 +57,29 @@ def migrate_store(
     whatever writes to the source first. Raises :class:`CopyMismatchError` when the copy's
     row counts differ from the source's or ``doctor`` finds a problem in it.
     """
-    return copy_store(source, target, batch=batch, progress=progress, check=_doctor_problems)
+    report = copy_store(source, target, batch=batch, progress=progress, check=_doctor_problems)
+    copy_archives(source, target)
+    return report
+
+
+def copy_archives(source: Store, target: Store) -> int:
+    """Copy the archive files *source* names into *target*'s archive folder (when both
+    stores know theirs and they differ): each written whole under a temporary name, then
+    renamed; one already there at its size is left. The files copied."""
+    here, there = source.archive_dir, target.archive_dir
+    if here is None or there is None or here.resolve() == there.resolve():
+        return 0
+    copied = 0
+    for row in source.archives():
+        path, dest = here / row.name, there / row.name
+        if not path.is_file() or (dest.is_file() and dest.stat().st_size == row.bytes):
+            continue
+        there.mkdir(parents=True, exist_ok=True)
+        partial = dest.with_name(dest.name + ".partial")
+        shutil.copyfile(path, partial)
+        partial.rename(dest)
+        copied += 1
+    return copied
 
 
 def _doctor_problems(store: Store) -> list[str]:

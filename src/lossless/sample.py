@@ -99,11 +99,13 @@ _CODE_LINES = [
 
 
 class _Session:
-    def __init__(self, turns: int, seed: int, payload_bytes: int) -> None:
+    def __init__(
+        self, turns: int, seed: int, payload_bytes: int, start: datetime | None = None
+    ) -> None:
         self.rng = random.Random(seed)
         self.turns = turns
         self.payload_bytes = payload_bytes
-        self.clock = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+        self.clock = start or datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
         self.tool_counter = 0
 
     def tick(self, low: float = 2.0, high: float = 40.0) -> datetime:
@@ -373,12 +375,14 @@ def generate_session(
     format: str = "openclaw",
     session_id: str = "demo-session",
     payload_bytes: int = 0,
+    start: datetime | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield the JSONL objects of a generated session transcript.
 
-    *payload_bytes* pads each file read to about that size (to make large transcripts).
+    *payload_bytes* pads each file read to about that size (to make large transcripts);
+    *start* is when it begins (2026-03-02 09:00 UTC unless given).
     """
-    session = _Session(turns, seed, payload_bytes)
+    session = _Session(turns, seed, payload_bytes, start)
     if format == "openclaw":
         return _openclaw_lines(session, session_id)
     if format == "claude_code":
@@ -394,12 +398,18 @@ def write_session(
     format: str = "openclaw",
     session_id: str = "demo-session",
     payload_bytes: int = 0,
+    start: datetime | None = None,
 ) -> Path:
     """Write a generated transcript to *path* (JSONL) and return the path."""
     target = Path(path)
     with target.open("w", encoding="utf-8") as handle:
         for obj in generate_session(
-            turns, seed=seed, format=format, session_id=session_id, payload_bytes=payload_bytes
+            turns,
+            seed=seed,
+            format=format,
+            session_id=session_id,
+            payload_bytes=payload_bytes,
+            start=start,
         ):
             handle.write(json.dumps(obj, ensure_ascii=False) + "\n")
     return target

@@ -38,7 +38,7 @@ from ..integrations.codex import (
     trust_entries,
 )
 from ..integrations.codex import MCP_SERVER_NAME as CODEX_MCP_NAME
-from ..integrations.finisher import start_finisher
+from ..integrations.finisher import start_finisher, start_pruner
 from ..integrations.hooks import (
     DEFAULT_MAX_CHARS,
     DEFAULT_RECALL_CHARS,
@@ -181,6 +181,8 @@ def _handle(
         logger.warning("%s: %s", outcome.event, problem)
     if cap is not None and cap.near:
         logger.warning("%s", cap.warning())
+        if state.config.retention.at_cap:
+            _prune_detached(state, log)
     return outcome.stdout
 
 
@@ -210,6 +212,16 @@ def _finish_detached(state: State, log: Path) -> None:
         options += ["--config", state.config_path]
     start_finisher(options, log=log)
     logger.info("provisional summaries: `lossless finish` started to put the model's in place")
+
+
+def _prune_detached(state: State, log: Path) -> None:
+    """``lossless prune --if-free`` on this store, as a process of its own (a store near its
+    cap, with ``retention.at_cap``), its output going to the hooks' log."""
+    options = ["--db", state.database()]
+    if state.config_path:
+        options += ["--config", state.config_path]
+    start_pruner(options, log=log)
+    logger.info("the store is near its cap: `lossless prune` started (retention.at_cap)")
 
 
 def _chars(text: str | None, option: str, default: int, *, off: bool = False) -> int:

@@ -200,6 +200,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Forget for good: a CONVERSATION, its --family, its --messages A..B, or the messages "
         "--matching a text (in CONVERSATION, or anywhere without it).",
     ),
+    "prune": (
+        "retention:prune_command",
+        "Apply the [retention] policy: archive (or forget) the old messages it names.",
+    ),
+    "archives": (
+        "retention:archives_group",
+        "List the archive files retention wrote (`lossless archives restore` reads them back).",
+    ),
     "tui": (
         "tui:tui_command",
         "Browse conversations, context windows and summary DAGs; search; transplant.",
@@ -227,8 +235,11 @@ class Commands(click.Group):
             return super().get_command(ctx, cmd_name)
         module, _, attr = COMMANDS[cmd_name][0].partition(":")
         command: click.Command = getattr(importlib.import_module(f".{module}", __package__), attr)
-        if not any(p.name in ("db", "db_after") for p in command.params):
-            command.params.append(_DB_AFTER)  # `lossless import --db x.db ...` too
+        # `lossless import --db x.db ...` too, and `lossless tokens create --db x.db ...`.
+        subcommands = command.commands.values() if isinstance(command, click.Group) else ()
+        for each in (command, *subcommands):
+            if not any(p.name in ("db", "db_after") for p in each.params):
+                each.params.append(_DB_AFTER)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -10,7 +10,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from ..engine import files_dir_for
+from ..engine import archive_dir_for, files_dir_for
 from ..migrate_store import DEFAULT_BATCH, MigrationError, MigrationProgress, migrate_store
 from ..store import Store, is_postgres_url, open_store
 from .output import State, emit_json, json_option, pass_state, stderr, stdout
@@ -38,18 +38,22 @@ def migrate_store_command(
     DAG, contexts, files' records, checkpoints, grants, session summaries and the tool log
     are copied in batches (--batch rows per transaction). Interrupted, the same command
     continues where it stopped. The copy is then checked: every table's row count against
-    the source, and doctor. Stop the agents writing to the source first. Large files stay
-    where they are (only their records are copied): the command says where to copy them.
+    the source, and doctor. Stop the agents writing to the source first. Archive files
+    (`lossless prune`) are copied to the target's archive folder; large files stay where they
+    are (only their records are copied): the command says where to copy them.
     """
     config = state.config  # where large files live (read first: a bad config stops here)
     source = _open(source_url, "source", must_exist=True)
     try:
         target = _open(target_url, "target", must_exist=False)
         try:
-            with _progress(enabled=not as_json) as update:
-                report = migrate_store(source, target, batch=batch, progress=update)
             files_from = files_dir_for(config, source)
             files_to = files_dir_for(config, target)
+            # Archive files are copied with the rows (the large files are left where they are).
+            source.archive_dir = archive_dir_for(config, files_from)
+            target.archive_dir = archive_dir_for(config, files_to)
+            with _progress(enabled=not as_json) as update:
+                report = migrate_store(source, target, batch=batch, progress=update)
         finally:
             target.close()
     finally:

@@ -50,12 +50,14 @@ from .hosting import Hosting
 from .pending import Pending
 from .reads import Reads
 from .recall import Recall
+from .retention import Retention, archive_dir_for
 from .upkeep import Upkeep
 
 __all__ = [
     "ConversationRef",
     "Engine",
     "TurnResult",
+    "archive_dir_for",
     "database_target",
     "default_db_path",
     "files_dir_for",
@@ -76,7 +78,7 @@ class TurnResult:
     error: str | None = None
 
 
-class Engine(Reads, Recall, Upkeep, Hosting, Pending, Access):
+class Engine(Reads, Recall, Upkeep, Retention, Hosting, Pending, Access):
     """Lossless context management over one store.
 
     Open one with :meth:`open`; use it as a context manager or call :meth:`close`. Its
@@ -100,10 +102,12 @@ class Engine(Reads, Recall, Upkeep, Hosting, Pending, Access):
             config=config,
             tokens=token_counter or HeuristicTokenCounter(),
             summarizer=summarizer or build_summarizer(config),
-            files_dir=files_dir_for(config, store),
+            files_dir=(files_dir := files_dir_for(config, store)),
             redactor=_redactor(redact, store),
             sealer=Sealer() if redact.enabled and redact.keep_originals else None,
         )
+        # Archived messages are read back from files beside the large files.
+        store.archive_dir = archive_dir_for(config, files_dir).absolute()
         # Session summaries: one run per conversation at a time (never the ingest lock: a
         # model call must not hold up ingest).
         self._session_locks = ConversationLocks()

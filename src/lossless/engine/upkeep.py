@@ -157,8 +157,10 @@ class Upkeep(Facade):
         """``lossless doctor``: every integrity check of the store and its large files (an
         empty list: consistent); with *degraded*, also the summaries a repair would redo;
         with *full*, SQLite's full ``integrity_check`` of the file instead of its quick one."""
-        return doctor.check(self.store, degraded=degraded, full=full) + doctor.stray_files(
-            self.store, self.files_dir
+        return (
+            doctor.check(self.store, degraded=degraded, full=full)
+            + doctor.stray_files(self.store, self.files_dir)
+            + doctor.archive_problems(self.store, self.store.archive_dir, full=full)
         )
 
     def check_notes(self) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..engine import Engine
 
-__all__ = ["finish_if_pending", "start_finisher"]
+__all__ = ["finish_if_pending", "start_finisher", "start_pruner"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,17 @@ logger = logging.getLogger(__name__)
 def start_finisher(options: Sequence[str] = (), *, log: Path | None = None) -> None:
     """Start ``lossless [OPTIONS] finish --if-free`` detached; its output goes to *log*
     (appended), or nowhere."""
-    command = [sys.executable, "-m", "lossless", *options, "finish", "--if-free"]
+    _start_detached([*options, "finish", "--if-free"], log)
+
+
+def start_pruner(options: Sequence[str] = (), *, log: Path | None = None) -> None:
+    """Start ``lossless [OPTIONS] prune --if-free`` detached (a store near its cap, with
+    ``retention.at_cap``); its output goes to *log* (appended), or nowhere."""
+    _start_detached([*options, "prune", "--if-free"], log)
+
+
+def _start_detached(arguments: Sequence[str], log: Path | None) -> None:
+    command = [sys.executable, "-m", "lossless", *arguments]
     if log is None:
         subprocess.Popen(
             command,

@@ -82,6 +82,7 @@ TABLES: tuple[Table, ...] = (
             "metadata",
             "host_meta",
             "forgotten_at",
+            "archived_at",
         ),
         ("message_id",),
     ),
@@ -267,6 +268,25 @@ TABLES: tuple[Table, ...] = (
             "forgotten_at",
         ),
         ("forget_id",),
+    ),
+    Table(
+        "archives",
+        (
+            "archive_id",
+            "name",
+            "messages",
+            "bytes",
+            "text_bytes",
+            "sha256",
+            "rule",
+            "created_at",
+        ),
+        ("archive_id",),
+    ),
+    Table(
+        "archived_messages",
+        ("message_id", "archive_id", "member_offset", "member_bytes", "line"),
+        ("message_id",),
     ),
     Table(
         "access_tokens",

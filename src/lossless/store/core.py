@@ -132,6 +132,10 @@ class StoreCore(ABC):
     #: The file the store lives in (``None`` for a server's store).
     path: Path | None = None
 
+    #: Where archive files are (:mod:`.archive`): set by the engine that opens the store; a
+    #: store opened without one says so when it must read an archived message.
+    archive_dir: Path | None = None
+
     @abstractmethod
     def close(self) -> None:
         """Close every connection the store opened."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..codec import dumps, loads
 from ..timestamps import format_ts, now
+from .archive import ARCHIVE_SCRUB, ArchiveStore
 from .connection import Connection
 from .core import in_chunks
 from .summaries import SummaryStore
@@ -47,7 +48,8 @@ class DueScrub:
     scrub_id: int
     #: What was forgotten (what was asked, never the text).
     what: str
-    #: Large files to delete, relative to the files directory.
+    #: Large files to delete, relative to the files directory; an archive file that held
+    #: forgotten messages, as ``archive:NAME`` (rewritten without them, or deleted).
     files: list[str]
     due_at: str
     #: ``host:pid`` of the process scrubbing it, if one began.
@@ -55,7 +57,7 @@ class DueScrub:
     claimed_at: str | None
 
 
-class ForgetStore(SummaryStore):
+class ForgetStore(SummaryStore, ArchiveStore):
     """Forgetting messages (see the module doc)."""
 
     def summaries_reaching(self, message_ids: Sequence[int]) -> list[str]:
@@ -166,10 +168,13 @@ class ForgetStore(SummaryStore):
                 return counts
             touched = sorted(firsts)
             self._forgetting(conn, touched, ids, counts.summaries)
+            # Archived ones: their lines leave their archive files in the scrub.
+            counts.file_paths += [ARCHIVE_SCRUB + n for n in self._unarchive(conn, ids)]
             for chunk, marks in in_chunks(ids):
                 conn.execute(
                     "UPDATE messages SET content = '', token_count = 0, envelope = NULL,"
-                    f" metadata = NULL, forgotten_at = ? WHERE message_id IN ({marks})",
+                    " metadata = NULL, archived_at = NULL, forgotten_at = ?"
+                    f" WHERE message_id IN ({marks})",
                     [stamp, *chunk],
                 )
                 conn.execute(f"DELETE FROM message_parts WHERE message_id IN ({marks})", chunk)

@@ -26,6 +26,7 @@ from ..model import (
 )
 from ..timestamps import format_ts, now
 from . import packed_json, raw_blocks
+from .archive import read_archived
 from .connection import Connection
 from .core import (
     _MESSAGE_INSERT,
@@ -42,6 +43,7 @@ from .core import (
     in_chunks,
     new_context_version,
 )
+from .message_rows import MSG_COLS, PART_COLS, message_from_row, part_from_row
 from .toollog import record_tool_executions
 
 __all__ = ["MessageStore"]
@@ -503,60 +505,30 @@ class MessageStore(StoreCore):
         )
         self._context_changed(conn, conversation_id)
 
-    _MSG_COLS = (
-        "message_id, conversation_id, seq, role, content, token_count, created_at, external_id,"
-        " source_format, envelope, metadata, host_meta, forgotten_at"
-    )
+    _MSG_COLS = MSG_COLS
 
     def _messages_with_parts(
         self, conn: Connection, rows: list[tuple[Any, ...]]
     ) -> list[StoredMessage]:
         if not rows:
             return []
+        ids = [r[0] for r in rows if r[13] is None]
+        archived = [int(r[0]) for r in rows if r[13] is not None]
+        if archived:
+            # Retention moved their text to an archive file: read back as they were stored.
+            found = read_archived(conn, self.archive_dir, archived)
+            rows = [tuple(found[int(r[0])][0]) if r[13] is not None else r for r in rows]
         parts: dict[int, list[StoredPart]] = {}
-        ids = [r[0] for r in rows]
         for chunk, marks in in_chunks(ids):
             for p in conn.execute(
-                "SELECT part_id, message_id, ordinal, slot, part_type, text, tool_call_id,"
-                " tool_name, tool_input, tool_output, is_error, raw FROM message_parts"
+                f"SELECT {PART_COLS} FROM message_parts"
                 f" WHERE message_id IN ({marks}) ORDER BY message_id, ordinal",
                 chunk,
             ):
-                parts.setdefault(p[1], []).append(
-                    StoredPart(
-                        part_id=p[0],
-                        message_id=p[1],
-                        ordinal=p[2],
-                        slot=p[3],
-                        type=p[4],
-                        text=p[5],
-                        tool_call_id=p[6],
-                        tool_name=p[7],
-                        tool_input=_loads(p[8]),
-                        tool_output=p[9],
-                        is_error=bool(p[10]),
-                        raw=p[5] if p[11] is None else raw_blocks.unpack(p[11], p[5], p[9], p[8]),
-                    )
-                )
-        return [
-            StoredMessage(
-                message_id=r[0],
-                conversation_id=r[1],
-                seq=r[2],
-                role=r[3],
-                content=r[4],
-                token_count=r[5],
-                created_at=r[6],
-                external_id=r[7],
-                source_format=r[8],
-                envelope=_loads(r[9]),
-                metadata=None if r[10] is None else _loads(packed_json.unpack(r[10])),
-                parts=tuple(parts.get(r[0], ())),
-                host_meta=r[11],
-                forgotten_at=r[12],
-            )
-            for r in rows
-        ]
+                parts.setdefault(p[1], []).append(part_from_row(p))
+        for mid in archived:
+            parts[mid] = [part_from_row(p) for p in found[mid][1]]
+        return [message_from_row(r, parts.get(r[0], ())) for r in rows]
 
     def get_messages(
         self, conversation_id: int, *, after_seq: int = 0, limit: int | None = None
@@ -651,11 +623,17 @@ class MessageStore(StoreCore):
         found: dict[int, MessageText] = {}
         with self.read() as conn:
             for chunk, marks in in_chunks([_row_id(i) for i in ids]):
-                for mid, role, content, created_at, tokens, host_meta in conn.execute(
-                    "SELECT message_id, role, content, created_at, token_count, host_meta"
-                    f" FROM messages WHERE message_id IN ({marks})",
+                rows = conn.execute(
+                    "SELECT message_id, role, content, created_at, token_count, host_meta,"
+                    f" archived_at FROM messages WHERE message_id IN ({marks})",
                     chunk,
-                ):
+                ).fetchall()
+                # An archived message's text is in its archive file (the row holds its start).
+                archived = [int(r[0]) for r in rows if r[6] is not None]
+                texts = read_archived(conn, self.archive_dir, archived) if archived else {}
+                for mid, role, content, created_at, tokens, host_meta, _ in rows:
+                    if mid in texts:
+                        content = texts[mid][0][4]
                     found[mid] = MessageText(
                         mid, speaker_of(role, host_meta), content, created_at, tokens
                     )

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .pg_migrations import NAMESPACES_TOKENS_AUDIT, PG_MIGRATIONS
+from .pg_migrations import ARCHIVES, NAMESPACES_TOKENS_AUDIT, PG_MIGRATIONS
 from .search import NEIGHBOUR_CHARS, about_sql
 from .toollog import record_tool_executions
 
@@ -617,6 +617,11 @@ def m023_superseded(conn: sqlite3.Connection) -> None:
 @migration
 def m024_namespaces_tokens_audit(conn: sqlite3.Connection) -> None:
     run_script(conn, NAMESPACES_TOKENS_AUDIT.format(audit_id="INTEGER PRIMARY KEY"))
+
+
+@migration
+def m025_archives(conn: sqlite3.Connection) -> None:
+    run_script(conn, ARCHIVES.format(archive_id="INTEGER PRIMARY KEY"))
 
 
 @dataclass(frozen=True)

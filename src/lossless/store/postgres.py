@@ -71,6 +71,7 @@ _SEQUENCES = (
     ("pg_get_serial_sequence('summaries', 'rowid')", "summaries", "rowid"),
     ("pg_get_serial_sequence('forgotten', 'forget_id')", "forgotten", "forget_id"),
     ("pg_get_serial_sequence('audit_log', 'audit_id')", "audit_log", "audit_id"),
+    ("pg_get_serial_sequence('archives', 'archive_id')", "archives", "archive_id"),
 )  # fmt: skip
 
 #: The tables a forget writes text out of: rewritten after it (:meth:`purge_freed`).

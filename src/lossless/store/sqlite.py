@@ -676,6 +676,13 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         largest stored, so they need nothing)."""
         self.rebuild_fts()
 
+    def free_bytes(self) -> int | None:
+        """Bytes of the database file's free pages (reused by the next writes; VACUUM gives
+        them back to the disk)."""
+        ((pages,),) = self.fetchall("PRAGMA freelist_count")
+        ((page,),) = self.fetchall("PRAGMA page_size")
+        return int(pages) * int(page)
+
     def database_size(self) -> dict[str, int]:
         """Bytes on disk of the database and its WAL."""
         sizes = {}
