@@ -61,7 +61,8 @@ def fill(target: str, data_dir: Path, folder: Path) -> str:
                 },
                 **at,
             )
-            body = "row " * 200 + (PHRASE if i == 2 else "plain") + " end"
+            # Line and paragraph separators a JSON line may hold as they are (U+2028, U+0085).
+            body = "row\u2028 " * 200 + (PHRASE if i == 2 else "plain\x85\u2029") + " end"
             engine.ingest(
                 "vault", {"role": "tool", "tool_call_id": f"call_{i}", "content": body}, **at
             )
@@ -248,8 +249,8 @@ def test_doctor_names_a_missing_archive_and_repairs_a_stray_one(opened: Engine) 
         engine.store.get_message(one)
     moved.rename(path)
     assert engine.check() == []
-    # A file no row names (a prune stopped before its transaction), once it is old.
-    stray = engine.archive_dir / "archive-20260101T000000-deadbeef.jsonl.gz"
+    # A half-made file no row names (a prune stopped before its transaction), once it is old.
+    stray = engine.archive_dir / "archive-20260101T000000-deadbeef.jsonl.gz.partial"
     stray.write_bytes(gzip.compress(b"{}\n"))
     assert engine.check() == []  # young: a live prune's, maybe
     old = time.time() - 3600
@@ -257,6 +258,13 @@ def test_doctor_names_a_missing_archive_and_repairs_a_stray_one(opened: Engine) 
     assert [p.check for p in engine.check()] == ["stray archives"]
     assert any("deleted" in line for line in engine.mend())
     assert not stray.exists() and engine.check() == []
+    # A whole file no row names: another store's, maybe: said, never deleted.
+    other = engine.archive_dir / "archive-20260101T000000-0123abcd.jsonl.gz"
+    other.write_bytes(gzip.compress(b"{}\n"))
+    os.utime(other, (old, old))
+    assert [p.check for p in engine.check()] == ["unnamed archives"]
+    engine.mend()
+    assert other.exists()
 
 
 def test_at_the_cap_the_oldest_tool_outputs_go_until_the_store_is_under_the_line(
@@ -448,3 +456,64 @@ def test_a_summary_written_again_over_archived_messages_reads_their_whole_text(
     engine.rewrite([leaf.summary_id], apply=True)
     assert any(PHRASE in text for text in seen), seen
     assert engine.check() == []
+
+
+def test_what_reads_an_archived_message_through_other_tables_reads_it_whole(
+    opened: Engine,
+) -> None:
+    """The tool log (chat_context_query's executions) and a transplant copy an archived
+    message's whole text, not the start the store keeps."""
+    engine = opened
+    log_before = engine.chat_context_query(conversation="vault", kind="executions").to_dict()
+    engine.prune()
+    assert engine.chat_context_query(conversation="vault", kind="executions").to_dict() == (
+        log_before
+    )
+    found = engine.chat_context_query(conversation="vault", kind="executions", text="end")
+    assert found.to_dict()["executions"], "the log's text filter reads the start it keeps"
+    engine.ingest("other", {"role": "user", "content": "a conversation to copy into"})
+    engine.transplant("vault", "other", apply=True)
+    copies = [m for m in engine.messages("other") if PHRASE in m.content]
+    assert len(copies) == 1 and copies[0].content.endswith(" end")
+    (source,) = [m for m in engine.messages("vault") if PHRASE in m.content]
+    assert copies[0].to_source() == source.to_source()
+    assert engine.check() == []
+
+
+def test_a_missing_archive_stops_a_forget_by_text_that_needs_it_and_no_other(
+    opened: Engine,
+) -> None:
+    engine = opened
+    engine.prune()
+    for archive in engine.archives():
+        (engine.archive_dir / archive.name).rename(engine.archive_dir / (archive.name + ".away"))
+    engine.ingest("fresh", {"role": "user", "content": f"a live {PHRASE} note"})
+    # A forget within a conversation holding no archived message reads no archive.
+    assert engine.forget("fresh", matching=PHRASE).messages == 1
+    with pytest.raises(StoreError, match=r"cannot read the archive file .* nothing was forgotten"):
+        engine.forget(matching=PHRASE)
+
+
+def test_a_copy_into_the_same_archive_folder_gets_files_of_its_own(
+    new_db: Callable[[], str], backend: str, tmp_path: Path
+) -> None:
+    """`migrate-store` with one data folder for both stores: the copy's archive rows name
+    copies of their own, so a forget in one store never takes a file the other reads."""
+    if backend != "sqlite":
+        pytest.skip("one pair of back ends is enough: the copy is the same either way")
+    from lossless.migrate_store import migrate_store
+
+    data = tmp_path / "data"
+    source, target = str(tmp_path / "a.db"), str(tmp_path / "b.db")
+    fill(source, data, tmp_path)
+    config = Config().replace(data_dir=str(data), retention=POLICY.__dict__)
+    with Engine.open(source, config=config) as a:
+        a.prune()
+        with Engine.open(target, config=config) as b:
+            migrate_store(a.store, b.store)
+            assert {x.name for x in a.archives()}.isdisjoint(x.name for x in b.archives())
+            before = snapshot(b)
+            a.forget(matching=PHRASE)
+    with Engine.open(target, config=config) as b:
+        assert snapshot(b) == before and b.check() == []
+        assert any(PHRASE in m.content for m in b.messages("vault"))

@@ -180,6 +180,13 @@ class RetentionConfig:
             " oldest first, whatever their age, until it is under that line"
         ),
     )
+    at_cap_kinds: tuple[str, ...] = field(
+        default=("all",),
+        metadata=_opt(
+            help="what at_cap archives next, oldest first, when `kinds` did not bring the store"
+            " under the line (only messages out of the context and under a summary)"
+        ),
+    )
     archive_dir: str | None = field(
         default=None,
         metadata=_opt(help="where archive files go; default: beside the store's large files"),
@@ -190,12 +197,13 @@ class RetentionConfig:
     )
 
     def __post_init__(self) -> None:
-        unknown = [k for k in self.kinds if k not in RETENTION_KINDS]
-        if unknown:
-            raise ConfigError(
-                f"retention.kinds: unknown kind {unknown[0]!r}; accepted:"
-                f" {', '.join(RETENTION_KINDS)}"
-            )
+        for key, kinds in (("kinds", self.kinds), ("at_cap_kinds", self.at_cap_kinds)):
+            unknown = [k for k in kinds if k not in RETENTION_KINDS]
+            if unknown or not kinds:
+                raise ConfigError(
+                    f"retention.{key}: {f'unknown kind {unknown[0]!r}' if unknown else 'empty'};"
+                    f" accepted: {', '.join(RETENTION_KINDS)}"
+                )
 
 
 @dataclass(frozen=True)

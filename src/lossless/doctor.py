@@ -11,6 +11,7 @@ from typing import Any
 
 from .errors import LosslessError
 from .forget import being_finished
+from .store.archive import partial_of
 from .store.base import Store
 from .summarize.escalation import TRUNCATION_MARKER
 
@@ -292,7 +293,7 @@ STRAY_ARCHIVE_SECONDS = 600
 def archive_problems(store: Store, folder: Path | None, *, full: bool = False) -> list[Problem]:
     """The archive files (:mod:`lossless.store.archive`) missing, changed or unreadable
     (*full*: each file's SHA-256 against the one recorded), archived messages no archive
-    names, and files in *folder* that no archive row names."""
+    names, files a stopped prune left half-made, and archive files no row names."""
     problems: list[Problem] = []
     rows = store.archives()
     for mid in store.unfiled_archived(_LIMIT):
@@ -308,7 +309,9 @@ def archive_problems(store: Store, folder: Path | None, *, full: bool = False) -
         return problems
     for row in rows:
         path = folder / row.name
-        fix = f"put the file back from a copy (backup, another disk) as {path}"
+        if not path.is_file() and partial_of(path).is_file():
+            path = partial_of(path)  # committed, not yet named: the next read names it
+        fix = f"put the file back from a copy (backup, another disk) as {folder / row.name}"
         if not path.is_file():
             detail = f"missing: the text of {row.messages:,} archived messages is in it"
             problems.append(Problem("archives", row.name, detail, fix))
@@ -326,26 +329,43 @@ def archive_problems(store: Store, folder: Path | None, *, full: bool = False) -
             Problem(
                 "stray archives",
                 path.name,
-                "an archive file no stored message names (a prune stopped before its"
-                " transaction, or a restore before deleting it)",
+                "an archive file a prune stopped before its transaction committed: it holds"
+                " nothing the store names",
                 f"`lossless doctor --repair` deletes it (or delete {path})",
             )
         )
+    known = {r.name for r in rows}
+    for path in sorted(folder.glob("archive-*.jsonl.gz")):
+        if path.name not in known and _old(path):
+            problems.append(
+                Problem(
+                    "unnamed archives",
+                    path.name,
+                    "an archive file this store does not name: another store's (a folder"
+                    " shared through retention.archive_dir), or one a restore or forget stopped"
+                    " before deleting",
+                    "if no other store keeps its archives here, delete it",
+                )
+            )
     return problems
 
 
 def stray_archives(store: Store, folder: Path, rows: list[Any] | None = None) -> list[Path]:
-    """Archive files in *folder* no ``archives`` row names, older than
-    :data:`STRAY_ARCHIVE_SECONDS`."""
+    """Half-made archive files in *folder* (``NAME.partial``) whose name no ``archives``
+    row holds, older than :data:`STRAY_ARCHIVE_SECONDS` (a younger one may be a running
+    prune's)."""
     if not folder.is_dir():
         return []
     known = {r.name for r in (store.archives() if rows is None else rows)}
-    cutoff = time.time() - STRAY_ARCHIVE_SECONDS
     return [
         p
-        for p in sorted(folder.glob("archive-*.jsonl.gz*"))
-        if p.is_file() and p.name not in known and p.stat().st_mtime < cutoff
+        for p in sorted(folder.glob("archive-*.jsonl.gz.partial"))
+        if p.is_file() and p.name.removesuffix(".partial") not in known and _old(p)
     ]
+
+
+def _old(path: Path) -> bool:
+    return path.stat().st_mtime < time.time() - STRAY_ARCHIVE_SECONDS
 
 
 def _sha256(path: Path) -> str:

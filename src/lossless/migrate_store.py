@@ -10,10 +10,12 @@ copy as its final check, so a copy that ``doctor`` finds a problem in raises
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 
 from . import doctor
+from .store.archive import fresh_archive_name, partial_of
 from .store.base import Store
 from .store.copy import (
     DEFAULT_BATCH,
@@ -64,20 +66,28 @@ def migrate_store(
 
 def copy_archives(source: Store, target: Store) -> int:
     """Copy the archive files *source* names into *target*'s archive folder (when both
-    stores know theirs and they differ): each written whole under a temporary name, then
-    renamed; one already there at its size is left. The files copied."""
+    stores know theirs): each written whole under a temporary name, then renamed; one
+    already there at its size is left. When both stores keep their archives in the same
+    folder, the target's copies get names of their own (its rows renamed), so that neither
+    store ever rewrites or deletes a file the other reads. The files copied."""
     here, there = source.archive_dir, target.archive_dir
-    if here is None or there is None or here.resolve() == there.resolve():
+    if here is None or there is None:
         return 0
+    same = here.resolve() == there.resolve()
+    targets = {a.name for a in target.archives()}
     copied = 0
     for row in source.archives():
-        path, dest = here / row.name, there / row.name
-        if not path.is_file() or (dest.is_file() and dest.stat().st_size == row.bytes):
+        path = here / row.name
+        if not path.is_file() or row.name not in targets:
+            continue  # (a row the target no longer has: it was renamed by an earlier run)
+        dest = there / (fresh_archive_name() if same else row.name)
+        if not same and dest.is_file() and dest.stat().st_size == row.bytes:
             continue
         there.mkdir(parents=True, exist_ok=True)
-        partial = dest.with_name(dest.name + ".partial")
-        shutil.copyfile(path, partial)
-        partial.rename(dest)
+        shutil.copyfile(path, partial_of(dest))
+        if same:
+            target.rename_archive(row.name, dest.name)
+        os.replace(partial_of(dest), dest)
         copied += 1
     return copied
 

@@ -8,8 +8,8 @@ optionally only in conversations idle for a while, and do one of two things:
   beside the store (:mod:`lossless.store.archive`) and the summaries over them stay as they
   are. A message is archived only when it is out of the active context and a summary covers
   it, so what the model sees and what the summaries say do not change; ``show``, ``export``
-  and the recall tools read an archived message back exactly, and ``lossless unarchive``
-  puts it back in the store.
+  and the recall tools read an archived message back exactly, and ``lossless archives
+  restore`` puts it back in the store.
 * **forget** (``forget_after_days``): the messages are forgotten as ``lossless forget`` does
   (the summaries over them then say what was forgotten).
 
@@ -97,23 +97,26 @@ class PruneReport:
         return {**asdict(self), "messages": self.messages}
 
 
-def _policy_rules(policy: RetentionConfig, at_cap: bool) -> list[tuple[str, str, float | None]]:
-    """(name, action, age in days or None for the cap) of each rule the policy has."""
-    rules: list[tuple[str, str, float | None]] = []
+#: A rule: its name, its action (``archive`` or ``forget``), the age in days it reaches (``None``
+#: at the cap: any age, oldest first, until the store is under the line), the kinds it reaches.
+_Rule = tuple[str, str, float | None, tuple[str, ...]]
+
+
+def _policy_rules(policy: RetentionConfig, at_cap: bool) -> list[_Rule]:
+    """Each rule the policy has, in the order they run."""
+    rules: list[_Rule] = []
+    kinds = tuple(policy.kinds)
     if policy.forget_after_days:
-        rules.append(
-            (f"forget after {policy.forget_after_days:g} days", "forget", policy.forget_after_days)
-        )
+        days = policy.forget_after_days
+        rules.append((f"forget after {days:g} days", "forget", days, kinds))
     if policy.archive_after_days:
-        rules.append(
-            (
-                f"archive after {policy.archive_after_days:g} days",
-                "archive",
-                policy.archive_after_days,
-            )
-        )
+        days = policy.archive_after_days
+        rules.append((f"archive after {days:g} days", "archive", days, kinds))
     if at_cap:
-        rules.append(("archive at the cap, oldest first", "archive", None))
+        rules.append((f"archive at the cap: {', '.join(kinds)}", "archive", None, kinds))
+        wider = tuple(policy.at_cap_kinds)
+        if set(wider) != set(kinds):
+            rules.append((f"archive at the cap: {', '.join(wider)}", "archive", None, wider))
     return rules
 
 
@@ -186,10 +189,9 @@ def _prune(
             " retention.forget_after_days or retention.at_cap (docs/retention.md)"
         )
         return report
-    kinds = policy.kinds
     idle_before = _days_ago(now, policy.idle_days) if policy.idle_days else None
     moved_any = False
-    for name, action, days in rules:
+    for name, action, days, kinds in rules:
         rule = RuleReport(name, action)
         report.rules.append(rule)
         archive = action == "archive"
@@ -284,11 +286,12 @@ def _archive_batch(
         with services.lock(*convs):
             moved = store.commit_archive(written, ids, text_bytes=size, rule=rule_name)
     except BaseException:
-        written.path.unlink(missing_ok=True)
+        written.discard()
         raise
     if not moved:
-        written.path.unlink(missing_ok=True)
+        written.discard()
         return False
+    written.publish()
     rule.archive_bytes += written.bytes
     rule.archives.append(written.path.name)
     return True

@@ -50,6 +50,9 @@ __all__ = [
     "ArchiveRow",
     "ArchiveStore",
     "WrittenArchive",
+    "archived_tools",
+    "fresh_archive_name",
+    "partial_of",
     "read_archived",
     "stub_of",
     "write_archive",
@@ -89,22 +92,48 @@ def _line(value: Any) -> bytes:
 class WrittenArchive:
     """An archive file as written: where each record is, and the file's facts."""
 
+    #: Its name once :meth:`publish`\ ed (until then it is written as ``NAME.partial``).
     path: Path
     #: Per record, in the order given: (member offset, member length, line in the member).
     places: list[tuple[int, int, int]]
     bytes: int
     sha256: str
 
+    @property
+    def partial(self) -> Path:
+        return partial_of(self.path)
+
+    def publish(self) -> None:
+        """Give the file its name, once the transaction naming it has committed (a read
+        that finds only ``NAME.partial`` does this itself: a stop in between loses nothing)."""
+        os.replace(self.partial, self.path)
+        _sync_folder(self.path.parent)
+
+    def discard(self) -> None:
+        """Delete the file (its transaction did not commit)."""
+        self.partial.unlink(missing_ok=True)
+
+
+def fresh_archive_name() -> str:
+    """A new archive file's name: when it was made, and a random part."""
+    stamp = format_ts(now()).replace(":", "").replace("-", "")[:15]
+    return f"archive-{stamp}-{secrets.token_hex(4)}.jsonl.gz"
+
+
+def partial_of(path: Path) -> Path:
+    """Where an archive file is written before its transaction commits."""
+    return path.with_name(path.name + ".partial")
+
 
 def write_archive(
     folder: Path, header: dict[str, Any], records: Sequence[dict[str, Any]]
 ) -> WrittenArchive:
-    """Write *records* (after *header*) to a new archive file in *folder*, flushed to disk,
-    and check that every record reads back as given; the file's name is new."""
+    """Write *records* (after *header*) to a new archive file in *folder* (as
+    ``NAME.partial``: :meth:`WrittenArchive.publish` names it once its transaction has
+    committed), flushed to disk, and check that every record reads back as given."""
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = format_ts(now()).replace(":", "").replace("-", "")[:15]
-    path = folder / f"archive-{stamp}-{secrets.token_hex(4)}.jsonl.gz"
-    partial = path.with_name(path.name + ".partial")
+    path = folder / fresh_archive_name()
+    partial = partial_of(path)
     places: list[tuple[int, int, int]] = []
     digest = hashlib.sha256()
     try:
@@ -140,8 +169,6 @@ def write_archive(
             back = json.loads(_member(str(partial), at, length)[line_no])
             if back != json.loads(_line(record)):
                 raise StoreError(f"an archive line did not read back as written ({partial})")
-        partial.rename(path)
-        _sync_folder(folder)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
@@ -169,12 +196,22 @@ def _member(path: str, offset: int, length: int) -> list[str]:
         if key in _members:
             _members.move_to_end(key)
             return _members[key]
-    with open(path, "rb") as handle:
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        # Its transaction committed, and the process stopped before naming the file.
+        partial = partial_of(Path(path))
+        if not partial.is_file():
+            raise
+        os.replace(partial, path)
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    with handle:
         handle.seek(offset)
         data = handle.read(length)
     if len(data) != length:
         raise ValueError(f"the file ends {length - len(data)} bytes short of a member")
-    lines = zlib.decompress(data, wbits=31).decode().splitlines()
+    # Lines end at "\n" only: a JSON string may hold U+2028, U+0085 and the like as they are.
+    lines = zlib.decompress(data, wbits=31).decode().split("\n")
     with _members_lock:
         _members[key] = lines
         while len(_members) > _CACHED_MEMBERS:
@@ -223,6 +260,31 @@ def read_archived(
 
 class _Moved(Exception):
     """An archive's messages changed while it was written again."""
+
+
+def archived_tools(
+    conn: Connection, folder: Path | None, message_ids: Sequence[int]
+) -> dict[int, list[Any]]:
+    """What the tool log held of archived messages, by message: ``[conversation id,
+    execution id, column, value]`` each (the column ``output``: the log keeps its start)."""
+    out: dict[int, list[Any]] = {}
+    if not message_ids:
+        return out
+    if folder is None:
+        raise StoreError(
+            "an archived message's tool output is in its archive file, and this"
+            " store was opened without its archive folder"
+        )
+    for chunk, marks in in_chunks(list(message_ids)):
+        for mid, name, offset, length, line in conn.execute(
+            "SELECT a.message_id, r.name, a.member_offset, a.member_bytes, a.line"
+            " FROM archived_messages a JOIN archives r ON r.archive_id = a.archive_id"
+            f" WHERE a.message_id IN ({marks})",
+            chunk,
+        ).fetchall():
+            lines = _member(str(folder / str(name)), int(offset), int(length))
+            out[int(mid)] = json.loads(lines[int(line)]).get("tools", [])
+    return out
 
 
 @dataclass(frozen=True)
@@ -296,13 +358,13 @@ class ArchiveStore(StoreCore):
                     chunk,
                 ):
                     parts.setdefault(int(p[1]), []).append(list(p))
-                for column, key in (("input", "call_message_id"), ("output", "result_message_id")):
-                    for mid, conv, execution, value in conn.execute(
-                        f"SELECT {key}, conversation_id, execution_id, {column}"
-                        f" FROM tool_executions WHERE {key} IN ({marks}) AND {column} IS NOT NULL",
-                        chunk,
-                    ):
-                        tools.setdefault(int(mid), []).append([conv, execution, column, value])
+                for mid, conv, execution, value in conn.execute(
+                    "SELECT result_message_id, conversation_id, execution_id, output"
+                    f" FROM tool_executions WHERE result_message_id IN ({marks})"
+                    " AND output IS NOT NULL",
+                    chunk,
+                ):
+                    tools.setdefault(int(mid), []).append([conv, execution, "output", value])
         missing = [m for m in message_ids if m not in rows]
         if missing:
             raise StoreError(f"msg#{missing[0]} is not a live message: it cannot be archived")
@@ -429,14 +491,16 @@ class ArchiveStore(StoreCore):
                     [(stub_of(str(content)), stamp, mid) for mid, content in heads],
                 )
                 conn.execute(f"DELETE FROM message_parts WHERE message_id IN ({marks})", chunk)
-                conn.execute(
-                    f"UPDATE tool_executions SET input = NULL WHERE call_message_id IN ({marks})",
+                # The tool log keeps the start of each output (what its text filter reads).
+                outputs = conn.execute(
+                    "SELECT conversation_id, execution_id, output FROM tool_executions"
+                    f" WHERE result_message_id IN ({marks}) AND output IS NOT NULL",
                     chunk,
-                )
-                conn.execute(
-                    "UPDATE tool_executions SET output = NULL"
-                    f" WHERE result_message_id IN ({marks})",
-                    chunk,
+                ).fetchall()
+                conn.executemany(
+                    "UPDATE tool_executions SET output = ? WHERE conversation_id = ?"
+                    " AND execution_id = ?",
+                    [(stub_of(str(out)), conv, execution) for conv, execution, out in outputs],
                 )
             self._forgotten(conn, touched, ids, [])
         return True
@@ -451,7 +515,7 @@ class ArchiveStore(StoreCore):
             records: dict[int, dict[str, Any]] = {}
             for mid in ids:
                 records[mid] = {"row": found[mid][0], "parts": found[mid][1]}
-            tools = self._archived_tools(conn, ids)
+            tools = archived_tools(conn, self.archive_dir, ids)
             convs = sorted({int(records[m]["row"][1]) for m in ids})
             for conv in convs:
                 self._lock_conversation(conn, conv)
@@ -526,7 +590,7 @@ class ArchiveStore(StoreCore):
             ]
             with self.read() as conn:
                 found = read_archived(conn, folder, ids)
-                tools = self._archived_tools(conn, ids)
+                tools = archived_tools(conn, self.archive_dir, ids)
             records = [
                 {"row": found[m][0], "parts": found[m][1], "tools": tools.get(m, [])} for m in ids
             ]
@@ -557,30 +621,15 @@ class ArchiveStore(StoreCore):
                         ],
                     )
             except _Moved:
-                written.path.unlink(missing_ok=True)
+                written.discard()
                 continue
             except BaseException:
-                written.path.unlink(missing_ok=True)
+                written.discard()
                 raise
+            written.publish()
             old.unlink(missing_ok=True)
             return 1
         raise StoreError(f"archive {name} kept changing while it was being written again; retry")
-
-    def _archived_tools(self, conn: Connection, ids: Sequence[int]) -> dict[int, list[Any]]:
-        out: dict[int, list[Any]] = {}
-        for chunk, marks in in_chunks(list(ids)):
-            for mid, name, offset, length, line in conn.execute(
-                "SELECT a.message_id, r.name, a.member_offset, a.member_bytes, a.line"
-                " FROM archived_messages a JOIN archives r ON r.archive_id = a.archive_id"
-                f" WHERE a.message_id IN ({marks})",
-                chunk,
-            ).fetchall():
-                assert self.archive_dir is not None  # read_archived checked it
-                record = json.loads(
-                    _member(str(self.archive_dir / str(name)), int(offset), int(length))[int(line)]
-                )
-                out[int(mid)] = record.get("tools", [])
-        return out
 
     def _unarchive(self, conn: Connection, message_ids: Sequence[int]) -> list[str]:
         """Take *message_ids* out of their archives' records (a forget: their lines must then
@@ -627,6 +676,11 @@ class ArchiveStore(StoreCore):
                 )
         return empty
 
+    def rename_archive(self, name: str, new: str) -> None:
+        """Name the archive *name* *new* (a copy of its file made under that name)."""
+        with self.transaction() as conn:
+            conn.execute("UPDATE archives SET name = ? WHERE name = ?", (new, name))
+
     def archives(self) -> list[ArchiveRow]:
         """Every archive file the store names, oldest first."""
         return [
@@ -638,27 +692,50 @@ class ArchiveStore(StoreCore):
 
     def archived_holding(self, text: str, conversation_ids: Sequence[int] | None) -> list[int]:
         """The archived messages (of *conversation_ids*, or any) whose text, or a part's
-        text, input or output, holds *text* in any case: every archive file read through."""
+        text, input or output, holds *text* in any case: each archive file holding such
+        messages read through. Raises :class:`StoreError` naming a file that cannot be read."""
         folder = self.archive_dir
         if folder is None:
             return []
         wanted = text.casefold()
+        if conversation_ids is None:
+            names = [a.name for a in self.archives()]
+        else:
+            names = []
+            for chunk, marks in in_chunks(list(conversation_ids)):
+                names += [
+                    str(r[0])
+                    for r in self.fetchall(
+                        "SELECT DISTINCT r.name FROM archives r JOIN archived_messages a"
+                        " ON a.archive_id = r.archive_id JOIN messages m"
+                        f" ON m.message_id = a.message_id WHERE m.conversation_id IN ({marks})",
+                        chunk,
+                    )
+                ]
         convs = None if conversation_ids is None else set(conversation_ids)
         found: list[int] = []
-        for row in self.archives():
-            with gzip.open(folder / row.name, "rt", encoding="utf-8") as handle:
-                for line in handle:
-                    record = json.loads(line)
-                    if "row" not in record:
-                        continue  # the file's first line
-                    msg = record["row"]
-                    if convs is not None and int(msg[1]) not in convs:
-                        continue
-                    texts = [msg[4]] + [
-                        str(v) for p in record["parts"] for v in (p[5], p[8], p[9]) if v
-                    ]
-                    if any(wanted in t.casefold() for t in texts):
-                        found.append(int(msg[0]))
+        for name in sorted(set(names)):
+            path = folder / name
+            try:
+                lines = gzip.decompress(path.read_bytes()).split(b"\n")
+            except (OSError, EOFError, zlib.error) as exc:
+                raise StoreError(
+                    f"cannot read the archive file {path} to look for the text in it ({exc}):"
+                    " nothing was forgotten; put the file back (`lossless doctor` lists the"
+                    " archives it cannot read), or forget by conversation or message range"
+                ) from None
+            for line in lines[1:]:  # the first is the file's own header
+                if not line:
+                    continue
+                record = json.loads(line)
+                msg = record["row"]
+                if convs is not None and int(msg[1]) not in convs:
+                    continue
+                texts = [msg[4]] + [
+                    str(v) for p in record["parts"] for v in (p[5], p[8], p[9]) if v
+                ]
+                if any(wanted in t.casefold() for t in texts):
+                    found.append(int(msg[0]))
         live = set(self.archived_ids())
         return [m for m in found if m in live]
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..model import HOST_RECORD
-from .core import StoreCore
+from .archive import archived_tools
+from .core import StoreCore, in_chunks
 
 #: How much of each neighbour a message's word-index entry carries: the start of the message
 #: before it (prev), of the one after (next) and of the one before that (far): an answer is
@@ -479,7 +480,33 @@ class SearchStore(StoreCore):
             f" WHERE 1 = 1{where} ORDER BY {at} {direction}, e.execution_id LIMIT ? OFFSET ?",
             [*params, limit, offset],
         )
-        return [ExecutionRow(*r) for r in rows]
+        found = [ExecutionRow(*r) for r in rows]
+        results = [r.result_message_id for r in found if r.result_message_id is not None]
+        if not results:
+            return found
+        with self.read() as conn:
+            # An archived result's output is in its archive file (the log keeps its start).
+            archived = [
+                int(r[0])
+                for chunk, marks in in_chunks(results)
+                for r in conn.execute(
+                    f"SELECT message_id FROM messages WHERE message_id IN ({marks})"
+                    " AND archived_at IS NOT NULL",
+                    chunk,
+                )
+            ]
+            outputs = {
+                (int(conv), str(execution)): value
+                for held in archived_tools(conn, self.archive_dir, archived).values()
+                for conv, execution, column, value in held
+                if column == "output"
+            }
+        return [
+            r._replace(output=outputs[(r.conversation_id, r.execution_id)])
+            if (r.conversation_id, r.execution_id) in outputs
+            else r
+            for r in found
+        ]
 
     def frames(
         self,

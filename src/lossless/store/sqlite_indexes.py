@@ -215,7 +215,13 @@ class SQLiteIndexes(StoreCore):
                     tx.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             conn.execute("VACUUM")
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            # VACUUM wrote the whole file again through the log: empty it, waiting out the
+            # store's own merge thread (or a reader) that may hold it for a moment.
+            for _ in range(100):
+                busy, _frames, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    break
+                time.sleep(0.05)
         except (StoreError, sqlite3.Error) as exc:
             if stop := interrupted(exc):
                 raise stop from exc

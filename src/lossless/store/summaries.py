@@ -15,6 +15,7 @@ from ..model import (
     Summary,
 )
 from ..timestamps import format_ts, now
+from .archive import read_archived
 from .connection import Connection
 from .core import (
     _MESSAGE_INSERT,
@@ -528,9 +529,17 @@ class SummaryStore(SummaryReads):
             for chunk, marks in in_chunks(message_ids):
                 rows = conn.execute(
                     "SELECT message_id, role, content, token_count, created_at, source_format,"
-                    f" envelope, metadata, host_meta FROM messages WHERE message_id IN ({marks})",
+                    " envelope, metadata, host_meta, archived_at FROM messages"
+                    f" WHERE message_id IN ({marks})",
                     chunk,
                 ).fetchall()
+                # An archived message is copied whole, as its archive file holds it.
+                kept = read_archived(conn, self.archive_dir, [r[0] for r in rows if r[9]])
+                for i, m in enumerate(rows):
+                    if m[0] in kept:
+                        a = kept[m[0]][0]  # the columns of message_rows.MSG_COLS
+                        rows[i] = (a[0], a[3], a[4], a[5], a[6], a[8], a[9], a[10], a[11], None)
+                rows = [m[:9] for m in rows]
                 conn.executemany(
                     _MESSAGE_INSERT,
                     [
@@ -552,6 +561,7 @@ class SummaryStore(SummaryReads):
                     f" WHERE message_id IN ({marks}) ORDER BY message_id, ordinal",
                     chunk,
                 ).fetchall()
+                parts += [tuple(p[1:12]) for m in sorted(kept) for p in kept[m][1]]
                 if parts:
                     part_id = self._allocate_ids(conn, "message_parts", len(parts))
                     conn.executemany(
