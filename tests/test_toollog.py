@@ -13,6 +13,7 @@ import pytest
 
 from lossless import Config, Engine
 from lossless.retrieval.grep import GrepError
+from lossless.store.toollog import INPUT_SQL, OUTPUT_SQL
 
 T0 = datetime(2026, 4, 1, 9, 0, tzinfo=UTC)
 
@@ -121,10 +122,16 @@ def test_every_call_is_logged_with_its_result_status_and_duration(engine: Engine
         r[0]: r[1:]
         for r in rows(
             engine,
-            "SELECT execution_id, tool_name, status, input, output, error, duration_ms,"
-            " call_message_id IS NOT NULL, result_message_id IS NOT NULL FROM tool_executions",
+            f"SELECT e.execution_id, e.tool_name, e.status, {INPUT_SQL}, {OUTPUT_SQL}, e.error,"
+            " e.duration_ms, e.call_message_id IS NOT NULL, e.result_message_id IS NOT NULL"
+            " FROM tool_executions e",
         )
     }
+    # The log holds no second copy of an input or output: its readers take the parts'.
+    assert (
+        rows(engine, "SELECT 1 FROM tool_executions WHERE input IS NOT NULL OR output IS NOT NULL")
+        == []
+    )
     assert set(log) == {"toolu_1a", "toolu_1b", "toolu_2a", "toolu_2b", "call_x", "call_y"}
     assert log["toolu_1a"][:2] == ("read_file", "ok")
     assert json.loads(log["toolu_1a"][2]) == {"path": "src/mod1.py"}

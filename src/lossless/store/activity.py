@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from ..codec import loads
 from .core import StoreCore
+from .toollog import INPUT_SQL
 
 __all__ = ["ActivityStore", "Request", "ToolCall"]
 
@@ -109,7 +110,7 @@ class ActivityStore(StoreCore):
         """The tool calls made by the messages in ``after < seq <= upto``, in the order they
         were made."""
         rows = self.fetchall(
-            "SELECT e.execution_id, e.tool_name, e.input, e.status, m.seq, e.call_message_id"
+            f"SELECT e.execution_id, e.tool_name, {INPUT_SQL}, e.status, m.seq, e.call_message_id"
             " FROM messages m JOIN tool_executions e ON e.call_message_id = m.message_id"
             " WHERE m.conversation_id = ? AND m.seq > ? AND m.seq <= ?"
             " ORDER BY m.seq, e.execution_id",

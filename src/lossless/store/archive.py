@@ -41,6 +41,7 @@ from ..timestamps import format_ts, now
 from .connection import Connection
 from .core import StoreCore, in_chunks
 from .message_rows import MSG_COLS, PART_COLS
+from .toollog import INPUT_SQL, OUTPUT_SQL
 
 __all__ = [
     "ARCHIVE_SCRUB",
@@ -358,13 +359,14 @@ class ArchiveStore(StoreCore):
                     chunk,
                 ):
                     parts.setdefault(int(p[1]), []).append(list(p))
-                for mid, conv, execution, value in conn.execute(
-                    "SELECT result_message_id, conversation_id, execution_id, output"
-                    f" FROM tool_executions WHERE result_message_id IN ({marks})"
-                    " AND output IS NOT NULL",
-                    chunk,
-                ):
-                    tools.setdefault(int(mid), []).append([conv, execution, "output", value])
+                # The log's own columns as they are (NULL: the part's): put back on restore.
+                for column, key in (("output", "result_message_id"), ("input", "call_message_id")):
+                    for mid, conv, execution, value in conn.execute(
+                        f"SELECT {key}, conversation_id, execution_id, {column}"
+                        f" FROM tool_executions WHERE {key} IN ({marks})",
+                        chunk,
+                    ):
+                        tools.setdefault(int(mid), []).append([conv, execution, column, value])
         missing = [m for m in message_ids if m not in rows]
         if missing:
             raise StoreError(f"msg#{missing[0]} is not a live message: it cannot be archived")
@@ -490,18 +492,33 @@ class ArchiveStore(StoreCore):
                     " archived_at = ? WHERE message_id = ?",
                     [(stub_of(str(content)), stamp, mid) for mid, content in heads],
                 )
-                conn.execute(f"DELETE FROM message_parts WHERE message_id IN ({marks})", chunk)
-                # The tool log keeps the start of each output (what its text filter reads).
+                # The tool log keeps the start of each output (what its text filter reads),
+                # and each input whole (small; the call's part leaves): read from the parts
+                # before they go.
                 outputs = conn.execute(
-                    "SELECT conversation_id, execution_id, output FROM tool_executions"
-                    f" WHERE result_message_id IN ({marks}) AND output IS NOT NULL",
+                    f"SELECT e.conversation_id, e.execution_id, {OUTPUT_SQL} FROM tool_executions e"
+                    f" WHERE e.result_message_id IN ({marks})",
+                    chunk,
+                ).fetchall()
+                inputs = conn.execute(
+                    f"SELECT e.conversation_id, e.execution_id, {INPUT_SQL} FROM tool_executions e"
+                    f" WHERE e.call_message_id IN ({marks})",
                     chunk,
                 ).fetchall()
                 conn.executemany(
                     "UPDATE tool_executions SET output = ? WHERE conversation_id = ?"
                     " AND execution_id = ?",
-                    [(stub_of(str(out)), conv, execution) for conv, execution, out in outputs],
+                    [
+                        (None if out is None else stub_of(str(out)), conv, execution)
+                        for conv, execution, out in outputs
+                    ],
                 )
+                conn.executemany(
+                    "UPDATE tool_executions SET input = ? WHERE conversation_id = ?"
+                    " AND execution_id = ?",
+                    [(value, conv, execution) for conv, execution, value in inputs],
+                )
+                conn.execute(f"DELETE FROM message_parts WHERE message_id IN ({marks})", chunk)
             self._forgotten(conn, touched, ids, [])
         return True
 

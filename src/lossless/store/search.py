@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..model import HOST_RECORD
-from .archive import archived_tools
+from .archive import archived_tools, read_archived
 from .core import StoreCore, in_chunks
+from .toollog import INPUT_SQL, OUTPUT_SQL
 
 #: How much of each neighbour a message's word-index entry carries: the start of the message
 #: before it (prev), of the one after (next) and of the one before that (far): an answer is
@@ -468,14 +469,15 @@ class SearchStore(StoreCore):
             params += [self._word_query(query)] * 2
             for word in words:
                 where += (
-                    f" AND (coalesce(e.input, '') || ' ' || coalesce(e.output, '')) {self._like} ?"
+                    f" AND (coalesce({INPUT_SQL}, '') || ' ' || coalesce({OUTPUT_SQL}, ''))"
+                    f" {self._like} ?"
                     " ESCAPE '\\'"
                 )
                 params.append("%" + _like_literal(word) + "%")
         direction = "DESC" if newest_first else "ASC"
         rows = self.fetchall(
             "SELECT e.execution_id, e.conversation_id, e.tool_name, e.status, e.started_at,"
-            " e.finished_at, e.duration_ms, e.input, e.output, e.error, e.call_message_id,"
+            f" e.finished_at, e.duration_ms, {INPUT_SQL}, {OUTPUT_SQL}, e.error, e.call_message_id,"
             " e.result_message_id, e.output_file_id FROM tool_executions e"
             f" WHERE 1 = 1{where} ORDER BY {at} {direction}, e.execution_id LIMIT ? OFFSET ?",
             [*params, limit, offset],
@@ -495,12 +497,18 @@ class SearchStore(StoreCore):
                     chunk,
                 )
             ]
+            held = archived_tools(conn, self.archive_dir, archived)
             outputs = {
                 (int(conv), str(execution)): value
-                for held in archived_tools(conn, self.archive_dir, archived).values()
-                for conv, execution, column, value in held
-                if column == "output"
+                for records in held.values()
+                for conv, execution, column, value in records
+                if column == "output" and value is not None
             }
+            # The rest were their result parts' own, archived with the message.
+            for row, parts in read_archived(conn, self.archive_dir, archived).values():
+                for part in parts:  # the columns of message_rows.PART_COLS
+                    if part[4] == "tool_result" and part[6] is not None:
+                        outputs.setdefault((int(row[1]), str(part[6])), part[9])
         return [
             r._replace(output=outputs[(r.conversation_id, r.execution_id)])
             if (r.conversation_id, r.execution_id) in outputs

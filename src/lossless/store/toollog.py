@@ -2,6 +2,11 @@
 
 Used inside the store's transactions (a batch of messages and the executions they carry are
 one write) and by the migration that logs the messages stored before the log existed.
+
+A call's input and a result's output are their parts' own (``message_parts.tool_input`` and
+``tool_output``): the log does not hold them again (``input`` and ``output`` stay NULL) and
+its readers take them from the parts (:data:`INPUT_SQL`, :data:`OUTPUT_SQL`). Rows logged
+before this hold their own copies, which the readers take first.
 """
 
 from __future__ import annotations
@@ -9,10 +14,23 @@ from __future__ import annotations
 from ..timestamps import parse_ts
 from .connection import Connection
 
-__all__ = ["ERROR_CHARS", "record_tool_executions"]
+__all__ = ["ERROR_CHARS", "INPUT_SQL", "OUTPUT_SQL", "record_tool_executions"]
 
 #: How much of a failed call's output is kept as its error text.
 ERROR_CHARS = 500
+
+#: An execution's input (of ``tool_executions e``): its own copy, else its call part's.
+INPUT_SQL = (
+    "coalesce(e.input, (SELECT p.tool_input FROM message_parts p"
+    " WHERE p.message_id = e.call_message_id AND p.part_type = 'tool_call'"
+    " AND p.tool_call_id = e.execution_id LIMIT 1))"
+)
+#: An execution's output (of ``tool_executions e``): its own copy, else its result part's.
+OUTPUT_SQL = (
+    "coalesce(e.output, (SELECT p.tool_output FROM message_parts p"
+    " WHERE p.message_id = e.result_message_id AND p.part_type = 'tool_result'"
+    " AND p.tool_call_id = e.execution_id LIMIT 1))"
+)
 
 
 def record_tool_executions(
@@ -41,13 +59,13 @@ def record_tool_executions(
         " AND p.tool_call_id IS NOT NULL ORDER BY m.message_id, p.ordinal",
         params,
     ).fetchall()
-    for conv, mid, at, kind, call_id, name, tool_input, output, is_error, file_id in rows:
+    for conv, mid, at, kind, call_id, name, _input, output, is_error, file_id in rows:
         if kind == "tool_call":
             conn.execute(
                 "INSERT INTO tool_executions (execution_id, conversation_id,"
-                " call_message_id, tool_name, input, status, started_at)"
-                " VALUES (?, ?, ?, ?, ?, 'pending', ?) ON CONFLICT DO NOTHING",
-                (call_id, conv, mid, name, tool_input, at),
+                " call_message_id, tool_name, status, started_at)"
+                " VALUES (?, ?, ?, ?, 'pending', ?) ON CONFLICT DO NOTHING",
+                (call_id, conv, mid, name, at),
             )
             continue
         status = "error" if is_error else "ok"
@@ -59,17 +77,18 @@ def record_tool_executions(
         if found is None:
             conn.execute(
                 "INSERT INTO tool_executions (execution_id, conversation_id, result_message_id,"
-                " tool_name, output, output_file_id, status, error, finished_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (call_id, conv, mid, name, output, file_id, status, error, at),
+                " tool_name, output_file_id, status, error, finished_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (call_id, conv, mid, name, file_id, status, error, at),
             )
             continue
+        # (output = NULL: a row logged before may hold an older result's copy)
         conn.execute(
-            "UPDATE tool_executions SET result_message_id = ?, output = ?, output_file_id = ?,"
-            " status = ?, error = ?, finished_at = ?, duration_ms = ?,"
+            "UPDATE tool_executions SET result_message_id = ?, output = NULL,"
+            " output_file_id = ?, status = ?, error = ?, finished_at = ?, duration_ms = ?,"
             " tool_name = coalesce(tool_name, ?)"
             " WHERE conversation_id = ? AND execution_id = ?",
-            (mid, output, file_id, status, error, at, _duration(found[0], at), name, conv, call_id),
+            (mid, file_id, status, error, at, _duration(found[0], at), name, conv, call_id),
         )
     return len(rows)
 
