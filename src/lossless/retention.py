@@ -191,18 +191,24 @@ def _prune(
         return report
     idle_before = _days_ago(now, policy.idle_days) if policy.idle_days else None
     moved_any = False
+    cap_need: int | None = None  # what the cap's rules must free together
+    cap_freed = 0
     for name, action, days, kinds in rules:
         rule = RuleReport(name, action)
         report.rules.append(rule)
         archive = action == "archive"
         if days is None:
             assert cap_limit is not None
-            need = _used(services) - int(cap_limit * CAP_WARN_SHARE)
-            if need <= 0:
-                report.notes.append(
-                    f"the store ({_used(services) / 1e6:,.1f} MB in use) is under"
-                    f" {100 * CAP_WARN_SHARE:.0f}% of max_store_bytes: nothing archived for the cap"
-                )
+            if cap_need is None:  # once for the cap's rules: what they must free together
+                cap_need = _used(services) - int(cap_limit * CAP_WARN_SHARE)
+            need: int | None = cap_need - cap_freed
+            if need is not None and need <= 0:
+                if not cap_freed:
+                    report.notes.append(
+                        f"the store ({_used(services) / 1e6:,.1f} MB in use) is under"
+                        f" {100 * CAP_WARN_SHARE:.0f}% of max_store_bytes: nothing archived for"
+                        " the cap"
+                    )
                 continue
         else:
             need = None
@@ -253,11 +259,16 @@ def _prune(
             if progress is not None:
                 progress(rule)
             if need is not None and cap_limit is not None:
-                # A back end that cannot tell its free space (PostgreSQL) counts the bytes moved.
+                # Enough once the bytes moved reach what had to be freed, or (a back end that
+                # tells its free space) once the store measures under the line: a search
+                # index keeps what it took out until its segments merge (at the end), so the
+                # measure alone lags and would move more than needed.
                 measured = not dry_run and store.free_bytes() is not None
-                if (_used(services) <= line) if measured else freed >= need:
+                if freed >= need or (measured and _used(services) <= line):
                     break
         rule.conversations = len(seen_convs)
+        if days is None:
+            cap_freed += freed
     if dry_run:
         return report
     if any(r.action == "forget" and r.messages for r in report.rules):
