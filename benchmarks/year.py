@@ -178,7 +178,7 @@ def main() -> None:
     print(
         f"\n{args.days} days, {len(prints):,} messages ({transcript_bytes / 1e6:,.0f} MB of"
         f" transcripts): the store at most {largest / 1e6:,.1f} MB of a {cap / 1e6:,.0f} MB cap"
-        f" ({final.size / 1e6:,.1f} MB at the end); {len(archived):,} tool outputs archived in"
+        f" ({final.size / 1e6:,.1f} MB at the end); {len(archived):,} messages archived in"
         f" {len(archives):,} files ({result['archive_bytes'] / 1e6:,.1f} MB, from"
         f" {result['archived_store_bytes'] / 1e6:,.1f} MB in the store); read back:"
         f" {differ} differ; without a summary: {uncovered}; doctor: {len(problems)} problem(s)."

@@ -26,7 +26,9 @@ from lossless.summarize import ScriptedSummarizer, SummaryRequest
 
 CHILD = Path(__file__).with_name("forget_child.py")
 #: Archive the tool outputs older than about nine seconds (the sample's are from March).
-POLICY = RetentionConfig(archive_after_days=0.0001, kinds=("tool_outputs",), batch=40)
+POLICY = RetentionConfig(
+    archive_after_days=0.0001, kinds=("tool_outputs",), batch=40, context_idle_days=0
+)
 PHRASE = "ossifrage-lanthorn"  # found nowhere else
 
 
@@ -517,3 +519,32 @@ def test_a_copy_into_the_same_archive_folder_gets_files_of_its_own(
     with Engine.open(target, config=config) as b:
         assert snapshot(b) == before and b.check() == []
         assert any(PHRASE in m.content for m in b.messages("vault"))
+
+
+def test_a_conversation_left_for_a_month_has_its_context_archived_and_assembled_alike(
+    opened: Engine,
+) -> None:
+    """`retention.context_idle_days`: the messages of an idle conversation's active context
+    may go too; assembling it again reads them back, and gives what it gave before."""
+    engine = opened
+    before = snapshot(engine)
+    in_context = {
+        int(r[0])
+        for r in engine.store.fetchall(
+            "SELECT message_id FROM context_items WHERE item_type = 'message'"
+        )
+    }
+    report = engine.prune(policy=RetentionConfig(archive_after_days=0.0001, batch=40))
+    ids = set(archived(engine))
+    assert report.messages == len(ids) and ids & in_context
+    # Only tool outputs, still; the context now reads some of them from the archive files.
+    for message in engine.store.get_messages_by_id(sorted(ids)):
+        assert message.role == "tool" or any(p.type == "tool_result" for p in message.parts)
+    assert snapshot(engine) == before
+    assert engine.check() == []
+    # A conversation that is not idle keeps its context in the store.
+    engine.ingest("vault", {"role": "user", "content": "back again"})
+    engine.restore_archives(every=True)
+    engine.prune(policy=RetentionConfig(archive_after_days=0.0001, batch=40))
+    vault = {m.message_id for m in engine.messages("vault")}
+    assert not set(archived(engine)) & vault & in_context

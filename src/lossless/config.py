@@ -173,6 +173,15 @@ class RetentionConfig:
             help="only in conversations with no new message for this many days (0: any)",
         ),
     )
+    context_idle_days: float = field(
+        default=30.0,
+        metadata=_opt(
+            minimum=0.0,
+            help="a conversation with no new message for this many days may have the messages"
+            " of its active context archived too (read back when it is assembled again; 0:"
+            " never, only messages under a summary)",
+        ),
+    )
     at_cap: bool = field(
         default=False,
         metadata=_opt(

@@ -7,7 +7,9 @@ optionally only in conversations idle for a while, and do one of two things:
 * **archive** (``archive_after_days``): the messages' text moves to a compressed archive file
   beside the store (:mod:`lossless.store.archive`) and the summaries over them stay as they
   are. A message is archived only when it is out of the active context and a summary covers
-  it, so what the model sees and what the summaries say do not change; ``show``, ``export``
+  it, or when its conversation has had no new message for ``context_idle_days`` (its context
+  is then read back from the archive if it is assembled again), so what the model sees and
+  what the summaries say do not change; ``show``, ``export``
   and the recall tools read an archived message back exactly, and ``lossless archives
   restore`` puts it back in the store.
 * **forget** (``forget_after_days``): the messages are forgotten as ``lossless forget`` does
@@ -190,6 +192,9 @@ def _prune(
         )
         return report
     idle_before = _days_ago(now, policy.idle_days) if policy.idle_days else None
+    context_idle_before = (
+        _days_ago(now, policy.context_idle_days) if policy.context_idle_days else None
+    )
     moved_any = False
     cap_need: int | None = None  # what the cap's rules must free together
     cap_freed = 0
@@ -220,6 +225,7 @@ def _prune(
         line = int(cap_limit * CAP_WARN_SHARE) if cap_limit is not None else 0
         for _ in range(_CAP_ROUNDS if days is None else 1_000_000):
             batch = store.retention_candidates(
+                context_idle_before=context_idle_before,
                 kinds=kinds,
                 before=before_id,
                 idle_before=idle_before,
@@ -235,7 +241,7 @@ def _prune(
             size = sum(b[3] for b in batch)
             if not dry_run:
                 if archive:
-                    if not _archive_batch(services, ids, size, name, rule):
+                    if not _archive_batch(services, ids, size, name, rule, context_idle_before):
                         # The store changed under the batch (a forget, a new context, another
                         # prune): choose again, a few times.
                         retries += 1
@@ -282,7 +288,12 @@ def _prune(
 
 
 def _archive_batch(
-    services: Services, ids: list[int], size: int, rule_name: str, rule: RuleReport
+    services: Services,
+    ids: list[int],
+    size: int,
+    rule_name: str,
+    rule: RuleReport,
+    context_idle_before: str | None,
 ) -> bool:
     """Write one batch's archive file, then move the batch in one transaction; ``False``
     (and no file left) when a message of it no longer qualifies."""
@@ -295,7 +306,13 @@ def _archive_batch(
     try:
         convs = sorted({int(r["row"][1]) for r in records})
         with services.lock(*convs):
-            moved = store.commit_archive(written, ids, text_bytes=size, rule=rule_name)
+            moved = store.commit_archive(
+                written,
+                ids,
+                text_bytes=size,
+                rule=rule_name,
+                context_idle_before=context_idle_before,
+            )
     except BaseException:
         written.discard()
         raise

@@ -66,7 +66,7 @@ ARCHIVE_VERSION = 1
 #: A member holds lines up to about this many bytes (a message read back decompresses one).
 MEMBER_BYTES = 256 * 1024
 #: How much of an archived message's text stays in the store (what search still finds).
-STUB_CHARS = 200
+STUB_CHARS = 80
 #: The mark after the start of a text that was cut when its message was archived.
 STUB_MARK = " …[archived]"
 #: How a forget's scrub names an archive file that held forgotten messages.
@@ -306,12 +306,16 @@ class ArchiveRow:
         return dict(self.__dict__)
 
 
-#: What a message must be for its text to be archived: out of the active context, and
-#: covered by a summary (what the model sees and the summaries say stay as they were).
+#: What a message must be for its text to be archived: out of the active context and covered
+#: by a summary (what the summaries say stays as it was), or in the context of a conversation
+#: with no message since a time (``?``: a conversation left that long, whose context is read
+#: back from the archive when it is assembled again).
 MOVABLE = (
-    "NOT EXISTS (SELECT 1 FROM context_items i WHERE i.conversation_id = m.conversation_id"
+    "((NOT EXISTS (SELECT 1 FROM context_items i WHERE i.conversation_id = m.conversation_id"
     " AND i.item_type = 'message' AND i.message_id = m.message_id)"
-    " AND EXISTS (SELECT 1 FROM summary_messages s WHERE s.message_id = m.message_id)"
+    " AND EXISTS (SELECT 1 FROM summary_messages s WHERE s.message_id = m.message_id))"
+    " OR (SELECT x.created_at FROM messages x WHERE x.conversation_id = m.conversation_id"
+    " ORDER BY x.seq DESC LIMIT 1) < ?)"
 )
 
 #: The messages of each kind a retention rule may name (on ``messages m`` and
@@ -384,16 +388,20 @@ class ArchiveStore(StoreCore):
         archive: bool,
         limit: int,
         after: tuple[str, int] | None = None,
+        context_idle_before: str | None = None,
     ) -> list[tuple[int, int, str, int]]:
         """The oldest live messages of *kinds* (made before *before*, in conversations with
-        no message since *idle_before*; for *archive*, only those :data:`MOVABLE`), after
-        the (time, id) *after*: (message id, conversation id, time, bytes), at most *limit*."""
+        no message since *idle_before*; for *archive*, only those :data:`MOVABLE`, in the
+        context too when their conversation has had no message since *context_idle_before*),
+        after the (time, id) *after*: (message id, conversation id, time, bytes), at most
+        *limit*."""
         size = "octet_length" if self.backend == "postgresql" else "length"
         where = ["m.forgotten_at IS NULL", "m.archived_at IS NULL"]
         params: list[Any] = []
         where.append("(" + " OR ".join(KIND_SQL[k] for k in kinds) + ")")
         if archive:
             where.append(MOVABLE)
+            params.append(context_idle_before or "")  # "": no time is earlier
         if before is not None:
             where.append("m.created_at < ?")
             params.append(before)
@@ -425,6 +433,7 @@ class ArchiveStore(StoreCore):
         *,
         text_bytes: int,
         rule: str | None,
+        context_idle_before: str | None = None,
     ) -> bool:
         """Move *message_ids*' text out (their lines are in *written*) in one transaction.
         Each must still be :data:`MOVABLE`: when one no longer is (a forget, a new context,
@@ -451,7 +460,7 @@ class ArchiveStore(StoreCore):
                     conn.execute(
                         f"SELECT count(*) FROM messages m WHERE m.message_id IN ({marks})"
                         f" AND m.forgotten_at IS NULL AND m.archived_at IS NULL AND {MOVABLE}",
-                        chunk,
+                        [*chunk, context_idle_before or ""],
                     ).fetchone()[0]
                 )
             if still != len(ids):
