@@ -220,11 +220,12 @@ def _member(path: str, offset: int, length: int) -> list[str]:
     return lines
 
 
-def read_archived(
+def _archived_records(
     conn: Connection, folder: Path | None, message_ids: Sequence[int]
-) -> dict[int, tuple[list[Any], list[list[Any]]]]:
-    """The stored rows of archived messages, by id: (the ``messages`` row, its parts' rows)."""
-    out: dict[int, tuple[list[Any], list[list[Any]]]] = {}
+) -> dict[int, dict[str, Any]]:
+    """Archived messages' lines, by id (``row``, ``parts``, ``tools``); a message no archive
+    names, or whose file is missing or unreadable, raises :class:`StoreError` saying so."""
+    out: dict[int, dict[str, Any]] = {}
     for chunk, marks in in_chunks(list(message_ids)):
         for mid, name, offset, length, line in conn.execute(
             "SELECT a.message_id, r.name, a.member_offset, a.member_bytes, a.line"
@@ -239,7 +240,7 @@ def read_archived(
                 )
             path = folder / str(name)
             try:
-                record = json.loads(_member(str(path), int(offset), int(length))[int(line)])
+                out[int(mid)] = json.loads(_member(str(path), int(offset), int(length))[int(line)])
             except FileNotFoundError:
                 raise StoreError(
                     f"msg#{mid} is archived in {path}, which is missing: put the archive file"
@@ -250,13 +251,35 @@ def read_archived(
                     f"msg#{mid} is archived in {path}, which cannot be read ({exc}): restore"
                     " the file from a copy (`lossless doctor` checks every archive)"
                 ) from None
-            out[int(mid)] = (record["row"], record["parts"])
     missing = [m for m in message_ids if m not in out]
     if missing:
         raise StoreError(
             f"msg#{missing[0]} is marked archived but no archive names it: run `lossless doctor`"
         )
     return out
+
+
+def read_archived(
+    conn: Connection, folder: Path | None, message_ids: Sequence[int]
+) -> dict[int, tuple[list[Any], list[list[Any]]]]:
+    """The stored rows of archived messages, by id: (the ``messages`` row, its parts' rows)."""
+    return {
+        mid: (record["row"], record["parts"])
+        for mid, record in _archived_records(conn, folder, message_ids).items()
+    }
+
+
+def _distinct(conn: Connection, column: str, table: str, message_ids: Sequence[int]) -> set[int]:
+    """The values of *column* in *table*'s rows of *message_ids* (the store's own names)."""
+    found: set[int] = set()
+    for chunk, marks in in_chunks(list(message_ids)):
+        found.update(
+            int(r[0])
+            for r in conn.execute(
+                f"SELECT DISTINCT {column} FROM {table} WHERE message_id IN ({marks})", chunk
+            )
+        )
+    return found
 
 
 class _Moved(Exception):
@@ -267,25 +290,11 @@ def archived_tools(
     conn: Connection, folder: Path | None, message_ids: Sequence[int]
 ) -> dict[int, list[Any]]:
     """What the tool log held of archived messages, by message: ``[conversation id,
-    execution id, column, value]`` each (the column ``output``: the log keeps its start)."""
-    out: dict[int, list[Any]] = {}
-    if not message_ids:
-        return out
-    if folder is None:
-        raise StoreError(
-            "an archived message's tool output is in its archive file, and this"
-            " store was opened without its archive folder"
-        )
-    for chunk, marks in in_chunks(list(message_ids)):
-        for mid, name, offset, length, line in conn.execute(
-            "SELECT a.message_id, r.name, a.member_offset, a.member_bytes, a.line"
-            " FROM archived_messages a JOIN archives r ON r.archive_id = a.archive_id"
-            f" WHERE a.message_id IN ({marks})",
-            chunk,
-        ).fetchall():
-            lines = _member(str(folder / str(name)), int(offset), int(length))
-            out[int(mid)] = json.loads(lines[int(line)]).get("tools", [])
-    return out
+    execution id, column, value]`` each, as the log's columns were when they were archived."""
+    return {
+        mid: record.get("tools", [])
+        for mid, record in _archived_records(conn, folder, message_ids).items()
+    }
 
 
 @dataclass(frozen=True)
@@ -442,16 +451,7 @@ class ArchiveStore(StoreCore):
         ids = list(message_ids)
         stamp = format_ts(now())
         with self.transaction() as conn:
-            convs: set[int] = set()
-            for chunk, marks in in_chunks(ids):
-                convs.update(
-                    int(r[0])
-                    for r in conn.execute(
-                        "SELECT DISTINCT conversation_id FROM messages"
-                        f" WHERE message_id IN ({marks})",
-                        chunk,
-                    )
-                )
+            convs = _distinct(conn, "conversation_id", "messages", ids)
             for conv in sorted(convs):
                 self._lock_conversation(conn, conv)
             still = 0
@@ -568,16 +568,8 @@ class ArchiveStore(StoreCore):
                         " WHERE conversation_id = ? AND execution_id = ?",
                         (value, conv, execution),
                     )
-            archive_ids: set[int] = set()
+            archive_ids = _distinct(conn, "archive_id", "archived_messages", ids)
             for chunk, marks in in_chunks(ids):
-                archive_ids.update(
-                    int(r[0])
-                    for r in conn.execute(
-                        "SELECT DISTINCT archive_id FROM archived_messages"
-                        f" WHERE message_id IN ({marks})",
-                        chunk,
-                    )
-                )
                 conn.execute(f"DELETE FROM archived_messages WHERE message_id IN ({marks})", chunk)
             self._forgotten(conn, convs, ids, [])
             names = [
@@ -660,16 +652,7 @@ class ArchiveStore(StoreCore):
     def _unarchive(self, conn: Connection, message_ids: Sequence[int]) -> list[str]:
         """Take *message_ids* out of their archives' records (a forget: their lines must then
         leave the files); the names of the archive files that held any."""
-        archive_ids: set[int] = set()
-        for chunk, marks in in_chunks(list(message_ids)):
-            archive_ids.update(
-                int(r[0])
-                for r in conn.execute(
-                    "SELECT DISTINCT archive_id FROM archived_messages"
-                    f" WHERE message_id IN ({marks})",
-                    chunk,
-                )
-            )
+        archive_ids = _distinct(conn, "archive_id", "archived_messages", message_ids)
         if not archive_ids:
             return []
         names = [
