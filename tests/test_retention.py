@@ -548,3 +548,85 @@ def test_a_conversation_left_for_a_month_has_its_context_archived_and_assembled_
     engine.prune(policy=RetentionConfig(archive_after_days=0.0001, batch=40))
     vault = {m.message_id for m in engine.messages("vault")}
     assert not set(archived(engine)) & vault & in_context
+
+
+def test_after_a_new_turn_an_idle_conversations_archive_still_restores(opened: Engine) -> None:
+    """An idle conversation's newest messages archived, then a new turn stores parts (on
+    SQLite a new part takes the largest id stored plus one): a restore still puts every
+    archived message back, its parts under ids of their own where those were taken."""
+    engine = opened
+    before = [m.to_source() for m in engine.messages("vault")]
+    engine.prune(policy=RetentionConfig(archive_after_days=0.0001, batch=40))
+    assert set(archived(engine)) & {m.message_id for m in engine.messages("vault")[-3:]}
+    engine.ingest("vault", {"role": "user", "content": "back again"})
+    engine.ingest(
+        "vault",
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_9", "type": "function", "function": {"name": "ls"}}],
+        },
+    )
+    assert engine.restore_archives(every=True) > 0
+    assert [m.to_source() for m in engine.messages("vault")][: len(before)] == before
+    assert engine.check() == []
+
+
+def test_the_tool_log_shows_each_executions_own_latest_result(opened: Engine) -> None:
+    """A call id used twice (a model may repeat one), and twice in one message: the log's
+    output is its own result message's last one, before and after that message is archived."""
+    engine = opened
+    at = {"created_at": datetime(2026, 5, 1, 9, 0, tzinfo=UTC)}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_r", "type": "function", "function": {"name": "run"}}],
+    }
+    engine.ingest("reuse", call, **at)
+    engine.ingest("reuse", {"role": "tool", "tool_call_id": "call_r", "content": "OLD " * 60}, **at)
+    engine.ingest("reuse", {"role": "user", "content": "again please " * 20}, **at)
+    engine.ingest("reuse", call, **at)
+    engine.ingest(
+        "reuse",
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "call_r", "content": "FIRST " * 40},
+                {"type": "tool_result", "tool_use_id": "call_r", "content": "NEWEST " * 40},
+            ],
+        },
+        format="anthropic",
+        **at,
+    )
+    for i in range(12):
+        engine.ingest("reuse", {"role": "user", "content": f"later {i} " * 40}, **at)
+    engine.compact("reuse")
+
+    def outputs() -> list[str]:
+        found = engine.chat_context_query(conversation="reuse", kind="executions")
+        return [e.output or "" for e in found.executions]
+
+    before = outputs()
+    assert before and all(o.startswith("NEWEST") for o in before), before
+    engine.prune(policy=RetentionConfig(archive_after_days=0.0001, batch=40))
+    assert outputs() == before
+
+
+def test_a_dry_run_at_the_cap_counts_what_the_prune_then_moves(
+    filled: Callable[[str], tuple[str, Path]],
+) -> None:
+    target, data = filled("dry-cap")
+    with Engine.open(target, config=Config().replace(data_dir=str(data))) as engine:
+        used = sum(engine.store.database_size().values()) - (engine.store.free_bytes() or 0)
+    config = Config().replace(
+        data_dir=str(data),
+        max_store_bytes=int(used * 0.7),  # the cap's rules must free a good part of it
+        retention={"at_cap": True, "kinds": ["tool_outputs"], "batch": 10},
+    )
+    with Engine.open(target, config=config) as engine:
+        dry = engine.prune(dry_run=True)
+        real = engine.prune()
+        assert [(r.rule, r.messages) for r in dry.rules] == [
+            (r.rule, r.messages) for r in real.rules
+        ]
+        assert len(dry.rules) == 2 and dry.rules[1].messages > 0

@@ -197,6 +197,7 @@ def _prune(
     )
     moved_any = False
     cap_need: int | None = None  # what the cap's rules must free together
+    counted: set[int] = set()  # what a dry run's rules have counted
     cap_freed = 0
     for name, action, days, kinds in rules:
         rule = RuleReport(name, action)
@@ -235,6 +236,14 @@ def _prune(
             )
             if not batch:
                 break
+            if dry_run:
+                # Nothing moves in a dry run: a message an earlier rule counted is not
+                # counted again by a later one.
+                after = (batch[-1][2], batch[-1][0])
+                batch = [b for b in batch if b[0] not in counted]
+                if not batch:
+                    continue
+                counted.update(b[0] for b in batch)
             if need is not None and dry_run:
                 batch = _enough(batch, need - freed)
             ids = [b[0] for b in batch]

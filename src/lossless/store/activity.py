@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ..codec import loads
+from .archive import read_archived
 from .core import StoreCore
 from .toollog import INPUT_SQL
 
@@ -37,8 +38,8 @@ class ToolCall(NamedTuple):
 
 
 _REQUEST = (
-    "SELECT seq, content FROM messages WHERE conversation_id = ? AND role = 'user'"
-    " AND host_meta IS NULL"
+    "SELECT seq, content, message_id, archived_at FROM messages WHERE conversation_id = ?"
+    " AND role = 'user' AND host_meta IS NULL"
 )
 
 
@@ -60,6 +61,18 @@ class ActivityStore(StoreCore):
         """The condition that a message's :data:`OPENING` matches one of the LIKE patterns
         *openings*, and its parameters."""
         return "(" + " OR ".join([f"{OPENING} LIKE ?"] * len(openings)) + ")", list(openings)
+
+    def _whole(self, rows: Sequence[Any]) -> list[Request]:
+        """Rows of :data:`_REQUEST` as requests, an archived one's text read back whole."""
+        archived = [int(r[2]) for r in rows if r[3] is not None]
+        if not archived:
+            return [Request(int(r[0]), str(r[1])) for r in rows]
+        with self.read() as conn:
+            kept = read_archived(conn, self.archive_dir, archived)
+        return [
+            Request(int(r[0]), str(kept[int(r[2])][0][4] if r[3] is not None else r[1]))
+            for r in rows
+        ]
 
     def seq_of(self, message_id: int) -> int | None:
         """The position of a message in its conversation (``None`` if there is no such
@@ -83,7 +96,7 @@ class ActivityStore(StoreCore):
         rows = self.fetch_in_order(
             requests_sql(newest_first=newest_first), (conversation_id, upto, limit)
         )
-        return [Request(int(seq), str(content)) for seq, content in rows]
+        return self._whole(rows)
 
     def restated_requests(
         self,
@@ -104,7 +117,7 @@ class ActivityStore(StoreCore):
             f"{_REQUEST} AND seq > ? AND seq <= ? AND {likes} ORDER BY seq DESC LIMIT ?",
             (conversation_id, after, upto, *patterns, limit),
         )
-        return [Request(int(seq), str(content)) for seq, content in reversed(rows)]
+        return self._whole(rows[::-1])
 
     def tool_calls_between(self, conversation_id: int, after: int, upto: int) -> list[ToolCall]:
         """The tool calls made by the messages in ``after < seq <= upto``, in the order they
@@ -147,11 +160,11 @@ class ActivityStore(StoreCore):
         """The text of the latest message in ``after < seq <= upto`` with an unchecked box
         (``[ ]``) in it, if any."""
         rows = self.fetch_in_order(
-            "SELECT content FROM messages WHERE conversation_id = ? AND seq > ? AND seq <= ?"
-            " AND content LIKE '%[ ]%' ORDER BY seq DESC LIMIT 1",
+            "SELECT seq, content, message_id, archived_at FROM messages WHERE conversation_id = ?"
+            " AND seq > ? AND seq <= ? AND content LIKE '%[ ]%' ORDER BY seq DESC LIMIT 1",
             (conversation_id, after, upto),
         )
-        return str(rows[0][0]) if rows else None
+        return self._whole(rows)[0].content if rows else None
 
     def key_points_upto(self, conversation_id: int, upto: int) -> list[str]:
         """The key points of the conversation's latest session summary that covers no message

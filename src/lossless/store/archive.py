@@ -553,12 +553,28 @@ class ArchiveStore(StoreCore):
                     " archived_at = NULL WHERE message_id = ?",
                     (row[4], row[9], row[10], mid),
                 )
-                if records[mid]["parts"]:
+                parts = [list(p) for p in records[mid]["parts"]]
+                if parts:
+                    # A part keeps its id unless a part stored since took it (SQLite gives
+                    # the next part the largest id stored plus one): then it gets a new one.
+                    taken = {
+                        int(r[0])
+                        for chunk, marks in in_chunks([int(p[0]) for p in parts])
+                        for r in conn.execute(
+                            f"SELECT part_id FROM message_parts WHERE part_id IN ({marks})",
+                            chunk,
+                        )
+                    }
+                    moved = [p for p in parts if int(p[0]) in taken]
+                    if moved:
+                        first = self._allocate_ids(conn, "message_parts", len(moved))
+                        for n, p in enumerate(moved):
+                            p[0] = first + n
                     conn.executemany(
                         f"INSERT INTO message_parts ({PART_COLS}, session_id) VALUES"
                         " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
                         " (SELECT session_id FROM conversations WHERE conversation_id = ?))",
-                        [[*p, row[1]] for p in records[mid]["parts"]],
+                        [[*p, row[1]] for p in parts],
                     )
                 for conv, execution, column, value in tools.get(mid, []):
                     if column not in ("input", "output"):

@@ -498,20 +498,20 @@ class SearchStore(StoreCore):
                 )
             ]
             held = archived_tools(conn, self.archive_dir, archived)
-            outputs = {
-                (int(conv), str(execution)): value
-                for records in held.values()
-                for conv, execution, column, value in records
-                if column == "output" and value is not None
-            }
-            # The rest were their result parts' own, archived with the message.
-            for row, parts in read_archived(conn, self.archive_dir, archived).values():
-                for part in parts:  # the columns of message_rows.PART_COLS
+            # (result message, call id) -> output: the log's own copy when it had one, else
+            # the last result part of that message with that id (archived with it).
+            outputs: dict[tuple[int, str], Any] = {}
+            for mid, (_row, parts) in read_archived(conn, self.archive_dir, archived).items():
+                for part in parts:  # the columns of message_rows.PART_COLS, in order
                     if part[4] == "tool_result" and part[6] is not None:
-                        outputs.setdefault((int(row[1]), str(part[6])), part[9])
+                        outputs[(mid, str(part[6]))] = part[9]
+            for mid, records in held.items():
+                for _conv, execution, column, value in records:
+                    if column == "output" and value is not None:
+                        outputs[(mid, str(execution))] = value
         return [
-            r._replace(output=outputs[(r.conversation_id, r.execution_id)])
-            if (r.conversation_id, r.execution_id) in outputs
+            r._replace(output=outputs[(r.result_message_id, r.execution_id)])
+            if r.result_message_id is not None and (r.result_message_id, r.execution_id) in outputs
             else r
             for r in found
         ]

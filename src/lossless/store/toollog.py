@@ -19,17 +19,19 @@ __all__ = ["ERROR_CHARS", "INPUT_SQL", "OUTPUT_SQL", "record_tool_executions"]
 #: How much of a failed call's output is kept as its error text.
 ERROR_CHARS = 500
 
-#: An execution's input (of ``tool_executions e``): its own copy, else its call part's.
+#: An execution's input (of ``tool_executions e``): its own copy, else its call part's (the
+#: first, as the log keeps the first call of an id).
 INPUT_SQL = (
     "coalesce(e.input, (SELECT p.tool_input FROM message_parts p"
     " WHERE p.message_id = e.call_message_id AND p.part_type = 'tool_call'"
-    " AND p.tool_call_id = e.execution_id LIMIT 1))"
+    " AND p.tool_call_id = e.execution_id ORDER BY p.ordinal LIMIT 1))"
 )
-#: An execution's output (of ``tool_executions e``): its own copy, else its result part's.
+#: An execution's output (of ``tool_executions e``): its own copy, else its result part's (the
+#: last of its message, as the log's status is the last result's).
 OUTPUT_SQL = (
     "coalesce(e.output, (SELECT p.tool_output FROM message_parts p"
     " WHERE p.message_id = e.result_message_id AND p.part_type = 'tool_result'"
-    " AND p.tool_call_id = e.execution_id LIMIT 1))"
+    " AND p.tool_call_id = e.execution_id ORDER BY p.ordinal DESC LIMIT 1))"
 )
 
 
