@@ -116,6 +116,48 @@ def test_ranked_search_sees_messages_of_a_large_import_before_their_surroundings
     assert {"msg#40", "msg#42"} <= set(ranked("otters"))  # now through their neighbour too
 
 
+def test_a_word_of_several_pieces_is_ranked_with_what_surrounds_it(engine: Engine) -> None:
+    """The surroundings index keeps which of a row's columns hold a word, not where: a
+    joined word ("Caroline's", "hand-off") is asked there as its pieces in one row. The
+    message saying it is found, the one after it through it, and one with the pieces apart
+    in its own text too (ranked by its words, as any ranked hit)."""
+    engine.ingest_batch(
+        "s",
+        [
+            {"role": "user", "content": "Caroline's hand-off of the adoption papers is on Friday"},
+            {"role": "assistant", "content": "Noted, I will remind you then"},
+            *({"role": "user", "content": f"filler line {i} about the weather"} for i in range(30)),
+            {"role": "user", "content": "Caroline says the s in the name is silent; hand it off"},
+        ],
+    )
+    engine.finish_indexes()
+    for words in ("Caroline's", "hand-off"):
+        hits = [h.id for h in engine.grep(words, conversation="s", sort="relevance").hits]
+        assert {"msg#1", "msg#2", "msg#33"} <= set(hits), words  # msg#2: through msg#1
+    # a phrase in the message's own words is still exact where asked for by time
+    recent = [h.id for h in engine.grep('"hand-off"', conversation="s", sort="recency").hits]
+    assert recent == ["msg#1"]
+
+
+def test_a_word_the_index_splits_where_the_search_does_not_is_still_found(
+    engine: Engine,
+) -> None:
+    # U+0305 (a combining overline) joins a word for the search, which the surroundings
+    # index's tokenizer splits: that index refuses the query, and the message is ranked by
+    # its own words instead of the search failing or finding nothing.
+    word = "ab\u0305cd"
+    engine.ingest_batch(
+        "s",
+        [
+            {"role": "user", "content": f"the code {word} opens the gate"},
+            *({"role": "assistant", "content": f"unrelated reply {i}"} for i in range(20)),
+        ],
+    )
+    engine.finish_indexes()
+    hits = [h.id for h in engine.grep(word, conversation="s", sort="relevance").hits]
+    assert hits[:1] == ["msg#1"]
+
+
 def test_regex_mode_matches_and_is_bounded(engine: Engine) -> None:
     seed(engine)
     result = engine.grep(r"raised .* to \d+ seconds", conversation="s", mode="regex")

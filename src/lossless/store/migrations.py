@@ -624,6 +624,32 @@ def m025_archives(conn: sqlite3.Connection) -> None:
     run_script(conn, ARCHIVES.format(archive_id="INTEGER PRIMARY KEY"))
 
 
+@migration
+def m026_indexes_without_positions(conn: sqlite3.Connection) -> None:
+    # The surroundings index keeps which column of a row holds a word, not where in it
+    # (detail=column): it only ranks (BM25 over the columns), and a quoted term of several
+    # words asks for each of them there (a phrase is the own-words index's: sqlite_search).
+    # Positions were three fifths of it. The summaries' trigram index keeps none either, as
+    # the messages' never did: a LIKE confirms each candidate against the text.
+    run_script(
+        conn,
+        """
+        DROP TABLE messages_ctx_fts;
+        CREATE VIRTUAL TABLE messages_ctx_fts USING fts5(
+          content, prev, next, far, about, content='message_words',
+          content_rowid='message_id', tokenize='porter unicode61', detail='column');
+        INSERT INTO messages_ctx_fts (messages_ctx_fts) VALUES ('rebuild');
+        INSERT INTO messages_ctx_fts (messages_ctx_fts, rank) VALUES ('automerge', 0);
+        DROP TABLE summaries_trigram;
+        CREATE VIRTUAL TABLE summaries_trigram USING fts5(
+          content, content='summaries', content_rowid='rowid', tokenize='trigram',
+          detail='none');
+        INSERT INTO summaries_trigram (summaries_trigram) VALUES ('rebuild');
+        INSERT INTO summaries_trigram (summaries_trigram, rank) VALUES ('automerge', 0);
+        """,
+    )
+
+
 @dataclass(frozen=True)
 class Step:
     """One migration in both dialects."""

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sqlite3
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -127,6 +130,27 @@ class SQLiteSearch(SearchStore):
         params: list[Any],
         limit: int,
     ) -> list[tuple[Any, ...]]:
+        """The best-ranked matches (:meth:`_ranked_rows`). The surroundings index keeps no
+        positions: a term it cannot take apart as this module does (a character the two
+        split differently) is ranked by the message's own words instead."""
+        try:
+            return self._ranked_rows(table, index, rank, query, where, params, limit)
+        except sqlite3.OperationalError as exc:
+            if index != "messages_ctx_fts" or "not supported" not in str(exc):
+                raise
+            own, by_own = self._index(table, "rank")
+            return self._ranked_rows(table, own, by_own, query, where, params, limit)
+
+    def _ranked_rows(
+        self,
+        table: str,
+        index: str,
+        rank: str,
+        query: str,
+        where: str,
+        params: list[Any],
+        limit: int,
+    ) -> list[tuple[Any, ...]]:
         """The best-ranked matches, ranked inside the index first: only the top candidates are
         checked against the scope and only the winners' rows are read (reading every
         candidate's row before sorting is what costs). When the scope leaves fewer than
@@ -137,6 +161,7 @@ class SQLiteSearch(SearchStore):
         by_row = by_key(where)  # rowid lookups
         ranked, args = f"SELECT rowid, {rank} AS score FROM {index} WHERE {index} MATCH ?", [query]
         if index == "messages_ctx_fts":
+            args = [without_phrases(query)]
             # The messages whose entries wait for the catch-up (above its mark: the last few
             # turns', or a large batch's) have none here yet: until they do, they are
             # ranked by their own words.
@@ -293,6 +318,46 @@ def _by_score(rows: list[tuple[Any, ...]], score: dict[int, float]) -> list[tupl
 def _idf(holding: int, rows: int) -> float:
     """BM25's weight of a word held by *holding* of *rows* rows (FTS5's form, floored)."""
     return max(1e-6, math.log((rows - holding + 0.5) / (holding + 0.5) + 1))
+
+
+#: A quoted term of a word query (a quote inside it doubled).
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+
+
+def index_words(text: str) -> list[str]:
+    """*text*'s words as the word indexes' tokenizer (``unicode61``, Unicode 6.1's classes)
+    takes them apart: split only at a character that was a separator (not a letter, digit,
+    mark or private-use character) in Unicode 3.2 already and still is, so a run the
+    tokenizer keeps whole is never split here (where it splits one this keeps, the index
+    refuses the query and the caller falls back: nothing is missed)."""
+    words, word = [], ""
+    for ch in text:
+        if _joins(unicodedata.category(ch)) or _joins(unicodedata.ucd_3_2_0.category(ch)):
+            word += ch
+        elif word:
+            words.append(word)
+            word = ""
+    return [*words, word] if word else words
+
+
+def _joins(kind: str) -> bool:
+    """Whether a character of Unicode class *kind* is part of a word (or unassigned: a
+    tokenizer older than the character takes it as one)."""
+    return kind[0] in "LNM" or kind in ("Co", "Cn")
+
+
+def without_phrases(query: str) -> str:
+    """A word query for an index without positions (``detail=column``), which answers no
+    phrase: a quoted term of several words (``"caroline's"``, ``"e-mail"``) asks for each of
+    its words in the row; a term of one word stays as it is."""
+
+    def words(term: re.Match[str]) -> str:
+        parts = index_words(term[1].replace('""', '"'))
+        if len(parts) < 2:
+            return term[0]
+        return "(" + " AND ".join('"' + w.replace('"', '""') + '"' for w in parts) + ")"
+
+    return _QUOTED.sub(words, query)
 
 
 def _trigram_rows(table: str) -> str:
