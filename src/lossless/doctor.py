@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import LosslessError
 from .forget import being_finished
-from .store.archive import partial_of
+from .store.archive_files import partial_of
 from .store.base import Store
 from .summarize.escalation import TRUNCATION_MARKER
 
@@ -291,7 +291,7 @@ STRAY_ARCHIVE_SECONDS = 600
 
 
 def archive_problems(store: Store, folder: Path | None, *, full: bool = False) -> list[Problem]:
-    """The archive files (:mod:`lossless.store.archive`) missing, changed or unreadable
+    """The archive files (:mod:`lossless.store.archive_files`) missing, changed or unreadable
     (*full*: each file's SHA-256 against the one recorded), archived messages no archive
     names, files a stopped prune left half-made, and archive files no row names."""
     problems: list[Problem] = []

@@ -35,7 +35,7 @@ from .errors import ArgumentError, NotFoundError, StoreError
 from .model import Conversation
 from .retrieval.grep import grep as grep_store
 from .retrieval.tools import MAX_LIMIT, MAX_REACH
-from .store.archive import ARCHIVE_SCRUB
+from .store.archive_files import ARCHIVE_SCRUB
 from .store.forget import DueScrub
 from .timestamps import format_ts, now, parse_ts
 

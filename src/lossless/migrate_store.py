@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable
 
 from . import doctor
-from .store.archive import fresh_archive_name, partial_of
+from .store.archive_files import fresh_archive_name, partial_of
 from .store.base import Store
 from .store.copy import (
     DEFAULT_BATCH,

@@ -5,7 +5,7 @@ messages of some *kinds* (tool outputs, host records, sub-agents' conversations,
 optionally only in conversations idle for a while, and do one of two things:
 
 * **archive** (``archive_after_days``): the messages' text moves to a compressed archive file
-  beside the store (:mod:`lossless.store.archive`) and the summaries over them stay as they
+  beside the store (:mod:`lossless.store.archive_files`) and the summaries over them stay as they
   are. A message is archived only when it is out of the active context and a summary covers
   it, or when its conversation has had no new message for ``context_idle_days`` (its context
   is then read back from the archive if it is assembled again), so what the model sees and
@@ -43,7 +43,7 @@ from .config import RetentionConfig
 from .doctor import CAP_WARN_SHARE, store_cap
 from .errors import StoreError
 from .forget import finish_scrubs, forget_ids
-from .store.archive import write_archive
+from .store.archive_files import write_archive
 from .timestamps import format_ts
 from .timestamps import now as current_time
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ..codec import loads
-from .archive import read_archived
+from .archive_files import read_archived
 from .core import StoreCore
 from .toollog import INPUT_SQL
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from ..codec import dumps, loads
 from ..timestamps import format_ts, now
-from .archive import ARCHIVE_SCRUB, ArchiveStore
+from .archive import ArchiveStore
+from .archive_files import ARCHIVE_SCRUB
 from .connection import Connection
 from .core import in_chunks
 from .summaries import SummaryStore

@@ -26,7 +26,7 @@ from ..model import (
 )
 from ..timestamps import format_ts, now
 from . import packed_json, raw_blocks
-from .archive import read_archived
+from .archive_files import read_archived
 from .connection import Connection
 from .core import (
     _MESSAGE_INSERT,

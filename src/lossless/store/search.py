@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..model import HOST_RECORD
-from .archive import archived_tools, read_archived
+from .archive_files import archived_tools, read_archived
 from .core import StoreCore, in_chunks
 from .toollog import INPUT_SQL, OUTPUT_SQL
 

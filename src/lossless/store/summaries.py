@@ -15,7 +15,7 @@ from ..model import (
     Summary,
 )
 from ..timestamps import format_ts, now
-from .archive import read_archived
+from .archive_files import read_archived
 from .connection import Connection
 from .core import (
     _MESSAGE_INSERT,
