@@ -50,11 +50,12 @@ def prepare(
     if redactor is not None and redactor.may_hold(norm):
         redact = services.config.redact
         if redact.mask and not redact.enabled:
-            # Masking keeps the original as it came, written out before the secrets go.
-            kept = dumps(snapshot(norm)).encode("utf-8")
+            # Masking keeps the original as it came (the snapshot holds the values the
+            # redaction replaces, never changes: written out only when a secret went).
+            original = snapshot(norm)
             norm.redactions = redactor.message(norm)
             if norm.redactions:
-                norm.sealed, norm.kept_plain = kept, True
+                norm.sealed, norm.kept_plain = dumps(original).encode("utf-8"), True
         else:
             original = snapshot(norm) if services.sealer is not None else None
             norm.redactions = redactor.message(norm)
