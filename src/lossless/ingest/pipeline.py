@@ -52,10 +52,10 @@ def prepare(
         if redact.mask and not redact.enabled:
             # Masking keeps the original as it came (the snapshot holds the values the
             # redaction replaces, never changes: written out only when a secret went).
-            original = snapshot(norm)
+            before = snapshot(norm)
             norm.redactions = redactor.message(norm)
             if norm.redactions:
-                norm.sealed, norm.kept_plain = dumps(original).encode("utf-8"), True
+                norm.sealed, norm.kept_plain = dumps(before).encode("utf-8"), True
         else:
             original = snapshot(norm) if services.sealer is not None else None
             norm.redactions = redactor.message(norm)
