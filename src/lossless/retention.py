@@ -224,7 +224,9 @@ def _prune(
         freed = 0
         retries = 0
         line = int(cap_limit * CAP_WARN_SHARE) if cap_limit is not None else 0
-        for _ in range(_CAP_ROUNDS if days is None else 1_000_000):
+        rounds = 0  # (an age rule ends when nothing is left to move; the cap's are bounded)
+        while days is not None or rounds < _CAP_ROUNDS:
+            rounds += 1
             batch = store.retention_candidates(
                 context_idle_before=context_idle_before,
                 kinds=kinds,

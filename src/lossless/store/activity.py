@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ..codec import loads
-from .archive_files import read_archived
+from .archive_files import archived_texts
 from .core import StoreCore
 from .toollog import INPUT_SQL
 
@@ -68,11 +68,8 @@ class ActivityStore(StoreCore):
         if not archived:
             return [Request(int(r[0]), str(r[1])) for r in rows]
         with self.read() as conn:
-            kept = read_archived(conn, self.archive_dir, archived)
-        return [
-            Request(int(r[0]), str(kept[int(r[2])][0][4] if r[3] is not None else r[1]))
-            for r in rows
-        ]
+            kept = archived_texts(conn, self.archive_dir, archived)
+        return [Request(int(r[0]), kept.get(int(r[2]), str(r[1]))) for r in rows]
 
     def seq_of(self, message_id: int) -> int | None:
         """The position of a message in its conversation (``None`` if there is no such

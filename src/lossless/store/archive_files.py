@@ -33,6 +33,7 @@ from ..errors import StoreError
 from ..timestamps import format_ts, now
 from .connection import Connection
 from .core import in_chunks
+from .message_rows import MSG_COLS
 
 __all__ = [
     "ARCHIVE_SCRUB",
@@ -40,6 +41,7 @@ __all__ = [
     "MEMBER_BYTES",
     "STUB_CHARS",
     "WrittenArchive",
+    "archived_texts",
     "archived_tools",
     "fresh_archive_name",
     "partial_of",
@@ -48,6 +50,8 @@ __all__ = [
     "write_archive",
 ]
 
+#: Where a message's text is in its stored row (:data:`~.message_rows.MSG_COLS`).
+_CONTENT_COLUMN = [c.strip() for c in MSG_COLS.split(",")].index("content")
 #: The ``type`` of an archive file's first line.
 ARCHIVE_TYPE = "lossless_archive"
 #: The version this module writes and reads.
@@ -256,6 +260,16 @@ def read_archived(
         mid: (record["row"], record["parts"])
         for mid, record in _archived_records(conn, folder, message_ids).items()
     }
+
+
+def archived_texts(
+    conn: Connection, folder: Path | None, message_ids: Sequence[int]
+) -> dict[int, str]:
+    """The whole text of archived messages, by id (their rows keep only its start)."""
+    if not message_ids:
+        return {}
+    at = _CONTENT_COLUMN
+    return {mid: str(row[at]) for mid, (row, _) in read_archived(conn, folder, message_ids).items()}
 
 
 def archived_tools(

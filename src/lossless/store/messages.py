@@ -26,7 +26,7 @@ from ..model import (
 )
 from ..timestamps import format_ts, now
 from . import packed_json, raw_blocks
-from .archive_files import read_archived
+from .archive_files import archived_texts, read_archived
 from .connection import Connection
 from .core import (
     _MESSAGE_INSERT,
@@ -630,10 +630,9 @@ class MessageStore(StoreCore):
                 ).fetchall()
                 # An archived message's text is in its archive file (the row holds its start).
                 archived = [int(r[0]) for r in rows if r[6] is not None]
-                texts = read_archived(conn, self.archive_dir, archived) if archived else {}
+                texts = archived_texts(conn, self.archive_dir, archived)
                 for mid, role, content, created_at, tokens, host_meta, _ in rows:
-                    if mid in texts:
-                        content = texts[mid][0][4]
+                    content = texts.get(mid, content)
                     found[mid] = MessageText(
                         mid, speaker_of(role, host_meta), content, created_at, tokens
                     )
