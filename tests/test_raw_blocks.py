@@ -126,14 +126,14 @@ def test_every_host_fact_reads_back_exactly(facts: dict[str, Any]) -> None:
 def test_a_transcripts_facts_are_stored_compressed_and_read_back_whole(
     new_db: Callable[[], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A Claude Code session imported twice, once with its facts compressed and once as they
-    were stored before: every message reads back the same, and the compressed store holds
-    its facts in under half the bytes."""
+    """A Claude Code session imported twice, once with its facts and envelopes compressed and
+    once as they were stored before: every message reads back the same, and the compressed
+    store holds its facts in under half the bytes, its envelopes in fewer."""
     transcript = tmp_path / "session.jsonl"
     lines = [json.dumps(o) for o in generate_session(30, format="claude_code")]
     transcript.write_text("\n".join(lines) + "\n")
 
-    def imported(db: str) -> tuple[list[Any], int]:
+    def imported(db: str) -> tuple[list[Any], int, int]:
         with Engine.open(db, config=Config()) as engine:
             engine.import_path(transcript, format="claude_code")
             (conv,) = engine.conversations()
@@ -141,11 +141,14 @@ def test_a_transcripts_facts_are_stored_compressed_and_read_back_whole(
                 (m.metadata, m.envelope, [p.raw for p in m.parts])
                 for m in engine.messages(conv.conversation.conversation_id)
             ]
-            (size,) = engine.store.fetchall("SELECT sum(length(metadata)) FROM messages")[0]
-            return read, int(size)
+            facts, envelopes = engine.store.fetchall(
+                "SELECT sum(length(metadata)), sum(length(envelope)) FROM messages"
+            )[0]
+            return read, int(facts), int(envelopes)
 
-    packed, packed_size = imported(new_db())
+    packed, packed_size, packed_envelopes = imported(new_db())
     monkeypatch.setattr(packed_json, "pack", lambda text: text)
-    plain, plain_size = imported(new_db())
-    assert packed == plain and any(m for m, _, _ in packed)
+    plain, plain_size, plain_envelopes = imported(new_db())
+    assert packed == plain and any(m for m, _, _ in packed) and any(e for _, e, _ in packed)
     assert packed_size < plain_size / 2
+    assert packed_envelopes < plain_envelopes

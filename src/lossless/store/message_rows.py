@@ -56,7 +56,7 @@ def message_from_row(r: Sequence[Any], parts: Sequence[StoredPart]) -> StoredMes
         created_at=r[6],
         external_id=r[7],
         source_format=r[8],
-        envelope=_loads(r[9]),
+        envelope=None if r[9] is None else _loads(packed_json.unpack(r[9])),
         metadata=None if r[10] is None else _loads(packed_json.unpack(r[10])),
         parts=tuple(parts),
         host_meta=r[11],

@@ -388,7 +388,7 @@ class MessageStore(StoreCore):
                         format_ts(m.created_at) if m.created_at is not None else stamp,
                         m.external_id,
                         m.source_format,
-                        None if m.envelope is None else dumps(m.envelope),
+                        None if m.envelope is None else packed_json.pack(dumps(m.envelope)),
                         packed_json.pack(dumps(m.metadata)) if m.metadata else None,
                         m.host_meta,
                     )

@@ -1,11 +1,13 @@
-"""A message's host facts (``messages.metadata``) stored compressed.
+"""A message's host facts (``messages.metadata``) and envelope (``messages.envelope``)
+stored compressed.
 
 A transcript entry's facts beside its message (a Claude Code entry's ``cwd``, ``sessionId``,
 ``version``, ``gitBranch``, ``parentUuid``, ``uuid``, ``timestamp``, ...) are a few hundred
-bytes of JSON whose keys, and many values, every entry repeats. :func:`pack` deflates such a
-text (zlib, with a dictionary of the hosts' own field names, so even one short entry
-compresses) and writes it as text both back ends hold: ``~z1~`` and the bytes in base64 (a
-JSON text never starts with ``~``). It packs only what comes back exactly and shorter;
+bytes of JSON whose keys, and many values, every entry repeats; so are a message's own keys
+beside its content (``id``, ``model``, ``stop_reason``, ``usage``, ...). :func:`pack`
+deflates such a text (zlib, with a dictionary of the hosts' own field names, so even one
+short entry compresses) and writes it as text both back ends hold: ``~z1~`` and the bytes in
+base64 (a JSON text never starts with ``~``). It packs only what comes back exactly and shorter;
 :func:`unpack` reads either form.
 """
 
