@@ -40,7 +40,11 @@ def part_from_row(p: Sequence[Any]) -> StoredPart:
         tool_input=_loads(p[8]),
         tool_output=p[9],
         is_error=bool(p[10]),
-        raw=p[5] if p[11] is None else raw_blocks.unpack(p[11], p[5], p[9], p[8]),
+        raw=p[5]
+        if p[11] is None
+        else raw_blocks.unpack(
+            p[11], raw_blocks.Columns(p[5], p[9], p[8], p[6], p[7], bool(p[10]))
+        ),
     )
 
 

@@ -410,7 +410,17 @@ class MessageStore(StoreCore):
                             1 if p.is_error else 0,
                             None
                             if p.raw_is_text
-                            else raw_blocks.pack(p.raw, p.text, p.tool_output, tool_input),
+                            else raw_blocks.pack(
+                                p.raw,
+                                raw_blocks.Columns(
+                                    p.text,
+                                    p.tool_output,
+                                    tool_input,
+                                    p.tool_call_id,
+                                    p.tool_name,
+                                    p.is_error,
+                                ),
+                            ),
                         )
                     )
             placed = self._place_messages(
