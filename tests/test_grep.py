@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,6 +17,7 @@ from lossless import Config, Engine
 from lossless.errors import ArgumentError
 from lossless.retrieval.grep import GrepError, match_spans
 from lossless.retrieval.grep import grep as grep_store
+from lossless.store import migrations
 from lossless.summarize import ScriptedSummarizer
 from lossless.timestamps import format_ts
 
@@ -156,6 +158,66 @@ def test_a_word_the_index_splits_where_the_search_does_not_is_still_found(
     engine.finish_indexes()
     hits = [h.id for h in engine.grep(word, conversation="s", sort="relevance").hits]
     assert hits[:1] == ["msg#1"]
+
+
+def _as_before_m026(db: Path) -> None:
+    """*db* as a store made before m026 left it: its surroundings and summaries' trigram
+    indexes with word positions, m026 not applied."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.executescript(
+        """
+        BEGIN;
+        DROP TABLE messages_ctx_fts;
+        CREATE VIRTUAL TABLE messages_ctx_fts USING fts5(
+          content, prev, next, far, about, content='message_words',
+          content_rowid='message_id', tokenize='porter unicode61');
+        INSERT INTO messages_ctx_fts (messages_ctx_fts) VALUES ('rebuild');
+        DROP TABLE summaries_trigram;
+        CREATE VIRTUAL TABLE summaries_trigram USING fts5(
+          content, content='summaries', content_rowid='rowid', tokenize='trigram');
+        INSERT INTO summaries_trigram (summaries_trigram) VALUES ('rebuild');
+        DELETE FROM migrations WHERE name = 'm026_indexes_without_positions';
+        COMMIT;
+        """
+    )
+    conn.close()
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+def test_a_store_made_before_keeps_finding_through_surroundings_once_migrated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, large: bool
+) -> None:
+    """m026 makes the surroundings index anew without word positions. A small store gets
+    its entries inside the migration; a large one (over REINDEX_IN_MIGRATION messages: a
+    minute at a million) after it, in the catch-up's transactions, and meanwhile a ranked
+    search finds every message by its own words. Either way the search ends up finding what
+    it found before, and doctor is clean throughout."""
+    db = tmp_path / "old.db"
+    rows = [{"role": "user", "content": f"status update {i}: routine work"} for i in range(100)]
+    rows[30] = {"role": "assistant", "content": "The vault opens at 7741."}
+
+    def ranked(engine: Engine) -> list[str]:
+        return [h.id for h in engine.grep("vault", conversation="s", sort="relevance").hits]
+
+    with Engine.open(db, config=Config()) as engine:
+        engine.ingest_batch("s", rows)
+        before = ranked(engine)
+    assert before[0] == "msg#31" and {"msg#30", "msg#32"} <= set(before)  # its neighbours
+    _as_before_m026(db)
+    monkeypatch.setattr(migrations, "REINDEX_IN_MIGRATION", 50 if large else 1_000)
+    with Engine.open(db, config=Config()) as engine:
+        detail = engine.store.fetchall(
+            "SELECT sql FROM sqlite_master WHERE name = 'messages_ctx_fts'"
+        )[0][0]
+        assert "detail='column'" in detail
+        if large:
+            assert engine.store.pending_index_rows() == 100
+            assert ranked(engine) == ["msg#31"]  # by its own words
+            assert engine.check() == []
+            engine.finish_indexes()
+        assert engine.store.pending_index_rows() == 0
+        assert ranked(engine) == before
+        assert engine.check() == []
 
 
 def test_regex_mode_matches_and_is_bounded(engine: Engine) -> None:

@@ -624,6 +624,11 @@ def m025_archives(conn: sqlite3.Connection) -> None:
     run_script(conn, ARCHIVES.format(archive_id="INTEGER PRIMARY KEY"))
 
 
+#: A store of at most this many messages gets its surroundings entries again inside m026 (a
+#: few seconds); a larger one after it, in transactions of their own (the catch-up).
+REINDEX_IN_MIGRATION = 100_000
+
+
 @migration
 def m026_indexes_without_positions(conn: sqlite3.Connection) -> None:
     # The surroundings index keeps which column of a row holds a word, not where in it
@@ -638,7 +643,6 @@ def m026_indexes_without_positions(conn: sqlite3.Connection) -> None:
         CREATE VIRTUAL TABLE messages_ctx_fts USING fts5(
           content, prev, next, far, about, content='message_words',
           content_rowid='message_id', tokenize='porter unicode61', detail='column');
-        INSERT INTO messages_ctx_fts (messages_ctx_fts) VALUES ('rebuild');
         INSERT INTO messages_ctx_fts (messages_ctx_fts, rank) VALUES ('automerge', 0);
         DROP TABLE summaries_trigram;
         CREATE VIRTUAL TABLE summaries_trigram USING fts5(
@@ -648,6 +652,15 @@ def m026_indexes_without_positions(conn: sqlite3.Connection) -> None:
         INSERT INTO summaries_trigram (summaries_trigram, rank) VALUES ('automerge', 0);
         """,
     )
+    (messages,) = conn.execute("SELECT count(*) FROM messages").fetchone()
+    if messages <= REINDEX_IN_MIGRATION:
+        conn.execute("INSERT INTO messages_ctx_fts (messages_ctx_fts) VALUES ('rebuild')")
+    else:
+        # A million messages take a minute, which no opening process should hold the write
+        # lock for: every entry waits for the catch-up (the next import or sync makes them,
+        # 50,000 a transaction), and a search meanwhile ranks those messages by their own
+        # words, as it ranks what a large batch left.
+        conn.execute("UPDATE index_state SET upto = 0 WHERE name = 'messages_trigram'")
 
 
 @dataclass(frozen=True)

@@ -234,12 +234,15 @@ class SQLiteIndexes(StoreCore):
 
     def pending_index_rows(self) -> int:
         """Messages not yet in the trigram and surroundings indexes (left by large batches,
-        or by the last few small ones until :data:`CATCH_UP_AT` wait or the writes pause)."""
+        or by the last few small ones until :data:`CATCH_UP_AT` wait or the writes pause, or
+        by the migration that made the surroundings index anew on a large store)."""
         (upto,) = self.fetchall("SELECT upto FROM index_state WHERE name = 'messages_trigram'")[0]
         return int(
             self.fetchall(
-                "SELECT count(*) FROM messages m WHERE m.message_id > ? AND NOT EXISTS"
-                " (SELECT 1 FROM messages_trigram_docsize d WHERE d.id = m.message_id)",
+                "SELECT count(*) FROM messages m WHERE m.message_id > ? AND (NOT EXISTS"
+                " (SELECT 1 FROM messages_trigram_docsize d WHERE d.id = m.message_id)"
+                " OR NOT EXISTS"
+                " (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = m.message_id))",
                 (upto,),
             )[0][0]
         )
