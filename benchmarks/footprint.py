@@ -3,6 +3,7 @@ recall it buys, in one run.
 
     python benchmarks/footprint.py                 # LoCoMo dev x10 and a Claude Code session
     python benchmarks/footprint.py --copies 2      # a quicker look
+    python benchmarks/footprint.py --kept 1000000  # the 1M-message store of assembly.py too
 
 Two stores are built in a scratch folder, each finished as a long-lived store is (every
 deferred index entry made, the write-ahead log checkpointed into the file):
@@ -16,6 +17,10 @@ deferred index entry made, the write-ahead log checkpointed into the file):
   footprint must keep.
 * **A Claude Code session** — a generated transcript (``lossless.sample``) of about 6,000
   entries, imported as a file: the store against the JSONL's size.
+
+With ``--kept N``, the N-message store ``assembly.py`` and ``grep.py`` read
+(``common.compacted_store``, built once and kept; compacted with the extractive summarizer) is
+measured the same way against the floor of its messages.
 
 Each object's bytes come from ``Engine.space()`` (SQLite's ``dbstat``), the file's from the
 file system after a checkpoint. Results go to ``benchmarks/out/footprint.json``.
@@ -36,7 +41,7 @@ from lossless.sample import generate_session
 from lossless.timestamps import parse_ts
 
 import locomo
-from common import machine, save
+from common import compacted_store, machine, save
 
 #: About the size of the Claude Code transcript the footprint is judged on (issue 48).
 CLAUDE_CODE_ENTRIES = 6_000
@@ -152,6 +157,33 @@ def claude_code_store(work: Path) -> dict[str, Any]:
     }
 
 
+def kept_store(work: Path, size: int) -> dict[str, Any]:
+    """The kept *size*-message store of ``common.compacted_store`` against its floor."""
+    path = compacted_store(size, summarizer="extractive")
+    with Engine.open(str(path), config=Config()) as engine:
+        engine.finish_indexes()
+        parts = objects(engine)
+        rows = [
+            (str(r[0]), str(r[1]), str(r[2]), str(r[3]))
+            for r in engine.store.fetchall(
+                "SELECT c.session_id, m.role, m.created_at, m.content FROM messages m"
+                " JOIN conversations c ON c.conversation_id = m.conversation_id"
+            )
+        ]
+    size_bytes = settled_size(path)
+    text = sum(len(r[3].encode()) for r in rows)
+    floor = floor_size(rows, work / "kept-floor.db")
+    return {
+        "messages": len(rows),
+        "text_bytes": text,
+        "store_bytes": size_bytes,
+        "floor_bytes": floor,
+        "times_text": round(size_bytes / text, 2),
+        "times_floor": round(size_bytes / floor, 2),
+        "objects": parts,
+    }
+
+
 def show(title: str, result: dict[str, Any], against: str) -> None:
     mb = 1_000_000
     print(f"\n{title}: {result['store_bytes'] / mb:.1f} MB, {result[against]}x")
@@ -163,6 +195,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--locomo", type=Path, default=locomo.LOCOMO)
     parser.add_argument("--copies", type=int, default=10)
+    parser.add_argument(
+        "--kept", type=int, help="also the kept N-message store of assembly.py (built once)"
+    )
     args = parser.parse_args()
     data = locomo.load(args.locomo, "")
     if data is None:
@@ -171,6 +206,7 @@ def main() -> None:
         work = Path(tmp)
         lo = locomo_store(work, data, args.copies)
         cc = claude_code_store(work)
+        kept = kept_store(work, args.kept) if args.kept else None
     mb = 1_000_000
     print(
         f"LoCoMo dev x{lo['copies']}: {lo['messages']:,} messages, {lo['text_bytes'] / mb:.1f} MB"
@@ -186,7 +222,16 @@ def main() -> None:
     )
     show("LoCoMo store by object", lo, "times_text")
     show("Claude Code store by object", cc, "times_jsonl")
-    print(f"results: {save('footprint', {'locomo': lo, 'claude_code': cc, 'host': machine()})}")
+    results: dict[str, Any] = {"locomo": lo, "claude_code": cc, "host": machine()}
+    if kept is not None:
+        print(
+            f"\nkept store of {kept['messages']:,} messages, {kept['text_bytes'] / mb:.1f} MB of"
+            f" text: {kept['store_bytes'] / mb:.1f} MB = {kept['times_text']}x the text,"
+            f" {kept['times_floor']}x the one-index floor ({kept['floor_bytes'] / mb:.1f} MB)"
+        )
+        show("kept store by object", kept, "times_floor")
+        results["kept"] = kept
+    print(f"results: {save('footprint', results)}")
 
 
 if __name__ == "__main__":
