@@ -113,21 +113,12 @@ def locomo_store(work: Path, data: list[dict[str, Any]], copies: int) -> dict[st
                 hits = engine.grep(qa["question"], conversation=conv, limit=10).hits
                 asked += 1
                 found += bool({dia_of.get(h.id) for h in hits} & evidence)
-    size = settled_size(path)
-    text = sum(len(r[3].encode()) for r in rows)
-    floor = floor_size(rows, work / "floor.db")
     return {
         "copies": copies,
-        "messages": len(rows),
-        "text_bytes": text,
-        "store_bytes": size,
-        "floor_bytes": floor,
-        "times_text": round(size / text, 2),
-        "times_floor": round(size / floor, 2),
+        **against_floor(path, rows, work / "floor.db", parts),
         "recall_at_10": round(found / asked, 3),
         "questions": asked,
         "ingest_s": round(ingest_s, 1),
-        "objects": parts,
     }
 
 
@@ -170,16 +161,23 @@ def kept_store(work: Path, size: int) -> dict[str, Any]:
                 " JOIN conversations c ON c.conversation_id = m.conversation_id"
             )
         ]
-    size_bytes = settled_size(path)
+    return against_floor(path, rows, work / "kept-floor.db", parts)
+
+
+def against_floor(
+    path: Path, rows: list[tuple[str, str, str, str]], floor_path: Path, parts: list[Any]
+) -> dict[str, Any]:
+    """The settled store at *path* against its *rows*' text and their one-index floor."""
+    size = settled_size(path)
     text = sum(len(r[3].encode()) for r in rows)
-    floor = floor_size(rows, work / "kept-floor.db")
+    floor = floor_size(rows, floor_path)
     return {
         "messages": len(rows),
         "text_bytes": text,
-        "store_bytes": size_bytes,
+        "store_bytes": size,
         "floor_bytes": floor,
-        "times_text": round(size_bytes / text, 2),
-        "times_floor": round(size_bytes / floor, 2),
+        "times_text": round(size / text, 2),
+        "times_floor": round(size / floor, 2),
         "objects": parts,
     }
 
