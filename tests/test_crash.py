@@ -687,6 +687,11 @@ def _objects_by_migration() -> dict[str, set[tuple[str, str, str | None]]]:
     return made
 
 
+def _sql_now(conn: sqlite3.Connection, name: str) -> str | None:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()
+    return None if row is None else str(row[0])
+
+
 def _sql_before(migration: str) -> dict[str, str]:
     """Each object's SQL as the migrations before *migration* left it."""
     conn = sqlite3.connect(":memory:")
@@ -737,8 +742,10 @@ def migration_case(
     assert expected_rows > 1_000
     # Downgrade: drop what the later migrations made and forget that they ran. This is the
     # schema the older release wrote, as long as later migrations only add objects, add
-    # columns to older tables (those columns are dropped, the table kept), or replace a
-    # full-text table or a view (the older one is made again, a full-text table rebuilt).
+    # columns to older tables (those columns are dropped, the table kept), replace a
+    # full-text table or a view (the older one is made again, a full-text table rebuilt), or
+    # make a table again in another form with the same columns (the older form is made again,
+    # its rows copied back, then its indexes).
     conn.execute("BEGIN")
     for name in reversed(later):
         before = _columns_before(name)
@@ -761,6 +768,20 @@ def migration_case(
             elif kind != "table" and ident in old_sql:  # replaced: made again as it was
                 conn.execute(f'DROP {kind.upper()} IF EXISTS "{ident}"')
                 conn.execute(old_sql[ident])
+            elif (
+                kind == "table"
+                and ident in old_sql
+                and _sql_now(conn, ident) != old_sql[ident]
+                and [r[1] for r in conn.execute(f'PRAGMA table_info("{ident}")')]
+                == before.get(ident)
+            ):
+                conn.execute(f'ALTER TABLE "{ident}" RENAME TO "{ident}_later"')
+                conn.execute(old_sql[ident])
+                conn.execute(f'INSERT INTO "{ident}" SELECT * FROM "{ident}_later"')
+                conn.execute(f'DROP TABLE "{ident}_later"')
+                for sql in old_sql.values():  # its indexes went with the later form
+                    if sql.upper().startswith("CREATE INDEX") and f" ON {ident}(" in sql:
+                        conn.execute(sql.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
             elif kind == "table" and ident in before:
                 current = [r[1] for r in conn.execute(f'PRAGMA table_info("{ident}")')]
                 for column in reversed([c for c in current if c not in before[ident]]):

@@ -590,4 +590,12 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         SELECT 1;
         """,
     ),
+    (
+        "m027_summary_messages_clustered",
+        """
+        -- SQLite keeps summary_messages in its key's order (no rowid table beside the key);
+        -- a PostgreSQL table is a heap with its key's index either way: nothing changes here.
+        SELECT 1;
+        """,
+    ),
 ]
