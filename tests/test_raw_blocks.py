@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from lossless import Config, Engine
 from lossless.codec import dumps
+from lossless.model import NormalizedMessage, NormalizedPart
 from lossless.sample import generate_session
 from lossless.store import packed_json
 from lossless.store.raw_blocks import Columns, pack, unpack
@@ -120,6 +121,44 @@ def test_the_commonest_blocks_are_stored_as_their_shape_alone() -> None:
     assert not pack(extra, Columns(text="hi")).startswith("~t1~")
     failed = {"type": "tool_result", "tool_use_id": "t", "content": "ok", "is_error": True}
     assert not pack(failed, Columns(tool_output="ok", tool_call_id="t")).startswith("~t1~")
+
+
+def test_a_part_built_by_hand_keeps_its_block_exactly(engine: Engine) -> None:
+    """A part given to the store directly may carry an id as a number or the error flag as
+    1: its columns read back as text and a bool, so its block is kept as it came, never
+    made again from them."""
+    blocks = [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "ok", "is_error": 1},
+        {"type": "tool_result", "tool_use_id": 5, "content": "ok"},
+    ]
+    parts = [
+        NormalizedPart(
+            slot="content",
+            type="tool_result",
+            tool_call_id="t1",
+            tool_output="ok",
+            is_error=1,
+            raw=blocks[0],  # type: ignore[arg-type]
+        ),
+        NormalizedPart(
+            slot="content",
+            type="tool_result",
+            tool_call_id=5,
+            tool_output="ok",  # type: ignore[arg-type]
+            raw=blocks[1],
+        ),
+    ]
+    norm = NormalizedMessage(
+        role="user",
+        content="ok\nok",
+        token_count=2,
+        parts=parts,
+        source_format="anthropic",
+        envelope={"f": {"role": "user", "content": None}, "s": {"content": "l"}},
+    )
+    engine.ingest_batch("s", [norm])
+    (message,) = engine.messages("s")
+    assert [dumps(p.raw) for p in message.parts] == [dumps(b) for b in blocks]
 
 
 def test_blocks_that_look_like_the_stored_form_read_back_as_they_came() -> None:

@@ -88,11 +88,20 @@ def pack(raw: Any, columns: Columns) -> str:
     """The stored text of the block *raw* of a part whose columns are *columns*."""
     plain = dumps(raw)
     kind = raw.get("type") if isinstance(raw, dict) else None
-    for letter in _SHAPES_OF.get(kind, "") if isinstance(kind, str) else "":
-        made = _SHAPES[letter](columns)
-        if made is not None and dumps(made) == plain:
-            return _SHAPED + letter
+    if isinstance(kind, str) and _as_stored(columns):
+        for letter in _SHAPES_OF.get(kind, ""):
+            made = _SHAPES[letter](columns)
+            if made is not None and dumps(made) == plain:
+                return _SHAPED + letter
     return _referring(raw, plain, columns)
+
+
+def _as_stored(c: Columns) -> bool:
+    """Whether the columns read back as they are here (text as ``str``, the error flag as a
+    ``bool``): a shape is made again from what the store gives back, so only then is it the
+    block exactly (a part built by hand may carry an id as a number, the flag as 1)."""
+    texts = (c.text, c.tool_output, c.tool_input, c.tool_call_id, c.tool_name)
+    return all(v is None or type(v) is str for v in texts) and type(c.is_error) is bool
 
 
 def _referring(raw: Any, plain: str, c: Columns) -> str:
