@@ -17,7 +17,6 @@ from lossless import Config, Engine
 from lossless.errors import ArgumentError
 from lossless.retrieval.grep import GrepError, match_spans
 from lossless.retrieval.grep import grep as grep_store
-from lossless.store import migrations
 from lossless.summarize import ScriptedSummarizer
 from lossless.timestamps import format_ts
 
@@ -183,15 +182,11 @@ def _as_before_m026(db: Path) -> None:
     conn.close()
 
 
-@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
 def test_a_store_made_before_keeps_finding_through_surroundings_once_migrated(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, large: bool
+    tmp_path: Path,
 ) -> None:
-    """m026 makes the surroundings index anew without word positions. A small store gets
-    its entries inside the migration; a large one (over REINDEX_IN_MIGRATION messages: a
-    minute at a million) after it, in the catch-up's transactions, and meanwhile a ranked
-    search finds every message by its own words. Either way the search ends up finding what
-    it found before, and doctor is clean throughout."""
+    """m026 makes the surroundings index anew without word positions: a store made before
+    finds what it found, a message through its neighbours too, and doctor is clean."""
     db = tmp_path / "old.db"
     rows = [{"role": "user", "content": f"status update {i}: routine work"} for i in range(100)]
     rows[30] = {"role": "assistant", "content": "The vault opens at 7741."}
@@ -204,17 +199,11 @@ def test_a_store_made_before_keeps_finding_through_surroundings_once_migrated(
         before = ranked(engine)
     assert before[0] == "msg#31" and {"msg#30", "msg#32"} <= set(before)  # its neighbours
     _as_before_m026(db)
-    monkeypatch.setattr(migrations, "REINDEX_IN_MIGRATION", 50 if large else 1_000)
     with Engine.open(db, config=Config()) as engine:
         detail = engine.store.fetchall(
             "SELECT sql FROM sqlite_master WHERE name = 'messages_ctx_fts'"
         )[0][0]
         assert "detail='column'" in detail
-        if large:
-            assert engine.store.pending_index_rows() == 100
-            assert ranked(engine) == ["msg#31"]  # by its own words
-            assert engine.check() == []
-            engine.finish_indexes()
         assert engine.store.pending_index_rows() == 0
         assert ranked(engine) == before
         assert engine.check() == []

@@ -624,18 +624,16 @@ def m025_archives(conn: sqlite3.Connection) -> None:
     run_script(conn, ARCHIVES.format(archive_id="INTEGER PRIMARY KEY"))
 
 
-#: A store of at most this many messages gets its surroundings entries again inside m026 (a
-#: few seconds); a larger one after it, in transactions of their own (the catch-up).
-REINDEX_IN_MIGRATION = 100_000
-
-
 @migration
 def m026_indexes_without_positions(conn: sqlite3.Connection) -> None:
     # The surroundings index keeps which column of a row holds a word, not where in it
     # (detail=column): it only ranks (BM25 over the columns), and a quoted term of several
     # words asks for each of them there (a phrase is the own-words index's: sqlite_search).
     # Positions were three fifths of it. The summaries' trigram index keeps none either, as
-    # the messages' never did: a LIKE confirms each candidate against the text.
+    # the messages' never did: a LIKE confirms each candidate against the text. Made anew
+    # here, in the migration's transaction: 57 s at a million messages (the entries left to
+    # the catch-up instead would leave the substring search reading every row, as the two
+    # indexes share the catch-up's mark, until an import made them).
     run_script(
         conn,
         """
@@ -643,6 +641,7 @@ def m026_indexes_without_positions(conn: sqlite3.Connection) -> None:
         CREATE VIRTUAL TABLE messages_ctx_fts USING fts5(
           content, prev, next, far, about, content='message_words',
           content_rowid='message_id', tokenize='porter unicode61', detail='column');
+        INSERT INTO messages_ctx_fts (messages_ctx_fts) VALUES ('rebuild');
         INSERT INTO messages_ctx_fts (messages_ctx_fts, rank) VALUES ('automerge', 0);
         DROP TABLE summaries_trigram;
         CREATE VIRTUAL TABLE summaries_trigram USING fts5(
@@ -652,15 +651,6 @@ def m026_indexes_without_positions(conn: sqlite3.Connection) -> None:
         INSERT INTO summaries_trigram (summaries_trigram, rank) VALUES ('automerge', 0);
         """,
     )
-    (messages,) = conn.execute("SELECT count(*) FROM messages").fetchone()
-    if messages <= REINDEX_IN_MIGRATION:
-        conn.execute("INSERT INTO messages_ctx_fts (messages_ctx_fts) VALUES ('rebuild')")
-    else:
-        # A million messages take a minute, which no opening process should hold the write
-        # lock for: every entry waits for the catch-up (the next import or sync makes them,
-        # 50,000 a transaction), and a search meanwhile ranks those messages by their own
-        # words, as it ranks what a large batch left.
-        conn.execute("UPDATE index_state SET upto = 0 WHERE name = 'messages_trigram'")
 
 
 @migration
