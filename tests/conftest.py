@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,3 +179,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.path.name in HOST_FILES:
             item.add_marker(pytest.mark.xdist_group("hosts"))
     items.sort(key=lambda item: item.path.name not in HOST_FILES)  # (a stable sort)
+
+
+@pytest.fixture(scope="module")
+def import_case(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The crash tests' imported reference store (``crash_support.make_import_case``), once
+    for each module that asks for it."""
+    from crash_support import make_import_case
+
+    return make_import_case(tmp_path_factory)
