@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -90,10 +91,37 @@ def test_substring_search_sees_messages_of_a_large_import(engine: Engine) -> Non
     assert [h.id for h in engine.grep("qxjk0", conversation="s").hits] == ["msg#1"]
     # the search read the rows not yet indexed; it never made their entries itself
     assert engine.store.pending_index_rows() == deferred
-    # by default a large batch's entries are made once its transaction has committed
+    # by default a large batch's entries are made once its transaction has committed (on
+    # SQLite by the store's thread, beside what the caller does next)
     engine.ingest_batch("t", rows)
-    assert engine.store.pending_index_rows() == 0
     assert [h.id for h in engine.grep("qxjk299", conversation="t").hits] == ["msg#600"]
+    deadline = time.monotonic() + 10
+    while engine.store.pending_index_rows() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.store.pending_index_rows() == 0
+
+
+def test_a_ranked_search_right_after_a_large_batch_ranks_it_with_its_surroundings(
+    engine: Engine,
+) -> None:
+    rows = [{"role": "user", "content": f"walrus {i} sings a shanty"} for i in range(200)]
+    rows[140] = {"role": "assistant", "content": "the otters answered"}
+    engine.ingest_batch("s", rows)
+    # The entries are the store's thread's to make; a ranked search in this process waits
+    # for them, so the neighbours come through the answer at once.
+    hits = [h.id for h in engine.grep("otters", conversation="s", sort="relevance").hits]
+    assert hits[0] == "msg#141"
+    assert {"msg#140", "msg#142"} <= set(hits)
+
+
+def test_closing_right_after_a_large_batch_leaves_no_entry_waiting(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    rows = [{"role": "user", "content": f"row {i} zqxjk{i}"} for i in range(3000)]
+    with Engine.open(db, config=Config()) as engine:
+        engine.ingest_batch("s", rows)
+    with Engine.open(db, config=Config()) as engine:
+        assert engine.store.pending_index_rows() == 0
+        assert engine.check() == []
 
 
 def test_ranked_search_sees_messages_of_a_large_import_before_their_surroundings(

@@ -292,9 +292,11 @@ class Engine(Reads, Recall, Upkeep, Retention, Hosting, Pending, Access):
         Items may be messages of any supported shape, or messages already passed through
         :meth:`normalize` (to set each one's id, time or metadata).
 
-        A large batch is written without its substring and context index entries, which are
-        made after the transaction has committed (a search meanwhile reads those rows
-        itself, never waiting for them). With *finish_indexes* false they are left for
+        A large batch is written without its substring and surroundings index entries,
+        which the store makes after the transaction has committed, beside what the caller
+        does next (SQLite: its own thread, at once; closing the engine makes what is left).
+        Until then a substring search reads those rows itself, and a ranked search in this
+        process waits for them. With *finish_indexes* false they are left for
         :meth:`finish_indexes`, to be made once after an import of many batches.
         """
         items = list(messages)
@@ -312,7 +314,7 @@ class Engine(Reads, Recall, Upkeep, Retention, Hosting, Pending, Access):
         ]
         result = self._append(conversation, norms)
         if finish_indexes and len(norms) >= DEFER_TRIGRAM_AT:
-            self.store.catch_up_indexes()
+            self.store.catch_up_soon()
         return result
 
     def _append(

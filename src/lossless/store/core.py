@@ -315,11 +315,20 @@ class StoreCore(ABC):
         return 0
 
     def catch_up_indexes(
-        self, batch: int = 50_000, progress: Callable[[int, int], None] | None = None
+        self,
+        batch: int = 50_000,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        stop: Callable[[], bool] | None = None,
     ) -> int:
         """Index what large batches left out; returns rows indexed. *progress* is called
-        with (rows done, rows behind) after each transaction."""
+        with (rows done, rows behind) after each transaction, *stop* asked before each."""
         return 0
+
+    def catch_up_soon(self) -> None:
+        """Index what a large batch left out, after the call where the store can (SQLite:
+        its own thread does), at once where it cannot."""
+        self.catch_up_indexes()
 
     def merge_indexes(
         self, *, seconds: float | None = None, stop: Callable[[], bool] | None = None

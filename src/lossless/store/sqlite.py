@@ -58,6 +58,9 @@ MERGE_PAGES = 64
 #: seconds apart, so it runs between them; a store written without pause still merges where
 #: a level holds 16 segments, inside the write, as FTS5 does).
 MERGE_IDLE_SECONDS = BURST_SECONDS
+#: Messages one transaction of the store's thread indexes for :meth:`SQLiteStore.catch_up_soon`
+#: (about a tenth of a second of the write lock on a 2-core machine).
+CATCH_UP_STEP = 5_000
 #: How long closing a store spends at most on the merging still due (a process that writes
 #: once and exits, as a host's hook does, merges there).
 CLOSE_MERGE_SECONDS = 0.05
@@ -197,6 +200,12 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         self._held_back = False  # the thread's last merging left a step for a longer pause
         self._checkpointed = 0.0
         self._unmerged = False  # commits since the thread last merged (close() finishes)
+        # A large batch's surroundings and trigram entries, made by the store's thread
+        # (catch_up_soon): asked for and not yet taken on; set when none wait for it.
+        self._catch_up_wanted = False
+        self._caught_up = threading.Event()
+        self._caught_up.set()
+        self._asked_catch_up = False  # ever, in this process: closing finishes the rest
         self._waiting_guard = threading.Lock()
         self._writers_waiting = 0
         memory = str(self.path) == ":memory:"
@@ -227,7 +236,10 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                 # No checkpoint inside a commit: the store's thread checkpoints beside the
                 # writers (see _checkpoint), and closing does what is left.
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
-                conn.set_progress_handler(let_signals_in, PROGRESS_STEPS)
+                if threading.current_thread() is threading.main_thread():
+                    # (Only the main thread runs signal handlers: elsewhere the calls
+                    # would only wait for the interpreter's lock, and slow the statement.)
+                    conn.set_progress_handler(let_signals_in, PROGRESS_STEPS)
             except (sqlite3.Error, UnicodeDecodeError) as exc:
                 # (The first statement reads the schema: damaged names in it make SQLite's
                 # own error text undecodable, a UnicodeDecodeError that _damage knows.)
@@ -255,6 +267,10 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
             self._merger = None
             self._merge_due.set()
             merger.join()
+            if self._asked_catch_up:
+                with contextlib.suppress(StoreError, sqlite3.Error):
+                    self.catch_up_indexes()  # what the thread had not made yet
+                self._caught_up.set()
             if self._unmerged:
                 with contextlib.suppress(StoreError, sqlite3.Error):
                     self._catch_up_turns()
@@ -383,8 +399,10 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                 return  # closing: close() merges what is left, bounded
             retry = None
             try:
-                # A pause in the writes; meanwhile the WAL is checkpointed beside the writers.
+                # A pause in the writes; meanwhile a large batch's entries are made (they
+                # wait for no pause) and the WAL is checkpointed beside the writers.
                 while self._merger is me:
+                    self._catch_up_batches(stop=lambda: self._merger is not me)
                     self._checkpoint()
                     quiet = time.monotonic() - self._last_commit
                     if quiet >= MERGE_IDLE_SECONDS:
@@ -400,6 +418,48 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                 self._checkpoint()
             except (StoreError, sqlite3.Error):  # best effort: the next commit tries again
                 logger.debug("index upkeep on %s failed", self.path, exc_info=True)
+
+    def catch_up_soon(self) -> None:
+        """Have the store's thread make the entries a large batch left (the surroundings and
+        trigram ones, :meth:`catch_up_indexes`) at once, beside what the caller does next,
+        in transactions of :data:`CATCH_UP_STEP` messages. Until they are made, a ranked
+        search in this process waits for them; one in another process reads those rows
+        itself; closing the store makes what is left."""
+        if str(self.path) == ":memory:" or self._closing:
+            self.catch_up_indexes()
+            return
+        with self._lock:
+            self._catch_up_wanted = True
+            self._asked_catch_up = True
+            self._caught_up.clear()
+        self._wake_merger()
+        if self._merger is None:  # no thread after all (the store closing meanwhile)
+            self.catch_up_indexes()
+            self._caught_up.set()
+
+    def _catch_up_batches(self, stop: Callable[[], bool]) -> None:
+        """The store's thread's part of :meth:`catch_up_soon`."""
+        with self._lock:
+            if not self._catch_up_wanted:
+                return
+            self._catch_up_wanted = False
+        self._local.merging = True  # upkeep, not a write of its own: the pause goes on
+        try:
+            self.catch_up_indexes(batch=CATCH_UP_STEP, stop=stop)
+        finally:
+            self._local.merging = False
+            with self._lock:
+                if not self._catch_up_wanted:
+                    self._caught_up.set()  # (failed: a search reads the rows itself)
+
+    def _entries_settled(self) -> None:
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while not (self._caught_up.is_set() or self._in_transaction()):
+            merger = self._merger
+            if merger is None or merger is threading.current_thread() or not merger.is_alive():
+                return  # nothing to wait for: the search reads those rows itself
+            if self._caught_up.wait(0.05) or time.monotonic() > deadline:
+                return
 
     def _catch_up_turns(self) -> None:
         """The surroundings and trigram entries the last few small batches left waiting

@@ -248,7 +248,11 @@ class SQLiteIndexes(StoreCore):
         )
 
     def catch_up_indexes(
-        self, batch: int = 50_000, progress: Callable[[int, int], None] | None = None
+        self,
+        batch: int = 50_000,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        stop: Callable[[], bool] | None = None,
     ) -> int:
         """Index what large batches (and the last small ones) left out of the trigram and
         surroundings indexes; returns rows indexed.
@@ -256,7 +260,8 @@ class SQLiteIndexes(StoreCore):
         Runs in transactions of *batch* rows so writers are not held up for long. Imports
         call it when they finish (:meth:`~lossless.engine.Engine.finish_indexes`); a search
         never does (it reads the rows above the mark itself). When nothing is behind it only
-        reads: it never takes the write lock for nothing.
+        reads: it never takes the write lock for nothing. *stop* is asked between
+        transactions.
         """
         behind = self.fetchall(
             "SELECT upto, (SELECT coalesce(max(message_id), 0) FROM messages) - upto"
@@ -267,7 +272,7 @@ class SQLiteIndexes(StoreCore):
             return 0
         ((first, rows),) = behind
         done = 0
-        while True:
+        while not (stop is not None and stop()):
             with self.transaction() as conn:
                 (upto,) = conn.execute(
                     "SELECT upto FROM index_state WHERE name = 'messages_trigram'"
@@ -282,6 +287,7 @@ class SQLiteIndexes(StoreCore):
                 done += self._catch_up_to(conn, upto, top)
             if progress is not None:
                 progress(min(max(top - first, 0), rows), rows)
+        return done
 
     def _index_summaries(self, conn: Connection, summary_ids: Sequence[str]) -> None:
         ids = list(summary_ids)

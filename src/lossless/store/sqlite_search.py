@@ -120,6 +120,10 @@ class SQLiteSearch(SearchStore):
             )
         return self._best_ranked(table, index, rank, query, where, params, limit)
 
+    def _entries_settled(self) -> None:
+        """Wait for the surroundings entries of this process's large batches the store's
+        thread is making (a ranked search then ranks their messages as it will later)."""
+
     def _best_ranked(
         self,
         table: str,
@@ -161,6 +165,7 @@ class SQLiteSearch(SearchStore):
         by_row = by_key(where)  # rowid lookups
         ranked, args = f"SELECT rowid, {rank} AS score FROM {index} WHERE {index} MATCH ?", [query]
         if index == "messages_ctx_fts":
+            self._entries_settled()
             args = [without_phrases(query)]
             # The messages whose entries wait for the catch-up (above its mark: the last few
             # turns', or a large batch's) have none here yet: until they do, they are
