@@ -7,6 +7,7 @@ forget killed at any moment is tests/test_forget_kill.py's (processes, not examp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import string
@@ -84,6 +85,65 @@ def test_any_secret_of_these_kinds_is_masked_wherever_it_sits(
 def test_a_look_alike_is_never_masked(text: str, before: str) -> None:
     whole = f"{before} {text}"
     assert Redactor(tag=lambda value: "0a1b2c").text(whole) == (whole, 0)
+
+
+#: Pieces of the texts the patterns that name their secret look at: the names in any case
+#: (one with a Kelvin sign for its k), quotes, separators, spaces of several kinds.
+NAMED = st.lists(
+    st.sampled_from(
+        [
+            "token",
+            "TOKEN",
+            "To\u212aen",
+            "secret",
+            "SECRET_KEY",
+            "password",
+            "Passwd",
+            "api_key",
+            "ApiKey",
+            "access_token",
+            "auth_token",
+            "private_token",
+            "aws_secret_access_key",
+            "AWS_SECRET_KEY",
+            "bearer",
+            "Bearer",
+            " ",
+            "  ",
+            "\t",
+            "\n",
+            "\u00a0",
+            "\u2028",
+            ":",
+            "=",
+            '"',
+            "'",
+            "_",
+            "-",
+            "İ",
+            "ſ",
+            "é",
+            "0123456789abcdefABCDEFghij+/==",
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345678901234",
+        ]
+    ),
+    min_size=1,
+    max_size=14,
+).map("".join)
+
+
+@fuzz(500)
+@given(text=NAMED)
+@example(text="TO\u212aEN = " + "a1" * 20)  # masked: the sign lower-cases to k
+def test_the_gates_of_the_named_patterns_leave_out_no_match(text: str) -> None:
+    # A gate only spares a pattern's search where it cannot match: every text masks as it
+    # does with the whole patterns searched.
+    gated = Redactor(tag=lambda value: "0a1b2c")
+    whole = Redactor(tag=lambda value: "0a1b2c")
+    whole.rules = tuple(dataclasses.replace(rule, gate=None) for rule in whole.rules)
+    assert any(rule.gate is not None for rule in gated.rules)
+    assert gated.text(text) == whole.text(text)
 
 
 # --- tombstones through an export -----------------------------------------------------------

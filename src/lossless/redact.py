@@ -110,6 +110,19 @@ BUILTIN_HINTS: dict[str, tuple[str, ...]] = {
     "assigned_token": ("token",),
 }
 
+#: For the built-in patterns that name their secret (``api_key: ...``), a shape (lower case)
+#: every match holds: the name, then ``:`` or ``=``. A word such as "token" or "secret" is
+#: common in prose; only a text where it is assigned is searched with the whole pattern.
+BUILTIN_GATES: dict[str, str] = {
+    "aws_secret_key": r"aws_?secret_?(?:access_?)?key[\"']?\s*[:=]",
+    "bearer_token": r"bearer\s",
+    "assigned_secret": (
+        r"(?:password|passwd|secret(?:_key)?|api_?key|access_token|auth_token|private_token)"
+        r"[\"']?\s*[:=]"
+    ),
+    "assigned_token": r"token[\"']?\s*[:=]",
+}
+
 #: What a masked secret reads as: its kind and its tag.
 MASK_LABEL = re.compile(r"\[secret:(?P<kind>[a-z0-9-]+)#(?P<tag>[0-9a-f]{6})\]")
 
@@ -120,6 +133,12 @@ class _Rule:
     pattern: re.Pattern[str]
     #: Lower-case text every match holds (empty: no hint, always searched).
     hints: tuple[str, ...] = ()
+    #: A pattern every match's lower-cased text holds, looked for once a hint is there.
+    gate: re.Pattern[str] | None = None
+
+
+def _gate(pattern: str | None) -> re.Pattern[str] | None:
+    return None if pattern is None else re.compile(pattern)
 
 
 class Redactor:
@@ -136,7 +155,10 @@ class Redactor:
         removal — ``[REDACTED:<name>]``."""
         self._tag = tag
         rules = (
-            [_Rule(n, re.compile(p), BUILTIN_HINTS.get(n, ())) for n, p in BUILTIN_PATTERNS.items()]
+            [
+                _Rule(n, re.compile(p), BUILTIN_HINTS.get(n, ()), _gate(BUILTIN_GATES.get(n)))
+                for n, p in BUILTIN_PATTERNS.items()
+            ]
             if builtin
             else []
         )
@@ -183,6 +205,8 @@ class Redactor:
         found: list[tuple[int, int, int, _Rule]] = []
         for n, rule in enumerate(self.rules):
             if rule.hints and present.isdisjoint(rule.hints):
+                continue
+            if rule.gate is not None and rule.gate.search(low) is None:
                 continue
             group = "secret" if "secret" in rule.pattern.groupindex else 0
             for m in rule.pattern.finditer(value):
