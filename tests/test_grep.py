@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -119,6 +121,21 @@ def test_closing_right_after_a_large_batch_leaves_no_entry_waiting(tmp_path: Pat
     rows = [{"role": "user", "content": f"row {i} zqxjk{i}"} for i in range(3000)]
     with Engine.open(db, config=Config()) as engine:
         engine.ingest_batch("s", rows)
+    with Engine.open(db, config=Config()) as engine:
+        assert engine.store.pending_index_rows() == 0
+        assert engine.check() == []
+
+
+def test_a_process_that_never_closes_its_engine_leaves_no_entry_waiting(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    script = (
+        "import sys\n"
+        "from lossless import Config, Engine\n"
+        "engine = Engine.open(sys.argv[1], config=Config())\n"
+        "engine.ingest_batch('s', [{'role': 'user', 'content': f'row {i} zqxjk{i}'}"
+        " for i in range(3000)])\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(db)], check=True, timeout=120)
     with Engine.open(db, config=Config()) as engine:
         assert engine.store.pending_index_rows() == 0
         assert engine.check() == []

@@ -8,12 +8,14 @@ timeout. Full-text rows are filled in bulk after each batch.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -93,6 +95,20 @@ def _busy_hint(error: str) -> str:
         if "locked" in error
         else ""
     )
+
+
+class _AtExit:
+    """At the interpreter's exit, the entries a store that was never closed left to its
+    thread (:meth:`SQLiteStore.catch_up_soon`): made, or the next import makes them."""
+
+    def __init__(self, store: weakref.ref[SQLiteStore]) -> None:
+        self.store = store
+
+    def __call__(self) -> None:
+        store = self.store()
+        if store is not None and not store._closed:
+            with contextlib.suppress(Exception):  # best effort: the process is ending
+                store.catch_up_indexes()
 
 
 class WriterQueue:
@@ -206,6 +222,7 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         self._caught_up = threading.Event()
         self._caught_up.set()
         self._asked_catch_up = False  # ever, in this process: closing finishes the rest
+        self._at_exit: _AtExit | None = None
         self._waiting_guard = threading.Lock()
         self._writers_waiting = 0
         memory = str(self.path) == ":memory:"
@@ -271,6 +288,8 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                 with contextlib.suppress(StoreError, sqlite3.Error):
                     self.catch_up_indexes()  # what the thread had not made yet
                 self._caught_up.set()
+                if self._at_exit is not None:
+                    atexit.unregister(self._at_exit)
             if self._unmerged:
                 with contextlib.suppress(StoreError, sqlite3.Error):
                     self._catch_up_turns()
@@ -430,8 +449,11 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
             return
         with self._lock:
             self._catch_up_wanted = True
-            self._asked_catch_up = True
+            first, self._asked_catch_up = not self._asked_catch_up, True
             self._caught_up.clear()
+        if first:  # a process that exits without closing the store makes them too
+            self._at_exit = _AtExit(weakref.ref(self))
+            atexit.register(self._at_exit)
         self._wake_merger()
         if self._merger is None:  # no thread after all (the store closing meanwhile)
             self.catch_up_indexes()
