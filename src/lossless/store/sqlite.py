@@ -20,11 +20,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: SQLite's busy handler alone
-    fcntl = None  # type: ignore[assignment]
-
 from ..codec import content_hash
 from ..errors import StoreError
 from ..model import Checkpoint
@@ -47,6 +42,7 @@ from .sqlite_files import (
 )
 from .sqlite_indexes import FTS_TABLES, SQLiteIndexes
 from .sqlite_search import SQLiteSearch
+from .writer_queue import WriterQueue, busy_hint
 
 logger = logging.getLogger(__name__)
 
@@ -88,15 +84,6 @@ WAL_LIMIT_WAIT_MS = 1_000
 CHECKPOINT_SECONDS = 0.1
 
 
-def _busy_hint(error: str) -> str:
-    return (
-        ": another process held the write lock past the busy timeout; try again when it is"
-        " done (a long import or compaction), or stop the process holding it"
-        if "locked" in error
-        else ""
-    )
-
-
 class _AtExit:
     """At the interpreter's exit, the entries a store that was never closed left to its
     thread (:meth:`SQLiteStore.catch_up_soon`): made, or the next import makes them."""
@@ -109,84 +96,6 @@ class _AtExit:
         if store is not None and not store._closed:
             with contextlib.suppress(Exception):  # best effort: the process is ending
                 store.catch_up_indexes()
-
-
-class WriterQueue:
-    """The writers of one database, in every process and thread, wait for their turn here
-    before ``BEGIN IMMEDIATE``: an exclusive ``flock`` on a file beside the database, which
-    the kernel hands on as it is released. Left to SQLite's busy handler alone, a waiting
-    writer sleeps and polls (for longer and longer), so whoever asks just as the lock comes
-    free wins it, and with many writers some wait seconds while others go again and again.
-
-    The wait is bounded by the busy timeout, as SQLite's is. Where files cannot be locked
-    (no ``fcntl``, a file system without ``flock``) writers fall back to the busy handler;
-    so do other programs writing the database, which never see the queue."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-
-    @contextmanager
-    def turn(self, timeout: float = BUSY_TIMEOUT_MS / 1000) -> Iterator[None]:
-        """Hold this writer's turn for the block."""
-        fd = self._take(timeout)
-        try:
-            yield
-        finally:
-            if fd is not None:
-                os.close(fd)  # closing the file ends the lock
-
-    def _open(self) -> int | None:
-        """The queue's file, opened (each turn locks an open file of its own), or ``None``
-        where files cannot be locked."""
-        if self.path is None or fcntl is None:
-            return None
-        try:
-            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError:
-            return None
-
-    def _take(self, timeout: float) -> int | None:
-        fd = self._open()
-        if fd is None:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            pass
-        except OSError:
-            os.close(fd)
-            return None
-        # Taken: wait in a thread (flock has no timeout), up to the busy timeout.
-        state = {"held": False, "gave_up": False, "failed": False}
-        came = threading.Event()
-        guard = threading.Lock()
-
-        def wait() -> None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:
-                state["failed"] = True
-            with guard:
-                if state["gave_up"]:
-                    os.close(fd)
-                    return
-                state["held"] = not state["failed"]
-                came.set()
-
-        threading.Thread(target=wait, name="lossless-writer-turn", daemon=True).start()
-        came.wait(timeout)
-        with guard:
-            if state["held"]:
-                return fd
-            if came.is_set():  # flock failed: the busy handler decides
-                os.close(fd)
-                return None
-            state["gave_up"] = True
-        database = str(self.path).removesuffix("-writers")
-        raise StoreError(
-            f"cannot start a write on {database}: database is locked{_busy_hint('locked')}"
-        )
 
 
 class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
@@ -353,7 +262,7 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise StoreError(
-                    f"cannot start a write on {self.path}: {exc}{_busy_hint(str(exc))}"
+                    f"cannot start a write on {self.path}: {exc}{busy_hint(str(exc))}"
                 ) from exc
             self._local.depth = 1
             try:
