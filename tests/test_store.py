@@ -346,6 +346,59 @@ def test_finishing_an_import_merges_what_it_left_so_the_turns_after_it_do_not(
         assert engine.check() == []
 
 
+def _pages(db_path: Path) -> tuple[int, int, int]:
+    """The store's auto-vacuum mode, free pages and pages (from a connection of its own)."""
+    with sqlite3.connect(db_path) as conn:
+        return tuple(  # type: ignore[return-value]
+            conn.execute(f"PRAGMA {p}").fetchone()[0]
+            for p in ("auto_vacuum", "freelist_count", "page_count")
+        )
+
+
+def _import(engine: Engine, batches: int = 12) -> None:
+    for b in range(batches):  # many large batches: their segments merged at the end free pages
+        engine.ingest_batch(
+            f"c{b}",
+            [
+                {"role": "user", "content": f"batch {b} line {n} " + "crane " * 30}
+                for n in range(300)
+            ],
+            finish_indexes=False,
+        )
+
+
+def test_an_import_gives_the_pages_its_merges_freed_back_to_the_file_system(
+    db_path: Path,
+) -> None:
+    with Engine.open(db_path, config=Config()) as engine:
+        engine.store._wake_merger = lambda: None  # type: ignore[method-assign]  # no thread
+        _import(engine)
+        engine.store.catch_up_indexes()
+        assert _pages(db_path)[0] == 2  # incremental, set as the store was made
+        engine.finish_indexes()
+        # The merges freed the pages of the segments they replaced (a store made before
+        # keeps them: the next test), and the file gave them back.
+        assert _pages(db_path)[:2] == (2, 0)
+        assert engine.check() == []
+        assert len(engine.grep("crane", conversation="c3", limit=5).hits) == 5
+
+
+def test_a_store_made_before_keeps_its_free_pages_for_the_next_writes(db_path: Path) -> None:
+    # A store whose file existed before incremental vacuum was set keeps its mode (changing
+    # it takes a VACUUM): the import's end frees nothing, and works as before.
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE older (x)")
+    with Engine.open(db_path, config=Config()) as engine:
+        engine.store._wake_merger = lambda: None  # type: ignore[method-assign]  # no thread
+        _import(engine)
+        engine.store.catch_up_indexes()
+        engine.finish_indexes()
+        mode, free, _ = _pages(db_path)
+        assert mode == 0 and free > 0
+        assert engine.check() == []
+
+
 def test_sqlite_merges_when_writes_pause(db_path: Path) -> None:
     with Engine.open(db_path, config=Config()) as engine:
         for n in range(40):

@@ -155,6 +155,11 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                     timeout=BUSY_TIMEOUT_MS / 1000,
                 )
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
+                    # A new store gives the pages its indexes' merges free back to the
+                    # file system as an import ends (merge_indexes); a mode set only on an
+                    # empty file, before its journal mode.
+                    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.execute("PRAGMA foreign_keys = ON")
@@ -498,7 +503,14 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         if stop is None and deadline is None and str(self.path) != ":memory:":
             # Everything merged, as a large import ends (Engine.finish_indexes): the WAL its
             # writes and merges left is copied in and reset here, not by the store's thread
-            # beside the turns that come next (a stall of tens of ms in one of them).
+            # beside the turns that come next (a stall of tens of ms in one of them). The
+            # pages the merges freed go back to the file system first (a store made before
+            # this kept them, for the next writes).
+            with self._transaction(self._conn()) as conn:
+                (mode,) = conn.execute("PRAGMA auto_vacuum").fetchone()
+                (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+                for _ in range(free if mode == 2 else 0):  # (a page a call here)
+                    conn.execute("PRAGMA incremental_vacuum")
             self._truncate_wal(self._conn())
         return steps
 
