@@ -137,6 +137,17 @@ class _Rule:
     gate: re.Pattern[str] | None = None
 
 
+#: The characters other than ASCII letters that a case-insensitive pattern reads as one (İ
+#: and ı as i, ſ as s, the Kelvin sign as k), as ``str.lower`` does not (or not alone).
+_AS_ASCII = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
+
+
+def _folded(text: str) -> str:
+    """*text* in lower case as the hints and gates read it: every match of a pattern
+    (matched case-insensitively) holds its hint and its gate here."""
+    return text.lower() if text.isascii() else text.translate(_AS_ASCII).lower()
+
+
 def _gate(pattern: str | None) -> re.Pattern[str] | None:
     return None if pattern is None else re.compile(pattern)
 
@@ -185,7 +196,7 @@ class Redactor:
         """Whether *text* may hold a secret (``False``: it holds none, for certain)."""
         if self._always or self._hinted is None:
             return True
-        return self._hinted.search(text.lower()) is not None
+        return self._hinted.search(_folded(text)) is not None
 
     def _marker(self, rule: _Rule, secret: str) -> str:
         if self._tag is None:
@@ -196,7 +207,7 @@ class Redactor:
         """*value* with every secret replaced, and how many were. Every pattern is matched
         against the text as it came (a label is never read as a secret); where matches
         overlap, the one starting first wins (the longer, then the earlier pattern, on a tie)."""
-        low = value.lower()
+        low = _folded(value)
         # The hints the text holds, each looked for once (a substring test each: faster here
         # than one expression of them all), then only the rules they name, or have none.
         present = {h for h in self._hints if h in low}

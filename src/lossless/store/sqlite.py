@@ -59,6 +59,11 @@ MERGE_IDLE_SECONDS = BURST_SECONDS
 #: Messages one transaction of the store's thread indexes for :meth:`SQLiteStore.catch_up_soon`
 #: (about a tenth of a second of the write lock on a 2-core machine).
 CATCH_UP_STEP = 5_000
+#: More messages than this waiting for those entries, the caller of ``catch_up_soon`` makes
+#: them itself (batches that come faster than the thread makes their entries).
+CATCH_UP_BEHIND_MAX = 4 * CATCH_UP_STEP
+#: How long a ranked search waits at most for the entries of the batches before it.
+SETTLE_SECONDS = 1.0
 #: How long closing a store spends at most on the merging still due (a process that writes
 #: once and exits, as a host's hook does, merges there).
 CLOSE_MERGE_SECONDS = 0.05
@@ -84,18 +89,18 @@ WAL_LIMIT_WAIT_MS = 1_000
 CHECKPOINT_SECONDS = 0.1
 
 
-class _AtExit:
-    """At the interpreter's exit, the entries a store that was never closed left to its
-    thread (:meth:`SQLiteStore.catch_up_soon`): made, or the next import makes them."""
+#: The stores of this process whose thread was given a large batch's entries to make
+#: (:meth:`SQLiteStore.catch_up_soon`) and that are not closed yet: closed at the
+#: interpreter's exit, which makes those entries (else the next import would).
+_UNCLOSED: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
 
-    def __init__(self, store: weakref.ref[SQLiteStore]) -> None:
-        self.store = store
 
-    def __call__(self) -> None:
-        store = self.store()
-        if store is not None and not store._closed:
+@atexit.register
+def _close_at_exit() -> None:
+    for store in list(_UNCLOSED):
+        if store._pid == os.getpid():  # (a forked child leaves its parent's alone)
             with contextlib.suppress(Exception):  # best effort: the process is ending
-                store.catch_up_indexes()
+                store.close()
 
 
 class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
@@ -131,7 +136,8 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         self._caught_up = threading.Event()
         self._caught_up.set()
         self._asked_catch_up = False  # ever, in this process: closing finishes the rest
-        self._at_exit: _AtExit | None = None
+        self._asked_upto = 0  # the last message whose entries were asked for
+        self._pid = os.getpid()
         self._waiting_guard = threading.Lock()
         self._writers_waiting = 0
         memory = str(self.path) == ":memory:"
@@ -198,18 +204,24 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
             self._merger = None
             self._merge_due.set()
             merger.join()
-            if self._asked_catch_up:
+            try:
+                if self._asked_catch_up:
+                    with contextlib.suppress(StoreError, sqlite3.Error):
+                        self.catch_up_indexes()  # what the thread had not made yet
+                    self._caught_up.set()
+                if self._unmerged:
+                    with contextlib.suppress(StoreError, sqlite3.Error):
+                        self._catch_up_turns()
+                        self.merge_indexes(seconds=CLOSE_MERGE_SECONDS)
                 with contextlib.suppress(StoreError, sqlite3.Error):
-                    self.catch_up_indexes()  # what the thread had not made yet
-                self._caught_up.set()
-                if self._at_exit is not None:
-                    atexit.unregister(self._at_exit)
-            if self._unmerged:
-                with contextlib.suppress(StoreError, sqlite3.Error):
-                    self._catch_up_turns()
-                    self.merge_indexes(seconds=CLOSE_MERGE_SECONDS)
-            with contextlib.suppress(StoreError, sqlite3.Error):
-                self._checkpoint(force=True)
+                    self._checkpoint(force=True)
+            finally:  # (a Ctrl-C meanwhile: the rest waits for the next import)
+                self._finish_close()
+        else:
+            self._finish_close()
+
+    def _finish_close(self) -> None:
+        _UNCLOSED.discard(self)
         with self._lock:
             self._closed = True
             for conn in self._connections:
@@ -361,13 +373,21 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         if str(self.path) == ":memory:" or self._closing:
             self.catch_up_indexes()
             return
+        ((top, upto),) = self.fetchall(
+            "SELECT (SELECT coalesce(max(message_id), 0) FROM messages), upto"
+            " FROM index_state WHERE name = 'messages_trigram'"
+        )
+        if top - upto > CATCH_UP_BEHIND_MAX:
+            # Batches that come faster than their entries are made (an import through
+            # ingest_batch): the caller makes them, and waits, so the backlog stays bounded.
+            self.catch_up_indexes()
+            return
         with self._lock:
             self._catch_up_wanted = True
-            first, self._asked_catch_up = not self._asked_catch_up, True
+            self._asked_catch_up = True
+            self._asked_upto = max(self._asked_upto, top)
             self._caught_up.clear()
-        if first:  # a process that exits without closing the store makes them too
-            self._at_exit = _AtExit(weakref.ref(self))
-            atexit.register(self._at_exit)
+        _UNCLOSED.add(self)  # a process that exits without closing the store makes them too
         self._wake_merger()
         if self._merger is None:  # no thread after all (the store closing meanwhile)
             self.catch_up_indexes()
@@ -389,12 +409,19 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                     self._caught_up.set()  # (failed: a search reads the rows itself)
 
     def _entries_settled(self) -> None:
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        # Only for the batches asked for before the search began (writes that go on must not
+        # hold it up), and for at most SETTLE_SECONDS: it ranks those rows itself meanwhile.
+        target, deadline = self._asked_upto, time.monotonic() + SETTLE_SECONDS
         while not (self._caught_up.is_set() or self._in_transaction()):
             merger = self._merger
             if merger is None or merger is threading.current_thread() or not merger.is_alive():
                 return  # nothing to wait for: the search reads those rows itself
-            if self._caught_up.wait(0.05) or time.monotonic() > deadline:
+            if self._caught_up.wait(0.02) or time.monotonic() > deadline:
+                return
+            (upto,) = self.fetchall("SELECT upto FROM index_state WHERE name = 'messages_trigram'")[
+                0
+            ]
+            if upto >= target:
                 return
 
     def _catch_up_turns(self) -> None:

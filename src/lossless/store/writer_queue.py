@@ -92,7 +92,11 @@ class WriterQueue:
                 state["held"] = not state["failed"]
                 came.set()
 
-        threading.Thread(target=wait, name="lossless-writer-turn", daemon=True).start()
+        try:
+            threading.Thread(target=wait, name="lossless-writer-turn", daemon=True).start()
+        except RuntimeError:  # no new thread as the interpreter exits: the busy handler waits
+            os.close(fd)
+            return None
         came.wait(timeout)
         with guard:
             if state["held"]:
