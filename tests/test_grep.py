@@ -200,6 +200,41 @@ def test_a_search_scoped_to_one_family_never_returns_another(engine: Engine) -> 
     assert {h.conversation_id for h in everywhere} == {1, 2}
 
 
+def test_a_ranked_search_of_one_conversation_ranks_as_a_search_of_the_whole_store(
+    new_db: Callable[[], str],
+) -> None:
+    """A ranked search of one conversation among many asks the index only for the ids
+    between its first and last message: what it finds, and how it scores them, are what
+    ranking the whole store and keeping that conversation's gives (also for a conversation
+    written in turns with another, whose ids are spread across the other's)."""
+    rng = random.Random(7)
+    words = ["deploy", "timeout", "orders", "queue", *(f"topic{i}" for i in range(36))]
+
+    def said() -> dict[str, str]:
+        return {"role": "user", "content": " ".join(rng.choices(words, k=5))}
+
+    with Engine.open(new_db(), config=Config()) as engine:
+        for c in range(12):
+            engine.ingest_batch(f"c{c}", [engine.normalize(said()) for _ in range(15)])
+        for _ in range(30):
+            engine.ingest("a", said())
+            engine.ingest("b", said())
+        engine.finish_indexes()  # every surroundings entry made: the two searches rank alike
+        question = "why did the deploy timeout on the orders queue"
+        everywhere, offset = [], 0
+        while offset is not None:
+            page = engine.grep(question, sort="relevance", limit=200, offset=offset)
+            everywhere += page.hits
+            offset = page.next_offset
+        assert len({h.conversation_id for h in everywhere}) == 14
+        for name in ("c4", "a", "b"):
+            cid = engine.conversation(name).conversation_id
+            scoped = engine.grep(question, conversation=name, sort="relevance", limit=200).hits
+            expected = [(h.id, h.score) for h in everywhere if h.conversation_id == cid]
+            assert len(expected) >= 10
+            assert [(h.id, h.score) for h in scoped] == expected
+
+
 def test_time_filters_and_limits(engine: Engine) -> None:
     seed(engine)
     late = engine.grep("deploy", conversation="s", since="2999-01-01T00:00:00Z").hits
