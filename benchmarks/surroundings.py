@@ -305,23 +305,19 @@ def main() -> None:
                     self: Any,
                     table: str,
                     index: str,
-                    rank: str,
-                    query: str,
-                    where: str,
-                    params: list[Any],
-                    limit: int,
-                    span: tuple[int, int] | None = None,
-                    *,
+                    *rest: Any,
                     counted: Counted = counted,
                     scope: dict[str, int] = scope,
                     same: list[int] = same,
                     index_ms: list[float] = index_ms,
                     counted_ms: list[float] = counted_ms,
                 ) -> list[tuple[Any, ...]]:
+                    # rest: rank, query, where, params, limit, span
                     if index != "messages_ctx_fts":
-                        return original(self, table, index, rank, query, where, params, limit, span)
+                        return original(self, table, index, *rest)
+                    query, limit = rest[1], rest[4]
                     started = time.perf_counter()
-                    theirs = original(self, table, index, rank, query, where, params, limit, span)
+                    theirs = original(self, table, index, *rest)
                     index_ms.append((time.perf_counter() - started) * 1000)
                     started = time.perf_counter()
                     best = counted.ranked(
