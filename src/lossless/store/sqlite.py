@@ -83,10 +83,10 @@ WAL_LIMIT_BYTES = 64 * 1024 * 1024
 #: How long that checkpoint waits for readers of older snapshots, holding the writers' turn
 #: (the next commit tries again): readers that never pause must not stall every writer.
 WAL_LIMIT_WAIT_MS = 1_000
-#: How many times an import's end (``merge_indexes`` run to the end) tries that checkpoint,
+#: How long an import's end (``merge_indexes`` run to the end) keeps trying that checkpoint,
 #: a tenth of a second apart: another checkpoint running (the store's thread copying the log
 #: in, seconds on a loaded machine) makes it fail at once, without waiting.
-IMPORT_END_WAL_TRIES = 30
+IMPORT_END_WAL_SECONDS = 3.0
 #: How often the store's thread checkpoints the WAL while writes go on (a passive checkpoint
 #: runs beside the writer; SQLite's automatic one, inside the commit that passes its size, is
 #: off).
@@ -544,7 +544,7 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                     conn.execute("PRAGMA incremental_vacuum")
             # An import's end may wait longer than a turn would for the readers of older
             # snapshots (the store's own thread among them) to move on.
-            self._truncate_wal(self._conn(), tries=IMPORT_END_WAL_TRIES)
+            self._truncate_wal(self._conn(), seconds=IMPORT_END_WAL_SECONDS)
         return steps
 
     def _limit_wal(self, conn: sqlite3.Connection) -> None:
@@ -563,22 +563,21 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         if size > WAL_LIMIT_BYTES:
             self._truncate_wal(conn)
 
-    def _truncate_wal(self, conn: sqlite3.Connection, tries: int = 1) -> bool:
+    def _truncate_wal(self, conn: sqlite3.Connection, seconds: float = 0.0) -> None:
         """Copy the whole WAL into the database and reset the file, waiting at most
-        :data:`WAL_LIMIT_WAIT_MS` for readers of older snapshots, up to *tries* times (a
-        failure leaves it as it was); whether it was reset."""
+        :data:`WAL_LIMIT_WAIT_MS` for readers of older snapshots; tried again a tenth of a
+        second apart for *seconds* (a failure leaves it as it was)."""
+        deadline = time.monotonic() + seconds
         conn.execute(f"PRAGMA busy_timeout = {WAL_LIMIT_WAIT_MS}")
         try:
-            for attempt in range(tries):
-                if attempt:
-                    time.sleep(0.1)
+            while True:
                 with contextlib.suppress(sqlite3.OperationalError):
-                    (busy, _frames, _copied) = conn.execute(
-                        "PRAGMA wal_checkpoint(TRUNCATE)"
-                    ).fetchone()
+                    (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
                     if not busy:
-                        return True
-            return False
+                        return
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.1)
         finally:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 

@@ -129,10 +129,11 @@ class SQLiteSearch(SearchStore):
         between (the lowest and highest of theirs), or ``None`` when a span would not narrow
         it. The index ranks every row it matches before the scope is applied: in a store of
         many conversations, a common word's search of one would rank them all, and more than
-        once as the candidates grow (a LoCoMo store of 60 conversations: 57 ms a question,
-        1.6 s at worst). Their first and last messages by ``seq`` (two seeks each) say whether
-        the span is worth its exact bounds; those (a scan of the conversations' keys) are what
-        is used, so a conversation whose ids are not in its order loses nothing."""
+        once as the candidates grow (LoCoMo x10, 60 conversations: 78 ms a question at p50,
+        1.7 s at p95; ``benchmarks/surroundings.py``). Their first and last messages by
+        ``seq`` (two seeks each) say whether the span is worth its exact bounds; those (a
+        scan of the conversations' keys) are what is used, so a conversation whose ids are
+        not in its order loses nothing."""
         ids = scope.conversation_ids
         if table != "messages" or not ids or len(ids) > SPAN_CONVERSATIONS_MAX:
             return None
