@@ -192,7 +192,7 @@ def test_doctor_repair_fixes_what_needs_no_backup_and_says_how_to_fix_the_rest(
         assert engine.read_large_file(engine.store.large_files()[0].file_id) == table
 
 
-def test_stale_neighbour_words_are_reported_and_repaired(new_db: Callable[[], str]) -> None:
+def test_stale_word_entries_are_reported_and_repaired(new_db: Callable[[], str]) -> None:
     with Engine.open(new_db(), config=Config()) as engine:
         ids = _seed(engine)
         engine.finish_indexes()  # the entries the last turns left waiting, made
@@ -203,17 +203,16 @@ def test_stale_neighbour_words_are_reported_and_repaired(new_db: Callable[[], st
                     "UPDATE messages SET context_tsv = NULL WHERE message_id = ?", (ids[2],)
                 )
             else:
+                # (SQLite counts the neighbours' words from each one's own entry: a stale
+                # own-words entry is what it can have.)
                 conn.execute(
-                    "INSERT INTO messages_ctx_fts (messages_ctx_fts, rowid, content, prev, next,"
-                    " far, about) SELECT 'delete', message_id, content, prev, next, far, about"
-                    " FROM message_words WHERE message_id = ?",
-                    (ids[2],),
+                    "INSERT INTO messages_fts (messages_fts, rowid, content)"
+                    " SELECT 'delete', message_id, content FROM messages WHERE message_id = ?",
+                    (ids[3],),
                 )
                 conn.execute(
-                    "INSERT INTO messages_ctx_fts (rowid, content, prev, next, far, about)"
-                    " SELECT message_id, content, prev, '', far, about FROM message_words"
-                    " WHERE message_id = ?",
-                    (ids[2],),
+                    "INSERT INTO messages_fts (rowid, content) VALUES (?, 'stale words')",
+                    (ids[3],),
                 )
         problems = doctor.check(engine.store)
         assert problems and all(p.check == "full-text index" for p in problems)

@@ -152,7 +152,7 @@ def test_a_forget_killed_anywhere_leaves_no_byte_after_the_next_command(
     assert done.returncode == 0, done.stderr
     assert on_disk(target, home) == []
 
-    points = NAMED + (["vm:2", "vm:150", "vm:290"] if backend == "sqlite" else [])
+    points = NAMED + (["vm:2", "vm:120", "vm:250"] if backend == "sqlite" else [])
     points += [f"after:{took * f:.3f}" for f in FRACTIONS]
     for point in points:
         target, home = store(point.replace(":", "-"))

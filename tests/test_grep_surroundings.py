@@ -1,9 +1,10 @@
-"""A ranked search finds a message through what surrounds it (its neighbours' words, in the
-surroundings index, which keeps no word positions): joined words, words the index splits
-otherwise, a store made before that index lost its positions, a host's last turns."""
+"""A ranked search finds a message through what surrounds it (its neighbours' words, counted
+when the search ranks: ``store/surroundings.py``): joined words, words the index splits
+otherwise, a store made when an index held the neighbours' words, a host's last turns."""
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lossless import Config, Engine
+from lossless.store import surroundings
 
 
 @pytest.fixture
@@ -20,10 +22,10 @@ def engine(new_db: Callable[[], str]) -> Iterator[Engine]:
 
 
 def test_a_word_of_several_pieces_is_ranked_with_what_surrounds_it(engine: Engine) -> None:
-    """The surroundings index keeps which of a row's columns hold a word, not where: a
-    joined word ("Caroline's", "hand-off") is asked there as its pieces in one row. The
-    message saying it is found, the one after it through it, and one with the pieces apart
-    in its own text too (ranked by its words, as any ranked hit)."""
+    """A joined word ("Caroline's", "hand-off") is ranked as its pieces in one row, each in
+    any of the row's fields: the message saying it is found, the one after it through it,
+    and one with the pieces apart in its own text too (ranked by its words, as any ranked
+    hit)."""
     engine.ingest_batch(
         "s",
         [
@@ -45,9 +47,8 @@ def test_a_word_of_several_pieces_is_ranked_with_what_surrounds_it(engine: Engin
 def test_a_word_the_index_splits_where_the_search_does_not_is_still_found(
     engine: Engine,
 ) -> None:
-    # U+0305 (a combining overline) joins a word for the search, which the surroundings
-    # index's tokenizer splits: that index refuses the query, and the message is ranked by
-    # its own words instead of the search failing or finding nothing.
+    # U+0305 (a combining overline) joins a word for the search, which the index's
+    # tokenizer splits: the message is ranked by the pieces the index holds, not missed.
     word = "ab\u0305cd"
     engine.ingest_batch(
         "s",
@@ -61,36 +62,43 @@ def test_a_word_the_index_splits_where_the_search_does_not_is_still_found(
     assert hits[:1] == ["msg#1"]
 
 
-def _as_before_m026(db: Path) -> None:
-    """*db* as a store made before m026 left it: its surroundings and summaries' trigram
-    indexes with word positions, m026 not applied."""
+def _as_before_m028(db: Path) -> None:
+    """*db* as a store made before m028 left it: the surroundings index (each message's
+    neighbours' words again, over the view ``message_words``) in place, m028 not applied."""
     conn = sqlite3.connect(db, isolation_level=None)
     conn.executescript(
         """
         BEGIN;
-        DROP TABLE messages_ctx_fts;
+        CREATE VIEW message_words AS
+          SELECT m.message_id, m.content,
+                 coalesce(substr(p.content, 1, 300), '') AS prev,
+                 coalesce(substr(x.content, 1, 300), '') AS next,
+                 coalesce(substr(p2.content, 1, 300), '') AS far,
+                 coalesce(c.title, '') AS about
+          FROM messages m
+          JOIN conversations c ON c.conversation_id = m.conversation_id
+          LEFT JOIN messages p ON p.conversation_id = m.conversation_id AND p.seq = m.seq - 1
+          LEFT JOIN messages p2 ON p2.conversation_id = m.conversation_id AND p2.seq = m.seq - 2
+          LEFT JOIN messages x ON x.conversation_id = m.conversation_id AND x.seq = m.seq + 1;
         CREATE VIRTUAL TABLE messages_ctx_fts USING fts5(
           content, prev, next, far, about, content='message_words',
-          content_rowid='message_id', tokenize='porter unicode61');
+          content_rowid='message_id', tokenize='porter unicode61', detail='column');
         INSERT INTO messages_ctx_fts (messages_ctx_fts) VALUES ('rebuild');
-        DROP TABLE summaries_trigram;
-        CREATE VIRTUAL TABLE summaries_trigram USING fts5(
-          content, content='summaries', content_rowid='rowid', tokenize='trigram');
-        INSERT INTO summaries_trigram (summaries_trigram) VALUES ('rebuild');
-        DELETE FROM migrations WHERE name = 'm026_indexes_without_positions';
+        DELETE FROM migrations WHERE name = 'm028_surroundings_counted';
         COMMIT;
         """
     )
     conn.close()
 
 
-def test_a_store_made_before_keeps_finding_through_surroundings_once_migrated(
+def test_a_store_made_before_drops_its_surroundings_index_and_finds_the_same(
     tmp_path: Path,
 ) -> None:
-    """m026 makes the surroundings index anew without word positions: a store made before
-    finds what it found, a message through its neighbours too, and doctor is clean."""
+    """m028 drops the index that held each message's neighbours' words again: a store made
+    before finds what it found, a message through its neighbours too, the file is smaller
+    and doctor is clean."""
     db = tmp_path / "old.db"
-    rows = [{"role": "user", "content": f"status update {i}: routine work"} for i in range(100)]
+    rows = [{"role": "user", "content": f"status update {i}: routine work"} for i in range(400)]
     rows[30] = {"role": "assistant", "content": "The vault opens at 7741."}
 
     def ranked(engine: Engine) -> list[str]:
@@ -100,28 +108,48 @@ def test_a_store_made_before_keeps_finding_through_surroundings_once_migrated(
         engine.ingest_batch("s", rows)
         before = ranked(engine)
     assert before[0] == "msg#31" and {"msg#30", "msg#32"} <= set(before)  # its neighbours
-    _as_before_m026(db)
+    _as_before_m028(db)
+    conn = sqlite3.connect(db)
+    (index_bytes,) = conn.execute(
+        "SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'messages_ctx_fts%'"
+    ).fetchone()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    size = db.stat().st_size
     with Engine.open(db, config=Config()) as engine:
-        detail = engine.store.fetchall(
-            "SELECT sql FROM sqlite_master WHERE name = 'messages_ctx_fts'"
-        )[0][0]
-        assert "detail='column'" in detail
-        assert engine.store.pending_index_rows() == 0
+        left = engine.store.fetchall(
+            "SELECT name FROM sqlite_master WHERE name LIKE 'messages_ctx%'"
+            " OR name = 'message_words'"
+        )
+        assert left == []
         assert ranked(engine) == before
         assert engine.check() == []
+    # Its pages given back to the disk (a store made in incremental auto-vacuum mode).
+    assert index_bytes > 8 * 4096 and db.stat().st_size <= size - index_bytes
 
 
-def test_the_last_turns_are_found_by_their_own_words_before_their_surroundings_entries(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A host's last few turns get their surroundings entries (their neighbours' words) in the
-    next pause of the writes, not inside each turn. Until then every one of them is found by
-    its own words; one that matches only through its neighbours (the fact between two status
-    updates, for "status update") is found once the entries are made."""
+def test_a_message_is_found_through_the_one_before_it_first(engine: Engine) -> None:
+    """A word said just before a message counts for it (its prev) more than one said just
+    after it (its next): a reply is found through what it answers."""
+    engine.ingest_batch(
+        "s",
+        [
+            *({"role": "user", "content": f"filler line {i} about the weather"} for i in range(20)),
+            {"role": "assistant", "content": "Anything else on your mind?"},
+            {"role": "user", "content": "I think the ferry left from the old harbour."},
+            {"role": "assistant", "content": "It did, from the north pier at dawn."},
+            *({"role": "user", "content": f"more filler {i} about lunch"} for i in range(20)),
+        ],
+    )
+    hits = [h.id for h in engine.grep("harbour ferry", conversation="s", sort="relevance").hits]
+    assert hits[:2] == ["msg#22", "msg#23"] and "msg#21" in hits
+
+
+def test_the_last_turns_are_found_through_their_surroundings_at_once(tmp_path: Path) -> None:
+    """A host's last few turns are ranked with what surrounds them as soon as they are
+    stored: nothing waits for an index entry to be made (the fact between two status updates
+    is found for "status update" through its neighbours)."""
     engine = Engine.open(tmp_path / "d.db", config=Config())
-    # The pause is held off (it comes 20 ms after the last write, which a loaded machine
-    # may leave between two turns here): what a search sees right after a turn.
-    monkeypatch.setattr(engine.store, "_catch_up_turns", lambda: None)
     try:
         for i in range(14):
             engine.ingest("beta", {"role": "user", "content": f"status update {i}: routine work"})
@@ -129,12 +157,44 @@ def test_the_last_turns_are_found_by_their_own_words_before_their_surroundings_e
                 engine.ingest("beta", {"role": "assistant", "content": "The vault opens at 7741."})
         fact = next(m for m in engine.messages("beta") if "vault" in m.content)
         updates = {f"msg#{m.message_id}" for m in engine.messages("beta") if "status" in m.content}
-        assert engine.store.pending_index_rows() > 0
-        before = {h.id for h in engine.grep("status update", limit=200).hits}
-        monkeypatch.undo()
-        engine.finish_indexes()
-        after = {h.id for h in engine.grep("status update", limit=200).hits}
+        found = {h.id for h in engine.grep("status update", limit=200).hits}
     finally:
         engine.close()
-    assert before == updates  # every message holding the words, none missing
-    assert after == updates | {f"msg#{fact.message_id}"}  # and its neighbours' words found the fact
+    assert found == updates | {f"msg#{fact.message_id}"}
+
+
+def test_a_common_word_is_counted_around_the_best_candidates_only(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A word in more messages than are counted one by one (``DOCS_MAX``) is counted only in
+    the rows around the query's best candidates (its best by its own words, ``POOL``, and the
+    rows of its rare words): where those hold all of its rows, the ranking is the one counting
+    every row gives; where they do not, what is found still holds the word or is beside it,
+    and a rare word's neighbour is still found through it."""
+    rng = random.Random(3)
+    filler = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa"]
+    rows = []
+    for i in range(900):
+        words = rng.choices(filler, k=rng.randint(3, 30))
+        if i % 8 == 0:
+            words.insert(rng.randrange(len(words)), "deploy")
+        if i == 451:
+            words = ["the", "vault", "code", "changed"]
+        rows.append({"role": "user", "content": " ".join(words)})
+    engine.ingest_batch("s", rows)
+    holding = {i + 1 for i in range(900) if "deploy" in rows[i]["content"]}
+    beside = {n + d for n in holding for d in (-1, 1, 2)} | holding
+
+    def best(question: str) -> list[tuple[str, float | None]]:
+        hits = engine.grep(question, conversation="s", sort="relevance", limit=10).hits
+        return [(h.id, h.score) for h in hits]
+
+    every = {q: best(q) for q in ("deploy", "deploy vault", "deploy omega")}
+    assert "msg#453" in [h for h, _ in every["deploy vault"]]  # after the vault message
+    monkeypatch.setattr(surroundings, "DOCS_MAX", 10)  # "deploy" (113 rows) is common now
+    for question, expected in every.items():
+        assert best(question) == expected, question  # the pool (200) holds all its rows
+    monkeypatch.setattr(surroundings, "POOL", 20)
+    found = best("deploy")
+    assert len(found) == 10 and {int(h[4:]) for h, _ in found} <= beside
+    assert "msg#453" in [h for h, _ in best("deploy vault")]

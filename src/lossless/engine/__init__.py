@@ -292,12 +292,12 @@ class Engine(Reads, Recall, Upkeep, Retention, Hosting, Pending, Access):
         Items may be messages of any supported shape, or messages already passed through
         :meth:`normalize` (to set each one's id, time or metadata).
 
-        A large batch is written without its substring and surroundings index entries,
-        which the store makes after the transaction has committed, beside what the caller
-        does next (SQLite: its own thread, at once; closing the engine makes what is left).
-        Until then a substring search reads those rows itself, and a ranked search in this
-        process waits for them. With *finish_indexes* false they are left for
-        :meth:`finish_indexes`, to be made once after an import of many batches.
+        A large batch is written without its substring index entries (and, on PostgreSQL,
+        its surroundings'), which the store makes after the transaction has committed,
+        beside what the caller does next (SQLite: its own thread, at once; closing the engine
+        makes what is left). Until then a substring search reads those rows itself. With
+        *finish_indexes* false they are left for :meth:`finish_indexes`, to be made once
+        after an import of many batches.
         """
         items = list(messages)
         if external_ids is not None and len(external_ids) != len(items):

@@ -9,7 +9,7 @@ __all__ = ["INDEX_PERCENT", "SCAN_PERCENT", "Progress", "forward", "indexing", "
 
 #: The shares of an import's time its three steps over a file take: a first pass reading what
 #: it holds, a second storing it, then the search indexes that large batches leave for the
-#: end (their trigram and surroundings entries). Measured 12% / 74% / 14% for a 38 MB
+#: end (their trigram entries). Measured 12% / 74% / 14% for a 38 MB
 #: transcript (12,000 turns). Progress counts a file's bytes through the three on one
 #: scale, so it only goes forward and its remaining time is an estimate of the whole.
 SCAN_PERCENT = 12

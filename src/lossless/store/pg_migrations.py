@@ -116,7 +116,8 @@ ARCHIVES = """
 
 def neighbour_text(content: str) -> str:
     """What a message's neighbours read of its *content*: its start, up to a NUL (stored as
-    U+E000 "0"), as SQLite's twin does: the two back ends find the same neighbours."""
+    U+E000 "0"), as SQLite's surroundings index did (SQLite now counts a neighbour's words
+    wherever its text holds them, past a NUL too: ``store/surroundings.py``)."""
     return f"split_part(left({content}, {NEIGHBOUR_CHARS}), U&'\\E000' || '0', 1)"
 
 
@@ -595,6 +596,14 @@ PG_MIGRATIONS: list[tuple[str, str]] = [
         """
         -- SQLite keeps summary_messages in its key's order (no rowid table beside the key);
         -- a PostgreSQL table is a heap with its key's index either way: nothing changes here.
+        SELECT 1;
+        """,
+    ),
+    (
+        "m028_surroundings_counted",
+        """
+        -- SQLite counts a message's surroundings at query time and drops the index that held
+        -- its neighbours' words again; PostgreSQL keeps its context_tsv: nothing changes here.
         SELECT 1;
         """,
     ),

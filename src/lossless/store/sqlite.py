@@ -62,8 +62,6 @@ CATCH_UP_STEP = 5_000
 #: More messages than this waiting for those entries, the caller of ``catch_up_soon`` makes
 #: them itself (batches that come faster than the thread makes their entries).
 CATCH_UP_BEHIND_MAX = 4 * CATCH_UP_STEP
-#: How long a ranked search waits at most for the entries of the batches before it.
-SETTLE_SECONDS = 1.0
 #: How long closing a store spends at most on the merging still due (a process that writes
 #: once and exits, as a host's hook does, merges there).
 CLOSE_MERGE_SECONDS = 0.05
@@ -134,13 +132,12 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         self._held_back = False  # the thread's last merging left a step for a longer pause
         self._checkpointed = 0.0
         self._unmerged = False  # commits since the thread last merged (close() finishes)
-        # A large batch's surroundings and trigram entries, made by the store's thread
+        # A large batch's trigram entries, made by the store's thread
         # (catch_up_soon): asked for and not yet taken on; set when none wait for it.
         self._catch_up_wanted = False
         self._caught_up = threading.Event()
         self._caught_up.set()
         self._asked_catch_up = False  # ever, in this process: closing finishes the rest
-        self._asked_upto = 0  # the last message whose entries were asked for
         self._pid = os.getpid()
         self._waiting_guard = threading.Lock()
         self._writers_waiting = 0
@@ -369,11 +366,10 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                 logger.debug("index upkeep on %s failed", self.path, exc_info=True)
 
     def catch_up_soon(self) -> None:
-        """Have the store's thread make the entries a large batch left (the surroundings and
-        trigram ones, :meth:`catch_up_indexes`) at once, beside what the caller does next,
-        in transactions of :data:`CATCH_UP_STEP` messages. Until they are made, a ranked
-        search in this process waits for them; one in another process reads those rows
-        itself; closing the store makes what is left."""
+        """Have the store's thread make the entries a large batch left (the trigram ones,
+        :meth:`catch_up_indexes`) at once, beside what the caller does next, in transactions
+        of :data:`CATCH_UP_STEP` messages. Until they are made, a substring search reads
+        those rows itself; closing the store makes what is left."""
         if str(self.path) == ":memory:" or self._closing:
             self.catch_up_indexes()
             return
@@ -389,7 +385,6 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
         with self._lock:
             self._catch_up_wanted = True
             self._asked_catch_up = True
-            self._asked_upto = max(self._asked_upto, top)
             self._caught_up.clear()
         _UNCLOSED.add(self)  # a process that exits without closing the store makes them too
         self._wake_merger()
@@ -412,26 +407,10 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
                 if not self._catch_up_wanted:
                     self._caught_up.set()  # (failed: a search reads the rows itself)
 
-    def _entries_settled(self) -> None:
-        # Only for the batches asked for before the search began (writes that go on must not
-        # hold it up), and for at most SETTLE_SECONDS: it ranks those rows itself meanwhile.
-        target, deadline = self._asked_upto, time.monotonic() + SETTLE_SECONDS
-        while not (self._caught_up.is_set() or self._in_transaction()):
-            merger = self._merger
-            if merger is None or merger is threading.current_thread() or not merger.is_alive():
-                return  # nothing to wait for: the search reads those rows itself
-            if self._caught_up.wait(0.02) or time.monotonic() > deadline:
-                return
-            (upto,) = self.fetchall("SELECT upto FROM index_state WHERE name = 'messages_trigram'")[
-                0
-            ]
-            if upto >= target:
-                return
-
     def _catch_up_turns(self) -> None:
-        """The surroundings and trigram entries the last few small batches left waiting
-        (fewer than :data:`CATCH_UP_AT` messages), made in a pause of the writes (or as the
-        store closes), so a search then ranks those messages with what surrounds them too.
+        """The trigram entries the last few small batches left waiting (fewer than
+        :data:`CATCH_UP_AT` messages), made in a pause of the writes (or as the store
+        closes), so a substring search then finds them through the index.
         What a large batch left is not taken on here: that is :meth:`catch_up_indexes`'s,
         in transactions of its own size."""
         waiting = (

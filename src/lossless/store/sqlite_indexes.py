@@ -1,6 +1,7 @@
-"""SQLite's full-text indexes kept by the store's writes: the word, trigram and
-surroundings (context) entries of each batch, what a forget takes out and puts back, the
-catch-up of what large batches left, and the checks and rebuild doctor uses."""
+"""SQLite's full-text indexes kept by the store's writes: the word and trigram entries of
+each batch, what a forget takes out and puts back, the catch-up of what large batches left,
+and the checks and rebuild doctor uses. (A message's surroundings are counted when a search
+ranks, from the own-words index: :mod:`.surroundings`.)"""
 
 from __future__ import annotations
 
@@ -19,21 +20,14 @@ __all__ = ["CATCH_UP_AT", "FTS_TABLES", "SQLiteIndexes"]
 #: The full-text indexes (FTS5 tables) a store keeps.
 FTS_TABLES = (
     "messages_fts",
-    "messages_ctx_fts",
     "messages_trigram",
     "summaries_fts",
     "summaries_trigram",
 )
 
-#: Context-index entries made from the view the index reads (a WHERE on message_id follows).
-_WORDS = (
-    "INSERT INTO messages_ctx_fts (rowid, content, prev, next, far, about)"
-    " SELECT message_id, content, prev, next, far, about FROM message_words"
-)
-
-#: Small batches leave their surroundings and trigram entries until this many messages wait
-#: for them (a host's turn is two messages: one batch of entries every eight turns), so the
-#: two indexes get one new segment, and one fewer entry rewritten, for several turns.
+#: Small batches leave their trigram entries until this many messages wait for them (a
+#: host's turn is two messages: one batch of entries every eight turns), so the index gets
+#: one new segment for several turns.
 CATCH_UP_AT = 16
 
 
@@ -50,33 +44,13 @@ class SQLiteIndexes(StoreCore):
     def _index_messages(
         self, conn: Connection, first_id: int, last_id: int, *, trigram: bool
     ) -> None:
-        # The message each batch follows in its conversation, when its context entry was made
-        # (not left for catch_up_indexes), was indexed as the last one, with no next: its
-        # entry is replaced by one that has it (FTS5 takes the old values to take an entry
-        # out; only its next has changed). Its own-words entry does not change.
-        before = conn.execute(
-            "SELECT w.message_id, w.content, w.prev, w.far, w.about FROM messages n"
-            " JOIN messages p ON p.conversation_id = n.conversation_id AND p.seq = n.seq - 1"
-            " JOIN message_words w ON w.message_id = p.message_id"
-            " WHERE n.message_id BETWEEN ? AND ? AND p.message_id < ?"
-            " AND EXISTS (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = p.message_id)",
-            (first_id, last_id, first_id),
-        ).fetchall()
-        for message_id, content, prev, far, about in before:
-            conn.execute(
-                "INSERT INTO messages_ctx_fts (messages_ctx_fts, rowid, content, prev, next, far,"
-                " about) VALUES ('delete', ?, ?, ?, '', ?, ?)",
-                (message_id, content, prev, far, about),
-            )
-        for message_id, *_ in before:
-            conn.execute(f"{_WORDS} WHERE message_id = ?", (message_id,))
         conn.execute(
             "INSERT INTO messages_fts (rowid, content) SELECT message_id, content FROM messages"
             " WHERE message_id BETWEEN ? AND ?",
             (first_id, last_id),
         )
-        # Large batches leave the context and trigram entries to catch_up_indexes (one
-        # watermark for both): they cost more than everything else an import does.
+        # Large batches leave the trigram entries to catch_up_indexes: they cost more than
+        # everything else an import does.
         if not trigram:
             return
         (upto,) = conn.execute(
@@ -85,7 +59,7 @@ class SQLiteIndexes(StoreCore):
         if first_id - 1 - upto > CATCH_UP_AT:
             # A large batch's rows wait for catch_up_indexes (which skips the entries made):
             # this batch's own are made now, and the watermark stays where it is.
-            self._index_surroundings(conn, first_id, last_id, guarded=False)
+            self._index_trigrams(conn, first_id, last_id, guarded=False)
         elif last_id - upto >= CATCH_UP_AT:
             # Small batches (a host's turns) leave theirs until CATCH_UP_AT messages wait,
             # then one batch makes them all: one new segment in each index for several
@@ -96,55 +70,27 @@ class SQLiteIndexes(StoreCore):
     def _catch_up_to(self, conn: Connection, upto: int, top: int) -> int:
         """The entries of the messages above the mark *upto* up to *top* that are not made
         yet, and the mark moved to *top*; the messages given a trigram entry."""
-        done = self._index_surroundings(conn, upto + 1, top, guarded=True)
+        done = self._index_trigrams(conn, upto + 1, top, guarded=True)
         conn.execute("UPDATE index_state SET upto = ? WHERE name = 'messages_trigram'", (top,))
         return done
 
-    def _index_surroundings(
+    def _index_trigrams(
         self, conn: Connection, first_id: int, last_id: int, *, guarded: bool
     ) -> int:
-        """The surroundings and trigram entries of the messages *first_id*..*last_id*; when
-        *guarded*, only those not made yet (some rows of a range that waited for the
-        catch-up may have had theirs made by a batch that came while it waited, or by a
-        new title). The messages given a trigram entry."""
+        """The trigram entries of the messages *first_id*..*last_id*; when *guarded*, only
+        those not made yet (some rows of a range that waited for the catch-up may have had
+        theirs made by a forget's putting back). The messages given an entry."""
         made = (
-            " AND NOT EXISTS (SELECT 1 FROM {0}_docsize d WHERE d.id = m.message_id)"
+            " AND NOT EXISTS (SELECT 1 FROM messages_trigram_docsize d WHERE d.id = m.message_id)"
             if guarded
             else ""
         )
-        conn.execute(
-            f"{_WORDS} m WHERE m.message_id BETWEEN ? AND ?{made.format('messages_ctx_fts')}",
-            (first_id, last_id),
-        )
         cur = conn.execute(
             "INSERT INTO messages_trigram (rowid, content) SELECT message_id, content"
-            " FROM messages m WHERE m.message_id BETWEEN ? AND ?"
-            f"{made.format('messages_trigram')}",
+            f" FROM messages m WHERE m.message_id BETWEEN ? AND ?{made}",
             (first_id, last_id),
         )
         return max(cur.rowcount, 0)
-
-    def _words_changing(self, conn: Connection, conversation_id: int) -> None:
-        # The context entries made go out with the values they were made from (the view, as
-        # it still is); what a large batch left to catch_up_indexes has none yet.
-        conn.execute(
-            "INSERT INTO messages_ctx_fts (messages_ctx_fts, rowid, content, prev, next, far,"
-            " about) SELECT 'delete', message_id, content, prev, next, far, about"
-            " FROM message_words"
-            " WHERE message_id IN (SELECT message_id FROM messages WHERE conversation_id = ?)"
-            " AND EXISTS (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = message_id)",
-            (conversation_id,),
-        )
-
-    def _words_changed(self, conn: Connection, conversation_id: int) -> None:
-        # Every entry of the conversation made anew (what a large batch had left for
-        # catch_up_indexes too, which then finds it made).
-        conn.execute(
-            f"{_WORDS} WHERE message_id IN"
-            " (SELECT message_id FROM messages WHERE conversation_id = ?)"
-            " AND NOT EXISTS (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = message_id)",
-            (conversation_id,),
-        )
 
     def _forgetting(
         self,
@@ -155,8 +101,6 @@ class SQLiteIndexes(StoreCore):
     ) -> None:
         # Secure delete: the pages the old text leaves are zeroed, not just freed.
         conn.execute("PRAGMA secure_delete = ON")
-        for conv in conversation_ids:
-            self._words_changing(conn, conv)
         for chunk, marks in in_chunks(list(message_ids)):
             conn.execute(
                 "INSERT INTO messages_fts (messages_fts, rowid, content) SELECT 'delete',"
@@ -233,16 +177,13 @@ class SQLiteIndexes(StoreCore):
         ]
 
     def pending_index_rows(self) -> int:
-        """Messages not yet in the trigram and surroundings indexes (left by large batches,
-        or by the last few small ones until :data:`CATCH_UP_AT` wait or the writes pause, or
-        by the migration that made the surroundings index anew on a large store)."""
+        """Messages not yet in the trigram index (left by large batches, or by the last few
+        small ones until :data:`CATCH_UP_AT` wait or the writes pause)."""
         (upto,) = self.fetchall("SELECT upto FROM index_state WHERE name = 'messages_trigram'")[0]
         return int(
             self.fetchall(
-                "SELECT count(*) FROM messages m WHERE m.message_id > ? AND (NOT EXISTS"
-                " (SELECT 1 FROM messages_trigram_docsize d WHERE d.id = m.message_id)"
-                " OR NOT EXISTS"
-                " (SELECT 1 FROM messages_ctx_fts_docsize d WHERE d.id = m.message_id))",
+                "SELECT count(*) FROM messages m WHERE m.message_id > ? AND NOT EXISTS"
+                " (SELECT 1 FROM messages_trigram_docsize d WHERE d.id = m.message_id)",
                 (upto,),
             )[0][0]
         )
@@ -254,8 +195,8 @@ class SQLiteIndexes(StoreCore):
         *,
         stop: Callable[[], bool] | None = None,
     ) -> int:
-        """Index what large batches (and the last small ones) left out of the trigram and
-        surroundings indexes; returns rows indexed.
+        """Index what large batches (and the last small ones) left out of the trigram index;
+        returns rows indexed.
 
         Runs in transactions of *batch* rows so writers are not held up for long. Imports
         call it when they finish (:meth:`~lossless.engine.Engine.finish_indexes`); a search
@@ -320,7 +261,6 @@ class SQLiteIndexes(StoreCore):
         compare = self.fts_unchecked() is None
         checks = [
             ("messages_fts", "messages", "message_id", "msg#"),
-            ("messages_ctx_fts", "messages", "message_id", "msg#"),
             ("messages_trigram", "messages", "message_id", "msg#"),
             ("summaries_fts", "summaries", "rowid", ""),
             ("summaries_trigram", "summaries", "rowid", ""),
@@ -346,7 +286,7 @@ class SQLiteIndexes(StoreCore):
             for fts, source, key, prefix in checks:
                 label = "summary_id" if source == "summaries" else key
                 # Rows above the watermark are waiting for catch_up_indexes.
-                deferred = fts in ("messages_trigram", "messages_ctx_fts")
+                deferred = fts == "messages_trigram"
                 limit = upto if deferred else None
                 bound = "" if limit is None else f" AND s.{key} <= {int(limit)}"
                 for (ident,) in conn.execute(
@@ -388,7 +328,6 @@ class SQLiteIndexes(StoreCore):
         with self.transaction() as conn:
             for fts in (
                 "messages_fts",
-                "messages_ctx_fts",
                 "messages_trigram",
                 "summaries_fts",
                 "summaries_trigram",

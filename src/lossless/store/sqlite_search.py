@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import sqlite3
-import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .core import in_chunks
 from .search import (
-    ABOUT_WEIGHT,
-    FAR_WEIGHT,
-    NEXT_WEIGHT,
-    PREV_WEIGHT,
     SearchScope,
     SearchStore,
     WordOrder,
@@ -30,6 +23,7 @@ from .search import (
     scope_sql,
     time_column,
 )
+from .surroundings import SPREAD, SurroundingsRanking
 
 __all__ = ["SQLiteSearch"]
 
@@ -50,7 +44,7 @@ SPAN_CONVERSATIONS_MAX = 8
 #: A substring with at most this many candidates in the trigram index has them sorted by
 #: time; one with more is found walking the time index.
 SORTED_CANDIDATES = 2_000
-#: The last message whose trigram and surroundings entries are made: those above it (the
+#: The last message whose trigram entries are made: those above it (the
 #: last few turns', or what a large batch left for
 #: :meth:`~.sqlite.SQLiteStore.catch_up_indexes`), a search reads itself.
 _CAUGHT_UP = "(SELECT upto FROM index_state WHERE name = 'messages_trigram')"
@@ -58,21 +52,23 @@ _CAUGHT_UP = "(SELECT upto FROM index_state WHERE name = 'messages_trigram')"
 _TOP = ("\uffff", 1 << 62)
 
 
-class SQLiteSearch(SearchStore):
+class SQLiteSearch(SurroundingsRanking, SearchStore):
     """Search through SQLite's FTS5 word and trigram indexes."""
 
     def score_scale(self, table: str, terms: Sequence[str]) -> float:
         """BM25 weighs a word by how rare it is in its own index, and the summary DAG says
         each thing again level after level in few rows: a summary scores below a message
         saying the same. Its scores are scaled by the words' rarity among the messages (as
-        the index that ranks them with their surroundings counts it) over their rarity among
-        the summaries."""
+        their ranking with their surroundings counts it: :data:`~.surroundings.SPREAD` rows
+        for each that says it) over their rarity among the summaries."""
         if table == "messages" or not terms:
             return 1.0
         mine, rows = self.term_documents(table, terms)
-        said, messages = self.term_documents("messages_ctx", terms)
+        said, messages = self.term_documents("messages", terms)
         own = sum(_idf(mine[t], rows) for t in terms if mine[t])
-        theirs = sum(_idf(said[t], messages) for t in terms if mine[t])
+        theirs = sum(
+            _idf(min(round(said[t] * SPREAD), messages), messages) for t in terms if mine[t]
+        )
         return theirs / own if own > 0 and theirs > 0 else 1.0
 
     _match_ids_sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
@@ -84,16 +80,6 @@ class SQLiteSearch(SearchStore):
         first search means words said there, not beside it."""
         return f"content : ({query})"
 
-    @staticmethod
-    def _index(table: str, order: WordOrder) -> tuple[str, str]:
-        """The word index a search of *table* in *order* reads, and its BM25 expression: a
-        message's own words (``messages_fts``), or with what surrounds it counting for less
-        (``messages_ctx_fts``: columns content, prev, next, far, about)."""
-        if table == "messages" and order == "context":
-            w = (1.0, PREV_WEIGHT, NEXT_WEIGHT, FAR_WEIGHT, ABOUT_WEIGHT)
-            return "messages_ctx_fts", f"bm25(messages_ctx_fts, {', '.join(map(str, w))})"
-        return f"{table}_fts", f"bm25({table}_fts)"
-
     def _word_rows(
         self,
         table: str,
@@ -104,7 +90,7 @@ class SQLiteSearch(SearchStore):
     ) -> list[tuple[Any, ...]]:
         key = key_column(table)
         where, params = scope_sql(table, scope)
-        index, rank = self._index(table, order)
+        index, rank = f"{table}_fts", f"bm25({table}_fts)"
         if order == "recency":  # (no BM25: its weights count each word's rows everywhere)
             words = self._word_query(query)
             first = self._walk_first(table, query, limit, SORTED_MATCH_COST[table])
@@ -122,7 +108,23 @@ class SQLiteSearch(SearchStore):
                 table, scope, limit, lambda lo, hi: (matching, [words, lo, hi]), first
             )
         span = self._id_span(table, scope)
-        return self._best_ranked(table, index, rank, query, where, params, limit, span)
+        if table == "messages" and order == "context":
+            best = self.surroundings_ranked(query, by_key(where), params, limit, span)
+            if best is not None:
+                return self._rows_of(best)
+        return self._ranked_rows(table, index, rank, query, where, params, limit, span)
+
+    def _rows_of(self, best: list[tuple[int, float]]) -> list[tuple[Any, ...]]:
+        """The messages of *best* (ids with their scores), in its order, as hit rows."""
+        if not best:
+            return []
+        score = dict(best)
+        rows = self.fetchall(
+            f"SELECT {hit_columns('messages')}, s.content, s.message_id FROM messages s"
+            f" WHERE s.message_id IN ({','.join('?' * len(score))})",
+            list(score),
+        )
+        return _by_score(rows, score)
 
     def _id_span(self, table: str, scope: SearchScope) -> tuple[int, int] | None:
         """The message ids a ranked search of one or a few conversations can find lie
@@ -161,32 +163,6 @@ class SQLiteSearch(SearchStore):
         )[0]
         return None if first is None else (int(first), int(last))
 
-    def _entries_settled(self) -> None:
-        """Wait for the surroundings entries of this process's large batches the store's
-        thread is making (a ranked search then ranks their messages as it will later)."""
-
-    def _best_ranked(
-        self,
-        table: str,
-        index: str,
-        rank: str,
-        query: str,
-        where: str,
-        params: list[Any],
-        limit: int,
-        span: tuple[int, int] | None = None,
-    ) -> list[tuple[Any, ...]]:
-        """The best-ranked matches (:meth:`_ranked_rows`). The surroundings index keeps no
-        positions: a term it cannot take apart as this module does (a character the two
-        split differently) is ranked by the message's own words instead."""
-        try:
-            return self._ranked_rows(table, index, rank, query, where, params, limit, span)
-        except sqlite3.OperationalError as exc:
-            if index != "messages_ctx_fts" or "not supported" not in str(exc):
-                raise
-            own, by_own = self._index(table, "rank")
-            return self._ranked_rows(table, own, by_own, query, where, params, limit, span)
-
     def _ranked_rows(
         self,
         table: str,
@@ -212,19 +188,6 @@ class SQLiteSearch(SearchStore):
             f"SELECT rowid, {rank} AS score FROM {index} WHERE {index} MATCH ?{within}",
             [query],
         )
-        if index == "messages_ctx_fts":
-            self._entries_settled()
-            args = [without_phrases(query)]
-            # The messages whose entries wait for the catch-up (above its mark: the last few
-            # turns', or a large batch's) have none here yet: until they do, they are
-            # ranked by their own words.
-            ranked = (
-                f"SELECT rowid, score FROM ({ranked} UNION ALL SELECT rowid, bm25(messages_fts)"
-                f" FROM messages_fts WHERE messages_fts MATCH ? AND rowid > {_CAUGHT_UP}{within}"
-                " AND NOT EXISTS (SELECT 1 FROM messages_ctx_fts_docsize d"
-                " WHERE d.id = messages_fts.rowid))"
-            )
-            args.append(query)
         while inner <= RANK_CANDIDATES_MAX:
             candidates = self.fetchall(
                 f"{ranked} ORDER BY score, rowid DESC LIMIT ?", [*args, inner]
@@ -371,46 +334,6 @@ def _by_score(rows: list[tuple[Any, ...]], score: dict[int, float]) -> list[tupl
 def _idf(holding: int, rows: int) -> float:
     """BM25's weight of a word held by *holding* of *rows* rows (FTS5's form, floored)."""
     return max(1e-6, math.log((rows - holding + 0.5) / (holding + 0.5) + 1))
-
-
-#: A quoted term of a word query (a quote inside it doubled).
-_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
-
-
-def index_words(text: str) -> list[str]:
-    """*text*'s words as the word indexes' tokenizer (``unicode61``, Unicode 6.1's classes)
-    takes them apart: split only at a character that was a separator (not a letter, digit,
-    mark or private-use character) in Unicode 3.2 already and still is, so a run the
-    tokenizer keeps whole is never split here (where it splits one this keeps, the index
-    refuses the query and the caller falls back: nothing is missed)."""
-    words, word = [], ""
-    for ch in text:
-        if _joins(unicodedata.category(ch)) or _joins(unicodedata.ucd_3_2_0.category(ch)):
-            word += ch
-        elif word:
-            words.append(word)
-            word = ""
-    return [*words, word] if word else words
-
-
-def _joins(kind: str) -> bool:
-    """Whether a character of Unicode class *kind* is part of a word (or unassigned: a
-    tokenizer older than the character takes it as one)."""
-    return kind[0] in "LNM" or kind in ("Co", "Cn")
-
-
-def without_phrases(query: str) -> str:
-    """A word query for an index without positions (``detail=column``), which answers no
-    phrase: a quoted term of several words (``"caroline's"``, ``"e-mail"``) asks for each of
-    its words in the row; a term of one word stays as it is."""
-
-    def words(term: re.Match[str]) -> str:
-        parts = index_words(term[1].replace('""', '"'))
-        if len(parts) < 2:
-            return term[0]
-        return "(" + " AND ".join('"' + w.replace('"', '""') + '"' for w in parts) + ")"
-
-    return _QUOTED.sub(words, query)
 
 
 def _trigram_rows(table: str) -> str:
