@@ -35,14 +35,8 @@ from typing import Any
 import footprint
 from lossless import Config, Engine
 from lossless.store import sqlite_search
-from lossless.store.search import (
-    ABOUT_WEIGHT,
-    FAR_WEIGHT,
-    NEIGHBOUR_CHARS,
-    NEXT_WEIGHT,
-    PREV_WEIGHT,
-    about_sql,
-)
+from lossless.store.migrations import MESSAGE_WORDS
+from lossless.store.search import ABOUT_WEIGHT, FAR_WEIGHT, NEXT_WEIGHT, PREV_WEIGHT
 from lossless.store.surroundings import query_words
 
 import locomo
@@ -50,17 +44,7 @@ from common import save
 
 #: The index the store kept before m028, made again over the same rows.
 OLD_INDEX = f"""
-CREATE TABLE ctx_words AS
-  SELECT m.message_id, m.content,
-         coalesce(substr(p.content, 1, {NEIGHBOUR_CHARS}), '') AS prev,
-         coalesce(substr(x.content, 1, {NEIGHBOUR_CHARS}), '') AS next,
-         coalesce(substr(p2.content, 1, {NEIGHBOUR_CHARS}), '') AS far,
-         {about_sql("m", "c")} AS about
-  FROM messages m
-  JOIN conversations c ON c.conversation_id = m.conversation_id
-  LEFT JOIN messages p ON p.conversation_id = m.conversation_id AND p.seq = m.seq - 1
-  LEFT JOIN messages p2 ON p2.conversation_id = m.conversation_id AND p2.seq = m.seq - 2
-  LEFT JOIN messages x ON x.conversation_id = m.conversation_id AND x.seq = m.seq + 1;
+CREATE TABLE ctx_words AS {MESSAGE_WORDS};
 CREATE VIRTUAL TABLE messages_ctx_fts USING fts5(
   content, prev, next, far, about, content='ctx_words', content_rowid='message_id',
   tokenize='porter unicode61', detail='column');

@@ -13,6 +13,7 @@ import pytest
 
 from lossless import Config, Engine
 from lossless.store import surroundings
+from lossless.store.migrations import MESSAGE_WORDS
 
 
 @pytest.fixture
@@ -67,19 +68,9 @@ def _as_before_m028(db: Path) -> None:
     neighbours' words again, over the view ``message_words``) in place, m028 not applied."""
     conn = sqlite3.connect(db, isolation_level=None)
     conn.executescript(
-        """
+        f"""
         BEGIN;
-        CREATE VIEW message_words AS
-          SELECT m.message_id, m.content,
-                 coalesce(substr(p.content, 1, 300), '') AS prev,
-                 coalesce(substr(x.content, 1, 300), '') AS next,
-                 coalesce(substr(p2.content, 1, 300), '') AS far,
-                 coalesce(c.title, '') AS about
-          FROM messages m
-          JOIN conversations c ON c.conversation_id = m.conversation_id
-          LEFT JOIN messages p ON p.conversation_id = m.conversation_id AND p.seq = m.seq - 1
-          LEFT JOIN messages p2 ON p2.conversation_id = m.conversation_id AND p2.seq = m.seq - 2
-          LEFT JOIN messages x ON x.conversation_id = m.conversation_id AND x.seq = m.seq + 1;
+        CREATE VIEW message_words AS {MESSAGE_WORDS};
         CREATE VIRTUAL TABLE messages_ctx_fts USING fts5(
           content, prev, next, far, about, content='message_words',
           content_rowid='message_id', tokenize='porter unicode61', detail='column');

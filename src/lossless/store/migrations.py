@@ -436,6 +436,20 @@ def m011_neighbours_in_the_word_index(conn: sqlite3.Connection) -> None:
     )
 
 
+#: The five fields of a message's surroundings entry (m012 to m027's ``message_words``):
+#: its words, the start of the one before, after and two before it, its *about* words.
+MESSAGE_WORDS = f"""SELECT m.message_id, m.content,
+                 coalesce(substr(p.content, 1, {NEIGHBOUR_CHARS}), '') AS prev,
+                 coalesce(substr(x.content, 1, {NEIGHBOUR_CHARS}), '') AS next,
+                 coalesce(substr(p2.content, 1, {NEIGHBOUR_CHARS}), '') AS far,
+                 {about_sql("m", "c")} AS about
+          FROM messages m
+          JOIN conversations c ON c.conversation_id = m.conversation_id
+          LEFT JOIN messages p ON p.conversation_id = m.conversation_id AND p.seq = m.seq - 1
+          LEFT JOIN messages p2 ON p2.conversation_id = m.conversation_id AND p2.seq = m.seq - 2
+          LEFT JOIN messages x ON x.conversation_id = m.conversation_id AND x.seq = m.seq + 1"""
+
+
 @migration
 def m012_own_and_context_word_indexes(conn: sqlite3.Connection) -> None:
     # Two word indexes. messages_fts holds a message's own words alone again: what a filter,
@@ -446,23 +460,13 @@ def m012_own_and_context_word_indexes(conn: sqlite3.Connection) -> None:
     # and year it was said (about) — and ranks small stores and rare words. Appending still
     # changes only the context entry of the message a batch follows (its next); a new title
     # re-indexes its conversation's context entries.
-    n = NEIGHBOUR_CHARS
     run_script(
         conn,
         f"""
         DROP TABLE messages_fts;
         DROP VIEW message_words;
         CREATE VIEW message_words AS
-          SELECT m.message_id, m.content,
-                 coalesce(substr(p.content, 1, {n}), '') AS prev,
-                 coalesce(substr(x.content, 1, {n}), '') AS next,
-                 coalesce(substr(p2.content, 1, {n}), '') AS far,
-                 {about_sql("m", "c")} AS about
-          FROM messages m
-          JOIN conversations c ON c.conversation_id = m.conversation_id
-          LEFT JOIN messages p ON p.conversation_id = m.conversation_id AND p.seq = m.seq - 1
-          LEFT JOIN messages p2 ON p2.conversation_id = m.conversation_id AND p2.seq = m.seq - 2
-          LEFT JOIN messages x ON x.conversation_id = m.conversation_id AND x.seq = m.seq + 1;
+          {MESSAGE_WORDS};
         CREATE VIRTUAL TABLE messages_fts USING fts5(
           content, content='messages', content_rowid='message_id',
           tokenize='porter unicode61');
