@@ -180,7 +180,9 @@ def test_a_common_word_is_counted_around_the_best_candidates_only(
         hits = engine.grep(question, conversation="s", sort="relevance", limit=10).hits
         return [(h.id, h.score) for h in hits]
 
-    every = {q: best(q) for q in ("deploy", "deploy vault", "deploy omega")}
+    # (A quoted pair of words is asked for as each word in the row, said apart or not.)
+    every = {q: best(q) for q in ("deploy", "deploy vault", "deploy omega", '"vault deploy"')}
+    assert every['"vault deploy"']
     assert "msg#453" in [h for h, _ in every["deploy vault"]]  # after the vault message
     monkeypatch.setattr(surroundings, "DOCS_MAX", 10)  # "deploy" (113 rows) is common now
     for question, expected in every.items():

@@ -92,6 +92,11 @@ def query_words(query: str) -> list[str] | None:
     return words or None
 
 
+def _quoted(term: str) -> str:
+    """*term* as one quoted term of a word query."""
+    return '"' + term.replace('"', '""') + '"'
+
+
 def _ranges(ids: Sequence[int], gap: int = 4) -> list[tuple[int, int]]:
     """*ids* as ranges of ids, those at most *gap* apart joined."""
     out: list[tuple[int, int]] = []
@@ -131,7 +136,8 @@ class SurroundingsRanking(RecordStore):
         return {int(d): int(n) for d, n in self.fetchall(sql + " GROUP BY doc", args)}
 
     def _pool(self, query: str, span: tuple[int, int] | None) -> list[int]:
-        """The best :data:`POOL` messages for *query* by their own words (within *span*)."""
+        """The best :data:`POOL` messages for *query* (its terms each alone, joined by OR) by
+        their own words (within *span*)."""
         within = f" AND rowid BETWEEN {int(span[0])} AND {int(span[1])}" if span else ""
         return [
             int(r[0])
@@ -160,7 +166,7 @@ class SurroundingsRanking(RecordStore):
 
     def _counted_in(self, word: str, ranges: Sequence[tuple[int, int]]) -> dict[int, int]:
         """How many times each message in *ranges* of ids holds *word* (a query's term)."""
-        quoted = '"' + word.replace('"', '""') + '"'
+        quoted = _quoted(word)
         out: dict[int, int] = {}
         for low, high in ranges:
             for row, marked in self.fetchall(
@@ -314,20 +320,23 @@ class SurroundingsRanking(RecordStore):
             # A common word's rows are too many to count one by one: it is counted in the
             # rows around the best candidates only (the whole query's best by their own
             # words, and the rows of its rare words), where it can still move the order.
-            seeds = self._pool(query, span)
+            # Each term asked for alone: itself where the index takes it as itself (a stem
+            # is, most often), else the word it came from (a phrase of its pieces).
+            alone: dict[str, str] = {}
+            for word in words:
+                for stem in self.index_terms(word):
+                    if stem not in alone or alone[stem] != stem:
+                        alone[stem] = stem if self.index_terms(stem) == [stem] else word
+            asked = " OR ".join(dict.fromkeys(_quoted(alone[s]) for s in stems))
+            seeds = self._pool(asked, span)
             rare_docs = sorted({d for rows in own.values() for d in rows})
             if len(rare_docs) <= SEEDS_MAX:
                 seeds = list(dict.fromkeys([*seeds, *rare_docs]))
             ranges = _ranges(self._around(seeds))
-            for word, terms in zip(words, (self.index_terms(w) for w in words), strict=True):
-                mine = common.intersection(terms)
-                if not mine:
-                    continue
-                held = self._counted_in(word, ranges)
-                for stem in mine:
-                    merged = own.setdefault(stem, {})
-                    for doc, times in held.items():
-                        merged[doc] = max(merged.get(doc, 0), times)
+            for stem in sorted(common):
+                merged = own.setdefault(stem, {})
+                for doc, times in self._counted_in(alone[stem], ranges).items():
+                    merged[doc] = max(merged.get(doc, 0), times)
         docs = sorted({d for rows in own.values() for d in rows})
         credited = self._credited(docs)
         tf: dict[int, dict[str, float]] = {}
