@@ -162,6 +162,8 @@ def test_a_common_word_is_counted_around_the_best_candidates_only(
     rows of its rare words): where those hold all of its rows, the ranking is the one counting
     every row gives; where they do not, what is found still holds the word or is beside it,
     and a rare word's neighbour is still found through it."""
+    if engine.store.backend != "sqlite":
+        pytest.skip("the counting is SQLite's; PostgreSQL ranks with its context_tsv")
     rng = random.Random(3)
     filler = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa"]
     rows = []
