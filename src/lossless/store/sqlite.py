@@ -28,7 +28,7 @@ from .base import Store
 from .connection import Connection
 from .core import DEFER_TRIGRAM_AT
 from .merge_pace import BURST_SECONDS, MergePace
-from .migrations import MIGRATIONS
+from .migrations import MIGRATIONS, give_back_free_pages
 from .sqlite_files import (
     MIGRATIONS_TABLE,
     PROGRESS_STEPS,
@@ -517,10 +517,7 @@ class SQLiteStore(SQLiteIndexes, SQLiteSearch, Store):
             # pages the merges freed go back to the file system first (a store made before
             # this kept them, for the next writes).
             with self._transaction(self._conn()) as conn:
-                (mode,) = conn.execute("PRAGMA auto_vacuum").fetchone()
-                (free,) = conn.execute("PRAGMA freelist_count").fetchone()
-                for _ in range(free if mode == 2 else 0):  # (a page a call here)
-                    conn.execute("PRAGMA incremental_vacuum")
+                give_back_free_pages(conn)
             # An import's end may wait longer than a turn would for the readers of older
             # snapshots (the store's own thread among them) to move on.
             self._truncate_wal(self._conn(), seconds=IMPORT_END_WAL_SECONDS)

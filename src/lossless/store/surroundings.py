@@ -68,14 +68,26 @@ YEARS_MAX = 50
 _QUERY = re.compile(r'\s*"((?:[^"]|"")*)"\s*(?:OR\b|$)')
 
 
+def varints(blob: bytes | None, count: int = 1) -> list[int]:
+    """The first *count* varints of an FTS5 record (fewer where it ends): a ``docsize``
+    blob's first is a one-column row's length in words."""
+    values: list[int] = []
+    data = bytes(blob or b"")
+    at = 0
+    while at < len(data) and len(values) < count:
+        value = 0
+        for byte in data[at : at + 9]:
+            at += 1
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        values.append(value)
+    return values
+
+
 def varint(blob: bytes | None) -> int:
     """The first varint of an FTS5 ``docsize`` blob: a one-column row's length in words."""
-    value = 0
-    for byte in (blob or b"")[:9]:
-        value = (value << 7) | (byte & 0x7F)
-        if byte < 0x80:
-            break
-    return value
+    return (varints(blob) or [0])[0]
 
 
 def query_words(query: str) -> list[str] | None:
@@ -151,18 +163,24 @@ class SurroundingsRanking(RecordStore):
     def _around(self, seeds: Sequence[int]) -> list[int]:
         """The messages whose counts a ranking of *seeds* and the rows they count for needs:
         three either side of each in its conversation."""
-        if not seeds:
-            return []
-        return [
-            int(r[0])
-            for r in self.fetchall(
-                "SELECT DISTINCT n.message_id FROM json_each(?) j"
-                " JOIN messages m ON m.message_id = j.value"
-                " JOIN messages n ON n.conversation_id = m.conversation_id"
-                " AND n.seq BETWEEN m.seq - 3 AND m.seq + 3",
-                [json.dumps(list(seeds))],
-            )
-        ]
+        return list({other for _, other, _ in self._neighbours(seeds, -3, 3)})
+
+    def _neighbours(self, ids: Sequence[int], low: int, high: int) -> list[tuple[int, int, int]]:
+        """(id, neighbour's id, how far after it) for each of *ids* and each message of its
+        conversation *low*..*high* places from it (itself included)."""
+        out: list[tuple[int, int, int]] = []
+        for at in range(0, len(ids), 50_000):
+            out += [
+                (int(a), int(b), int(c))
+                for a, b, c in self.fetchall(
+                    "SELECT m.message_id, n.message_id, n.seq - m.seq"
+                    " FROM json_each(?) j JOIN messages m ON m.message_id = j.value"
+                    " JOIN messages n ON n.conversation_id = m.conversation_id"
+                    " AND n.seq BETWEEN m.seq + ? AND m.seq + ?",
+                    [json.dumps(list(ids[at : at + 50_000])), low, high],
+                )
+            ]
+        return out
 
     def _counted_in(self, word: str, ranges: Sequence[tuple[int, int]]) -> dict[int, int]:
         """How many times each message in *ranges* of ids holds *word* (a query's term)."""
@@ -181,16 +199,9 @@ class SurroundingsRanking(RecordStore):
         """For each of *docs*, the rows its words count for beside itself, with the weight."""
         weight = dict(CREDITS)
         out: dict[int, list[tuple[int, float]]] = {}
-        for at in range(0, len(docs), 50_000):
-            rows = self.fetchall(
-                "SELECT m.message_id, n.message_id, n.seq - m.seq"
-                " FROM json_each(?) j JOIN messages m ON m.message_id = j.value"
-                " JOIN messages n ON n.conversation_id = m.conversation_id"
-                " AND n.seq BETWEEN m.seq - 1 AND m.seq + 2 AND n.seq <> m.seq",
-                [json.dumps(list(docs[at : at + 50_000]))],
-            )
-            for doc, other, shift in rows:
-                out.setdefault(int(doc), []).append((int(other), weight[int(shift)]))
+        for doc, other, shift in self._neighbours(docs, -1, 2):
+            if shift:
+                out.setdefault(doc, []).append((other, weight[shift]))
         return out
 
     def _month_stems(self) -> dict[str, str]:
@@ -205,64 +216,49 @@ class SurroundingsRanking(RecordStore):
             local.month_stems = months
         return months
 
-    def _about_rows(
+    def _about(
         self, stems: Sequence[str], span: tuple[int, int] | None
-    ) -> dict[str, set[int]]:
-        """The messages whose *about* words hold each of *stems* (their conversation's title,
-        or the month or year they were said), at most :data:`ABOUT_ROWS_MAX` for each, the
-        newest first (within *span*)."""
-        months = self._month_stems()
+    ) -> dict[str, tuple[set[int], int]]:
+        """For each of *stems* its *about* words hold (a conversation's title, or the month
+        or year a message was said): the messages they hold it for, at most
+        :data:`ABOUT_ROWS_MAX`, the newest first (within *span*), and how many the store
+        has, counted up to as many for the titles and for each time."""
         within = " AND message_id BETWEEN ? AND ?" if span else ""
         extra = list(span) if span else []
-        out: dict[str, set[int]] = {}
+        out: dict[str, tuple[set[int], int]] = {}
         for stem in stems:
             found: set[int] = set()
+            count = 0
             conversations = self._titled(stem)
             if conversations:
-                marks = ",".join("?" * len(conversations))
-                found |= {
-                    int(r[0])
-                    for r in self.fetchall(
-                        f"SELECT message_id FROM messages WHERE conversation_id IN ({marks})"
-                        f"{within} ORDER BY message_id DESC LIMIT ?",
-                        [*conversations, *extra, ABOUT_ROWS_MAX],
-                    )
-                }
-            ranges = self._time_ranges(stem, months)
-            for low, high in ranges:
-                if len(found) >= ABOUT_ROWS_MAX:
-                    break
-                found |= {
-                    int(r[0])
-                    for r in self.fetchall(
-                        "SELECT message_id FROM messages WHERE created_at >= ? AND created_at < ?"
-                        f"{within} ORDER BY created_at DESC LIMIT ?",
+                among = f"conversation_id IN ({','.join('?' * len(conversations))})"
+                found |= self._ids(
+                    f"SELECT message_id FROM messages WHERE {among}{within}"
+                    " ORDER BY message_id DESC LIMIT ?",
+                    [*conversations, *extra, ABOUT_ROWS_MAX],
+                )
+                count += self._capped(f"SELECT 1 FROM messages WHERE {among}", conversations)
+            for low, high in self._time_ranges(stem, self._month_stems()):
+                when = "created_at >= ? AND created_at < ?"
+                if len(found) < ABOUT_ROWS_MAX:
+                    found |= self._ids(
+                        f"SELECT message_id FROM messages WHERE {when}{within}"
+                        " ORDER BY created_at DESC LIMIT ?",
                         [low, high, *extra, ABOUT_ROWS_MAX - len(found)],
                     )
-                }
-            if found:
-                out[stem] = found
+                count += self._capped(f"SELECT 1 FROM messages WHERE {when}", [low, high])
+            if found or count:
+                out[stem] = (found, count)
         return out
 
-    def _about_count(self, stem: str) -> int:
-        """How many messages' *about* words hold *stem*, counted up to :data:`ABOUT_ROWS_MAX`
-        for the titles and as many for the times."""
-        count = 0
-        conversations = self._titled(stem)
-        if conversations:
-            marks = ",".join("?" * len(conversations))
-            count += self.fetchall(
-                f"SELECT count(*) FROM (SELECT 1 FROM messages WHERE conversation_id IN ({marks})"
-                " LIMIT ?)",
-                [*conversations, ABOUT_ROWS_MAX],
-            )[0][0]
-        for low, high in self._time_ranges(stem, self._month_stems()):
-            count += self.fetchall(
-                "SELECT count(*) FROM (SELECT 1 FROM messages WHERE created_at >= ?"
-                " AND created_at < ? LIMIT ?)",
-                [low, high, ABOUT_ROWS_MAX],
-            )[0][0]
-        return int(count)
+    def _ids(self, sql: str, args: list[Any]) -> set[int]:
+        return {int(r[0]) for r in self.fetchall(sql, args)}
+
+    def _capped(self, sql: str, args: Sequence[Any]) -> int:
+        """How many rows *sql* gives, counted up to :data:`ABOUT_ROWS_MAX`."""
+        return int(
+            self.fetchall(f"SELECT count(*) FROM ({sql} LIMIT ?)", [*args, ABOUT_ROWS_MAX])[0][0]
+        )
 
     def _titled(self, stem: str) -> list[int]:
         """The conversations whose title holds *stem*."""
@@ -347,7 +343,8 @@ class SurroundingsRanking(RecordStore):
                 for other, weight in credited.get(doc, ()):
                     counts = tf.setdefault(other, {})
                     counts[stem] = counts.get(stem, 0.0) + weight * times
-        about = self._about_rows(stems, span)
+        abouts = self._about(stems, span)
+        about = {stem: rows for stem, (rows, _) in abouts.items()}
         for found in about.values():
             for row in found:
                 tf.setdefault(row, {})
@@ -355,7 +352,7 @@ class SurroundingsRanking(RecordStore):
         # counts (the same for a search of one conversation as for the whole store's).
         idf = {}
         for stem in stems:
-            holding = round(everywhere.get(stem, 0) * SPREAD) + self._about_count(stem)
+            holding = round(everywhere.get(stem, 0) * SPREAD) + abouts.get(stem, (set(), 0))[1]
             idf[stem] = _idf(min(max(holding, 1), total), max(total, 1))
         weights = [s for p in phrases for s in p]  # a term asked twice counts twice
         average = self._average_length()
@@ -402,7 +399,10 @@ class SurroundingsRanking(RecordStore):
         """The terms of a message's month and year (``"2023-05"``)."""
         if not month or len(month) < 7:
             return []
-        names = {v: k for k, v in self._month_stems().items()}
+        local = self._local  # type: ignore[attr-defined]
+        names: dict[str, str] | None = getattr(local, "month_names", None)
+        if names is None:
+            names = local.month_names = {v: k for k, v in self._month_stems().items()}
         return [t for t in (names.get(month[5:7]), month[:4]) if t]
 
     def _lengths(
@@ -436,21 +436,7 @@ class SurroundingsRanking(RecordStore):
         """A row's average length over its five fields: the own-words index's average (from
         its totals record) and each neighbour's up to :data:`NEIGHBOUR_WORDS`."""
         blob = self.fetchall("SELECT block FROM messages_fts_data WHERE id = 1")
-        rows = words = 0
-        if blob and blob[0][0]:
-            data = bytes(blob[0][0])
-            values: list[int] = []
-            at = 0
-            while at < len(data) and len(values) < 2:
-                value = 0
-                while at < len(data):
-                    byte = data[at]
-                    at += 1
-                    value = (value << 7) | (byte & 0x7F)
-                    if byte < 0x80:
-                        break
-                values.append(value)
-            if len(values) == 2:
-                rows, words = values
+        totals = varints(blob[0][0] if blob else None, 2)  # rows, then words
+        rows, words = totals if len(totals) == 2 else (0, 0)
         mean = words / rows if rows else 1.0
         return max(mean + 3 * min(mean, NEIGHBOUR_WORDS) + ABOUT_WORDS, 1.0)
